@@ -1,0 +1,18 @@
+#!/bin/sh
+# Installs the Debian packages tokenloom needs to build and test. Idempotent: installs only what
+# is missing. Run as root (CI does); as another user it prints the one apt-get line to run.
+set -eu
+PKGS="build-essential pkg-config libpcre2-dev libcmocka-dev libevent-dev libjansson-dev curl"
+missing=""
+for p in $PKGS; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
+done
+[ -z "$missing" ] && exit 0
+if [ "$(id -u)" -ne 0 ]; then
+    echo "tokenloom: missing Debian packages. Run as root:" >&2
+    echo "  apt-get install -y$missing" >&2
+    exit 1
+fi
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq || true
+apt-get install -y -qq --no-install-recommends $missing

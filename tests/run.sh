@@ -1,0 +1,43 @@
+#!/bin/sh
+# Runs every test and prints "N passed, N failed". Each test program speaks TAP ("ok N - name",
+# "not ok N - name", a plan "1..N"): the unit binaries in $BUILD/tests (cmocka in TAP mode) and
+# the script tests tests/cli/*.sh and tests/http/run.sh. A program that dies before finishing its
+# plan counts its missing tests as failed. TL_TEST_ONLY=substring limits which programs run.
+BUILD=${BUILD:-build}
+export TL_SHARED=${TL_SHARED:-$(cd "$(dirname "$0")/../.." && pwd)/shared}
+export CMOCKA_MESSAGE_OUTPUT=TAP
+export TL_BIN=${TL_BIN:-$BUILD/tokenloom}
+pass=0; fail=0; failed_names=""
+log=$(mktemp); trap 'rm -f "$log"' EXIT
+run_one() {
+    name=$1; shift
+    case "$name" in *"${TL_TEST_ONLY:-}"*) ;; *) return ;; esac
+    "$@" >"$log" 2>&1
+    rc=$?
+    p=$(grep -c '^ok ' "$log"); f=$(grep -c '^not ok ' "$log")
+    plan=$(sed -n 's/^1\.\.\([0-9][0-9]*\).*/\1/p' "$log" | head -n 1)
+    missing=0
+    if [ -n "$plan" ] && [ $((p + f)) -lt "$plan" ]; then missing=$((plan - p - f)); fi
+    if [ "$rc" -ne 0 ] && [ "$f" -eq 0 ] && [ "$missing" -eq 0 ]; then missing=1; fi
+    pass=$((pass + p)); fail=$((fail + f + missing))
+    if [ $((f + missing)) -gt 0 ]; then
+        failed_names="$failed_names $name"
+        echo "---- $name (exit $rc): $p passed, $((f + missing)) failed"
+        grep -v '^ok ' "$log" | tail -n 40
+    else
+        echo "$name: $p passed"
+    fi
+}
+for t in "$BUILD"/tests/test_*; do
+    [ -x "$t" ] || continue
+    case "$t" in *.d) continue ;; esac
+    run_one "$(basename "$t")" "$t"
+done
+for t in tests/cli/*.sh; do
+    [ -f "$t" ] || continue
+    run_one "$(basename "$t")" sh "$t"
+done
+if [ -f tests/http/run.sh ]; then run_one http sh tests/http/run.sh; fi
+[ -n "$failed_names" ] && echo "failed:$failed_names"
+echo "$pass passed, $fail failed"
+[ "$fail" -eq 0 ] && [ "$pass" -gt 0 ]
