@@ -46,6 +46,200 @@ const char *tl_status_str(tl_status st);
 // Thread-safe: each thread has its own.
 const char *tl_last_error(void);
 
+// ---- models ----------------------------------------------------------------------------------
+
+typedef struct tl_model tl_model;
+
+struct tl_model_params {
+    // For llama2.c checkpoints (.bin): the tokenizer file (tok512.bin, tokenizer.bin). When
+    // NULL, "tokenizer.bin" beside the checkpoint is tried. Ignored for GGUF files.
+    const char *tokenizer_path;
+};
+
+// Loads a GGUF model (architectures llama, qwen2) or a llama2.c checkpoint. params may be NULL.
+// OUT: *out. The model is immutable afterwards and may be shared by engines and threads.
+tl_status tl_model_load(const char *path, const struct tl_model_params *params,
+                        tl_model **out) TL_WARN_UNUSED;
+void tl_model_free(tl_model *m); // NULL is a no-op; engines using it must be destroyed first
+
+struct tl_model_info {
+    const char *arch;          // "llama", "qwen2"
+    const char *name;          // general.name or the file's base name
+    const char *path;          // as given to tl_model_load
+    int64_t n_params;          // total weight elements
+    int32_t n_vocab;
+    int32_t n_ctx_train;       // context length the model was trained for
+    int32_t n_embd, n_layer, n_head, n_head_kv, n_ff, head_dim;
+    const char *weight_type;   // most common weight type name ("F32", "Q8_0", ...)
+    const char *chat_template; // tokenizer.chat_template, or NULL
+    int32_t bos, eos, eot;     // -1 when absent
+};
+void tl_model_get_info(const tl_model *m, struct tl_model_info *out); // pointers live with m
+
+// Tokenizes text with the model's tokenizer (see tl_tokenize in src/tokenizer). OUT: *ids
+// (malloc'd, caller frees) and *n_ids. Thread-safe.
+tl_status tl_model_tokenize(const tl_model *m, const char *text, size_t len, bool add_special,
+                            bool parse_special, int32_t **ids, int64_t *n_ids) TL_WARN_UNUSED;
+// Detokenizes into a malloc'd NUL-terminated string (NULL on failure or an out-of-range id).
+char *tl_model_detokenize(const tl_model *m, const int32_t *ids, int64_t n, bool render_special);
+// The text of one token (space/byte handling undone; may be a partial UTF-8 character). Writes
+// up to cap bytes, returns the full length.
+size_t tl_model_token_text(const tl_model *m, int32_t id, char *buf, size_t cap);
+
+// ---- engine ----------------------------------------------------------------------------------
+//
+// Continuous batching: every tl_engine_step runs one forward pass over the next token of every
+// running sequence plus prompt chunks of waiting ones, within a token budget and the free KV
+// blocks. Requests join and leave at any step.
+
+typedef struct tl_engine tl_engine;
+
+enum tl_kv_type { TL_KV_F32 = 0, TL_KV_F16 = 1 };
+
+struct tl_engine_config {
+    int32_t max_batch_size;      // most running sequences at once (default 64)
+    int32_t max_tokens_per_step; // token budget per step: decodes + prefill chunks (default 512)
+    int32_t max_seq_len;         // prompt + generated tokens per sequence; 0 = model context
+    int32_t kv_block_size;       // positions per KV block (default 16)
+    int64_t kv_blocks;           // KV pool size in blocks; 0 = derive from kv_bytes
+    int64_t kv_bytes;            // KV pool size in bytes; 0 = default (see tl_engine_create)
+    enum tl_kv_type kv_type;     // KV cache element type (default F16)
+    bool prefix_caching;         // reuse computed prompt blocks (default true)
+    int32_t n_threads;           // compute threads; 0 = online CPUs
+    int32_t max_waiting;         // most waiting (not yet running) requests; 0 = unlimited
+};
+void tl_engine_config_default(struct tl_engine_config *c);
+
+// Creates an engine over m (borrowed; must outlive the engine). Allocates the whole KV pool
+// now. OUT: *out.
+tl_status tl_engine_create(const tl_model *m, const struct tl_engine_config *c,
+                           tl_engine **out) TL_WARN_UNUSED;
+// Destroys the engine; requests still pending get no further events.
+void tl_engine_destroy(tl_engine *e);
+
+struct tl_sampling {
+    float temperature;        // 0 = greedy (default 1)
+    int32_t top_k;            // 0 = off
+    float top_p;              // 1 = off
+    float min_p;              // 0 = off
+    float repetition_penalty; // 1 = off (divides positive logits of seen tokens, as in CTRL)
+    float presence_penalty;   // 0 = off (OpenAI definition)
+    float frequency_penalty;  // 0 = off
+    uint64_t seed;            // the request's own RNG seed
+    int32_t n_logprobs;       // top-N alternatives to report per token (0..20)
+};
+void tl_sampling_default(struct tl_sampling *s);
+
+enum tl_finish_reason {
+    TL_FINISH_NONE = 0,      // still running
+    TL_FINISH_STOP = 1,      // end-of-generation token, stop token or stop string
+    TL_FINISH_LENGTH = 2,    // max_tokens or the sequence length limit
+    TL_FINISH_CANCELLED = 3, // tl_engine_cancel
+    TL_FINISH_DEADLINE = 4,  // the request's timeout passed
+    TL_FINISH_ERROR = 5,     // an internal error ended this request only
+};
+const char *tl_finish_reason_str(enum tl_finish_reason r); // "stop", "length", ...
+
+struct tl_token_logprob {
+    int32_t id;
+    float logprob;
+};
+
+enum tl_event_type {
+    TL_EVENT_TOKEN = 1, // a token was generated; text holds the new whole-UTF-8 text (may be empty
+                        // while a possible stop string or partial character is held back)
+    TL_EVENT_DONE = 2,  // the request ended; text holds any final text; no more events follow
+};
+
+struct tl_event {
+    enum tl_event_type type;
+    uint64_t request_id;
+    const char *text; // borrowed for the duration of the callback
+    size_t text_len;
+    // TOKEN only:
+    int32_t token;
+    float logprob;                      // log-probability of the chosen token
+    const struct tl_token_logprob *top; // n_top best alternatives (n_logprobs), borrowed
+    int32_t n_top;
+    // DONE only:
+    enum tl_finish_reason finish;
+    int64_t n_prompt_tokens;
+    int64_t n_cached_tokens; // prompt tokens served from the prefix cache
+    int64_t n_generated;
+    int64_t n_preempted;     // times this request was preempted and recomputed
+    int64_t queue_us;        // submission to first scheduled
+    int64_t ttft_us;         // submission to first token
+    int64_t total_us;        // submission to done
+    const char *error;       // message when finish == TL_FINISH_ERROR, else NULL
+};
+
+// Called on the thread running tl_engine_step. Must not call back into the engine except
+// tl_engine_cancel.
+typedef void (*tl_event_fn)(void *user, const struct tl_event *ev);
+
+struct tl_request {
+    const char *prompt;            // text, tokenized by the engine, or
+    size_t prompt_len;
+    const int32_t *prompt_tokens;  // tokens (used when non-NULL)
+    int64_t n_prompt_tokens;
+    bool add_special;              // add BOS etc. as the vocabulary says (text prompts)
+    bool parse_special;            // recognise special-token texts in the prompt
+    struct tl_sampling sampling;
+    int32_t max_tokens;            // tokens to generate at most (> 0)
+    const int32_t *stop_tokens;    // extra token ids that end generation (copied)
+    int32_t n_stop_tokens;
+    const char *const *stop;       // stop strings (copied); the stop text is not returned
+    int32_t n_stop;
+    bool ignore_eos;               // keep going past end-of-generation tokens
+    int32_t priority;              // lower value = scheduled first (as vLLM); default 0
+    int64_t timeout_ms;            // 0 = none; past it the request ends with TL_FINISH_DEADLINE
+    tl_event_fn on_event;          // required
+    void *user;                    // passed to on_event
+};
+void tl_request_default(struct tl_request *r); // zeroes and sets the defaults
+
+// Submits a request; thread-safe. Validates it (a prompt plus max_tokens that can never fit the
+// sequence length or the KV pool gives TL_ERR_TOO_LONG; a full waiting queue TL_ERR_FULL) and
+// copies what it needs. On error no event is ever delivered. OUT: *id.
+tl_status tl_engine_submit(tl_engine *e, const struct tl_request *r, uint64_t *id) TL_WARN_UNUSED;
+
+// Cancels a request; thread-safe; takes effect at the next step, which frees its KV blocks and
+// delivers its DONE event (TL_FINISH_CANCELLED). TL_ERR_NOT_FOUND if it already ended.
+tl_status tl_engine_cancel(tl_engine *e, uint64_t id);
+
+// Runs one step (schedule, forward, sample, deliver events). Call from one thread only. Returns
+// at once when there is nothing to do. OUT: *n_pending (optional) = requests not yet done.
+tl_status tl_engine_step(tl_engine *e, int64_t *n_pending) TL_WARN_UNUSED;
+
+// Blocks until there is work (a submission or cancellation) or timeout_ms passes. Thread-safe.
+void tl_engine_wait(tl_engine *e, int timeout_ms);
+
+// Wakes a thread blocked in tl_engine_wait (e.g. for shutdown). Thread-safe.
+void tl_engine_wake(tl_engine *e);
+
+#define TL_STEP_HIST_BUCKETS 12
+
+struct tl_engine_stats {
+    int64_t n_running, n_waiting;
+    int64_t kv_blocks_total, kv_blocks_free, kv_blocks_used, kv_blocks_cached;
+    int64_t kv_block_size;
+    int64_t prompt_tokens_total;     // prompt tokens computed (not cache hits)
+    int64_t generation_tokens_total;
+    int64_t steps_total;
+    int64_t preemptions_total;
+    int64_t prefix_queries_total;     // prompt tokens looked up in the prefix cache
+    int64_t prefix_hits_total;        // of which found
+    int64_t finished_total[6];        // by tl_finish_reason
+    // Tokens per step histogram: bucket i counts steps with at most step_hist_le[i] tokens.
+    int64_t step_hist_le[TL_STEP_HIST_BUCKETS];
+    int64_t step_hist_count[TL_STEP_HIST_BUCKETS];
+    int64_t step_tokens_sum;
+    int64_t step_us_total;            // wall time inside tl_engine_step
+    int64_t forward_us_total;         // of which the forward pass
+};
+// A consistent snapshot; thread-safe.
+void tl_engine_get_stats(tl_engine *e, struct tl_engine_stats *out);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,0 +1,140 @@
+/*
+ * The arithmetic of the forward pass: matmul per weight type, norms, RoPE, activation, paged
+ * attention, and the f16/bf16/Q8_0 conversions. Every op has a plain scalar reference; SIMD
+ * variants (AVX2, AVX-512/VNNI) are chosen once per process at run time (TL_ISA=scalar|avx2|avx512
+ * overrides) and each is tested against the reference.
+ *
+ * Determinism contract (the engine relies on it): for a given ISA variant, the value of every
+ * output element depends only on the inputs it is a function of -- never on how many tokens
+ * are in the batch, where a token sits in it, the tile it falls in, or the thread count. Work
+ * is split across threads by output rows / (token, head) pairs, never inside one reduction.
+ *
+ * Thread model: ops that take a tl_pool fan out over it; the others are single-threaded and
+ * re-entrant. No op allocates: callers pass work buffers sized by the *_work_bytes helpers.
+ */
+#ifndef TL_KERNELS_H
+#define TL_KERNELS_H
+
+#include "core/dtype.h"
+#include "core/pool.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+// ---- element conversions ---------------------------------------------------------------------
+
+float tl_fp16_to_f32(uint16_t h);
+uint16_t tl_f32_to_fp16(float f); // round to nearest even, overflow to inf
+float tl_bf16_to_f32(uint16_t h);
+uint16_t tl_f32_to_bf16(float f); // round to nearest even; NaN stays NaN
+
+// Q8_0: blocks of 32 values sharing one f16 scale d; value = d * qs[i].
+#define TL_QK8_0 32
+struct tl_block_q8_0 {
+    uint16_t d; // f16 scale
+    int8_t qs[TL_QK8_0];
+};
+
+// Whether the kernels can multiply with weights of this type (F32, F16, BF16, Q8_0 now).
+bool tl_kernels_weight_supported(enum tl_dtype type);
+
+// Dequantizes n elements (a multiple of the type's block size) of a row of `type` to f32.
+// Works for every weight-supported type. Returns false for other types.
+bool tl_dequantize_row(enum tl_dtype type, const void *src, float *dst, int64_t n);
+
+// Quantizes n f32 values (n a multiple of the block size) to `type` (F32, F16, BF16, Q8_0);
+// used by mkmodel and tests. Returns false for other types.
+bool tl_quantize_row(enum tl_dtype type, const float *src, void *dst, int64_t n);
+
+// ---- matmul ---------------------------------------------------------------------------------
+
+// A weight matrix in a model file: n_out rows of n_in elements, rows contiguous.
+struct tl_weight {
+    enum tl_dtype type;
+    int64_t n_in;     // row length (elements), ne[0] in GGUF terms
+    int64_t n_out;    // rows, ne[1]
+    size_t row_bytes; // bytes per row
+    const void *data; // mmap or owned by the model
+};
+
+// Bytes of work buffer tl_matmul needs for n_tok tokens with this weight.
+size_t tl_matmul_work_bytes(const struct tl_weight *w, int64_t n_tok);
+
+// y[t * n_out + r] = sum_i w[r][i] * x[t * n_in + i] for t < n_tok, r < n_out.
+// The step's tokens are tiled so each weight block loaded is used for all of them; threads split
+// the rows. `work` must hold tl_matmul_work_bytes(w, n_tok) bytes, 64-byte aligned.
+void tl_matmul(struct tl_pool *pool, const struct tl_weight *w, const float *x, int64_t n_tok,
+               float *y, void *work);
+
+// ---- row-wise ops (one token's row at a time; callers loop or parallelize over tokens) -------
+
+// y = x / sqrt(mean(x^2) + eps) * w  (n elements; y may alias x)
+void tl_rmsnorm(const float *x, const float *w, float eps, int64_t n, float *y);
+
+enum tl_rope_mode {
+    TL_ROPE_NORMAL = 0, // rotate adjacent pairs (x[2i], x[2i+1]): Llama in GGUF layout
+    TL_ROPE_NEOX = 2,   // rotate halves (x[i], x[i + d/2]): Qwen2, GPT-NeoX
+};
+
+// Rotates n_heads vectors of head_dim (contiguous) in place for position `pos`:
+// theta_i = (pos * freq_scale) * freq_base^(-2i/head_dim).
+void tl_rope(float *x, int n_heads, int head_dim, int64_t pos, float freq_base, float freq_scale,
+             enum tl_rope_mode mode);
+
+// out[i] = silu(gate[i]) * up[i]  (out may alias gate)
+void tl_swiglu(const float *gate, const float *up, float *out, int64_t n);
+
+// y[i] += x[i]
+void tl_add(float *y, const float *x, int64_t n);
+
+// In-place softmax of n values.
+void tl_softmax(float *x, int64_t n);
+
+// ---- paged KV cache and attention -------------------------------------------------------------
+//
+// The K and V of one layer live in pools of n_blocks blocks; a block holds block_size positions
+// of n_kv_head * head_dim values of kv `type` (F32 or F16): element (block b, slot s, head h,
+// dim d) is at index ((b * block_size + s) * n_kv_head + h) * head_dim + d. A sequence's block
+// table maps its logical block j (positions j*block_size ..) to a physical block.
+
+struct tl_kv_layer {
+    enum tl_dtype type; // F32 or F16
+    int block_size;
+    int n_kv_head;
+    int head_dim;
+    void *k; // (n_blocks, block_size, n_kv_head, head_dim), owned by the KV cache
+    void *v; // same shape
+};
+
+// Stores one token's k and v rows (n_kv_head * head_dim f32 each) at position pos of the
+// sequence whose block table is `block_table`, converting to the cache type.
+void tl_kv_store(const struct tl_kv_layer *kv, const int32_t *block_table, int64_t pos,
+                 const float *k, const float *v);
+
+// One query token of the batch for tl_attention.
+struct tl_attn_query {
+    const int32_t *block_table; // its sequence's block table (borrowed)
+    int64_t n_ctx;              // attends to positions [0, n_ctx) (its own position + 1)
+};
+
+// Bytes of work buffer tl_attention needs for the longest n_ctx in the batch.
+size_t tl_attention_work_bytes(int n_threads, int64_t max_ctx, int head_dim);
+
+// Causal attention for n_tok query tokens at once: for token t and head h,
+// out[t][h] = softmax(q[t][h] . K[0..n_ctx) * scale) . V, reading K/V through the token's own
+// block table (grouped-query: head h uses kv head h / (n_head / n_kv_head)). q is
+// (n_tok, n_head * head_dim); out is the same shape. Parallel over (token, head) pairs.
+void tl_attention(struct tl_pool *pool, const struct tl_kv_layer *kv, const float *q,
+                  const struct tl_attn_query *queries, int64_t n_tok, int n_head, float scale,
+                  float *out, void *work);
+
+// ---- introspection (tests, benchmarks) --------------------------------------------------------
+
+// The ISA variant in use: "scalar", "avx2" or "avx512".
+const char *tl_kernels_isa(void);
+// Forces a variant ("scalar", "avx2", "avx512") for the whole process; false if the CPU lacks
+// it. Tests use it to compare variants; call it before any op runs or between ops.
+bool tl_kernels_force_isa(const char *isa);
+
+#endif

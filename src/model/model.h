@@ -1,0 +1,96 @@
+/*
+ * A loaded model: hyperparameters, typed views of the weights (mmap'd from the GGUF, or owned
+ * when converted from a llama2.c checkpoint), the vocabulary, and the batched forward pass.
+ *
+ * Ownership: the model owns its gguf mapping, vocabulary and any converted weights. It is
+ * immutable after tl_model_load and shared read-only by every engine and thread.
+ */
+#ifndef TL_MODEL_H
+#define TL_MODEL_H
+
+#include <tokenloom.h>
+
+#include "gguf/gguf.h"
+#include "kernels/kernels.h"
+#include "tokenizer/tokenizer.h"
+
+enum tl_arch { TL_ARCH_LLAMA = 0, TL_ARCH_QWEN2 = 1 };
+
+struct tl_hparams {
+    enum tl_arch arch;
+    int32_t n_vocab;
+    int32_t n_ctx_train;
+    int32_t n_embd;
+    int32_t n_layer;
+    int32_t n_head;
+    int32_t n_head_kv;
+    int32_t head_dim; // n_embd / n_head unless the file says otherwise
+    int32_t n_ff;
+    float rms_eps;
+    float rope_freq_base;
+    float rope_freq_scale; // 1 / linear scaling factor
+    enum tl_rope_mode rope_mode;
+};
+
+struct tl_layer {
+    const float *attn_norm; // (n_embd)
+    struct tl_weight wq;    // (n_head*head_dim rows, n_embd)
+    struct tl_weight wk;    // (n_head_kv*head_dim, n_embd)
+    struct tl_weight wv;    // (n_head_kv*head_dim, n_embd)
+    struct tl_weight wo;    // (n_embd, n_head*head_dim)
+    const float *bq, *bk, *bv; // attention biases (qwen2), NULL otherwise
+    const float *ffn_norm;  // (n_embd)
+    struct tl_weight w_gate; // (n_ff, n_embd)
+    struct tl_weight w_up;   // (n_ff, n_embd)
+    struct tl_weight w_down; // (n_embd, n_ff)
+};
+
+struct tl_model {
+    char *path;              // owned
+    char *name;              // owned
+    struct tl_hparams hp;
+    struct tl_gguf *gguf;    // owned; NULL for llama2.c checkpoints
+    struct tl_vocab *vocab;  // owned
+    char *chat_template;     // owned, NULL if absent
+    struct tl_weight tok_embd;   // (n_vocab rows, n_embd)
+    const float *output_norm;    // (n_embd)
+    struct tl_weight output;     // (n_vocab rows, n_embd); equals tok_embd when tied
+    struct tl_layer *layers;     // owned, (n_layer)
+    void **owned;                // owned buffers (converted weights), freed with the model
+    int n_owned;
+    int64_t n_params;
+    const char *weight_type;     // name of the most common matrix type
+};
+
+// ---- the batched forward pass -----------------------------------------------------------------
+
+// A flat batch: tokens of any number of sequences, never padded.
+struct tl_batch {
+    int64_t n_tok;
+    const int32_t *token;               // (n_tok)
+    const int32_t *pos;                 // (n_tok) position of each token in its sequence
+    const int32_t *seq;                 // (n_tok) index into block_tables
+    const int32_t *const *block_tables; // per sequence index: its KV block table
+    int64_t n_out;                      // tokens whose logits are wanted
+    const int32_t *out_idx;             // (n_out) batch indices of those tokens
+};
+
+// The KV pools of every layer (owned by the engine's KV cache).
+struct tl_kv_pages {
+    int32_t n_layer;
+    struct tl_kv_layer *layers; // (n_layer)
+};
+
+// Scratch for forward passes of up to max_tok tokens whose context is at most max_ctx.
+struct tl_forward;
+struct tl_forward *tl_forward_create(const struct tl_model *m, int64_t max_tok, int64_t max_ctx,
+                                     struct tl_pool *pool);
+void tl_forward_destroy(struct tl_forward *f);
+
+// Runs the model over the batch: writes each token's K/V into the pages at its position, then
+// attends over positions [0, pos] of its own sequence. logits: (n_out, n_vocab). Each token's
+// logits are bit-identical whatever else is in the batch.
+tl_status tl_forward_run(struct tl_forward *f, const struct tl_batch *b,
+                         const struct tl_kv_pages *kv, float *logits) TL_WARN_UNUSED;
+
+#endif
