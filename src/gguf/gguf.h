@@ -19,6 +19,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
+// Arrays may nest this many levels deep (an array of arrays is 2); deeper files are rejected.
+#define TL_GGUF_MAX_DEPTH 16
+
 enum tl_gguf_type {
     TL_GGUF_TYPE_UINT8 = 0,
     TL_GGUF_TYPE_INT8 = 1,
@@ -52,7 +55,8 @@ struct tl_gguf_value {
             enum tl_gguf_type elem_type;
             uint64_t n;
             const void *raw;                   // mmap: packed little-endian elements, for
-                                               // fixed-size element types
+                                               // fixed-size element types (for STRING/ARRAY
+                                               // elements: where their encoding starts)
             const struct tl_gguf_value *items; // owned: parsed elements, for STRING and ARRAY
                                                // elements (NULL otherwise)
         } arr;
@@ -90,6 +94,10 @@ void tl_gguf_close(struct tl_gguf *g); // NULL is a no-op
 uint32_t tl_gguf_version(const struct tl_gguf *g);
 size_t tl_gguf_alignment(const struct tl_gguf *g);
 const char *tl_gguf_path(const struct tl_gguf *g); // the name given at open
+size_t tl_gguf_file_size(const struct tl_gguf *g);   // bytes of the file / buffer
+size_t tl_gguf_data_offset(const struct tl_gguf *g); // file offset of the tensor data section
+// Short name of a value type ("u32", "str", "arr", ...; "?" when unknown).
+const char *tl_gguf_type_name(enum tl_gguf_type t);
 
 int64_t tl_gguf_n_kv(const struct tl_gguf *g);
 const struct tl_gguf_kv *tl_gguf_kv_at(const struct tl_gguf *g, int64_t i);
@@ -97,7 +105,8 @@ const struct tl_gguf_kv *tl_gguf_kv_at(const struct tl_gguf *g, int64_t i);
 const struct tl_gguf_value *tl_gguf_get(const struct tl_gguf *g, const char *key);
 
 // Typed getters. They return false when the key is absent or its value has an incompatible type
-// (any integer type converts to an integer getter if the value fits; FLOAT32/64 to f32/f64).
+// (any integer type converts to an integer getter if the value fits; FLOAT32/64 and any integer
+// type convert to f32; BOOL converts only to bool; STRING only to str).
 bool tl_gguf_get_u32(const struct tl_gguf *g, const char *key, uint32_t *out);
 bool tl_gguf_get_u64(const struct tl_gguf *g, const char *key, uint64_t *out);
 bool tl_gguf_get_i64(const struct tl_gguf *g, const char *key, int64_t *out);
