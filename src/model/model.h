@@ -50,6 +50,8 @@ struct tl_model {
     char *name;              // owned
     struct tl_hparams hp;
     struct tl_gguf *gguf;    // owned; NULL for llama2.c checkpoints
+    void *map;               // owned mmap of a llama2.c checkpoint (NULL for GGUF)
+    size_t map_bytes;
     struct tl_vocab *vocab;  // owned
     char *chat_template;     // owned, NULL if absent
     struct tl_weight tok_embd;   // (n_vocab rows, n_embd)

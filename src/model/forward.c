@@ -1,0 +1,254 @@
+/*
+ * The batched forward pass of the Llama family (llama, qwen2) over a flat batch.
+ *
+ * Design: activations are (n_tok, width) row-major matrices in scratch allocated once for
+ * max_tok tokens. Each layer runs: RMSNorm -> Q/K/V matmuls (+bias) -> RoPE -> store K/V of every
+ * batch token into the paged cache -> attention of every token over its own sequence's blocks ->
+ * output matmul + residual -> RMSNorm -> gate/up matmuls -> SwiGLU -> down matmul + residual.
+ * Every weight matrix is multiplied with all tokens of the step at once (tl_matmul tiles them),
+ * so the weights are read once per step for everyone. Logits are computed only for the rows in
+ * out_idx.
+ *
+ * Determinism: every op computes a token's row from that token's inputs alone with a fixed
+ * reduction order (the kernels' contract), and K/V are always read back from the cache (never
+ * from the step's fresh f32 rows), so a token's logits do not depend on the batch around it, on
+ * how its prompt was chunked, or on whether its prefix came from the prefix cache.
+ *
+ * Thread model: a tl_forward belongs to one thread (the engine's); it fans work out over the
+ * pool it was created with.
+ */
+#include "model/model.h"
+
+#include "core/alloc.h"
+#include "core/error.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct tl_forward {
+    const struct tl_model *model; // borrowed
+    struct tl_pool *pool;         // borrowed
+    int64_t max_tok, max_ctx;
+    float *x;      // (max_tok, n_embd) residual stream
+    float *xb;     // (max_tok, n_embd) normed input of a sublayer
+    float *q;      // (max_tok, q_dim)
+    float *k;      // (max_tok, kv_dim)
+    float *v;      // (max_tok, kv_dim)
+    float *att;    // (max_tok, q_dim) attention output
+    float *h1;     // (max_tok, n_ff) gate, then SwiGLU output
+    float *h2;     // (max_tok, n_ff) up
+    float *tmp;    // (max_tok, n_embd) sublayer output before the residual add
+    void *work;    // matmul / attention work buffer
+    size_t work_bytes;
+    struct tl_attn_query *queries; // (max_tok)
+};
+
+static size_t max_size(size_t a, size_t b)
+{
+    return a > b ? a : b;
+}
+
+struct tl_forward *tl_forward_create(const struct tl_model *m, int64_t max_tok, int64_t max_ctx,
+                                     struct tl_pool *pool)
+{
+    const struct tl_hparams *hp = &m->hp;
+    struct tl_forward *f = tl_calloc_array(1, sizeof(*f));
+    if (!f) goto oom;
+    f->model = m;
+    f->pool = pool;
+    f->max_tok = max_tok;
+    f->max_ctx = max_ctx;
+    size_t n = (size_t)max_tok;
+    size_t q_dim = (size_t)hp->n_head * hp->head_dim, kv_dim = (size_t)hp->n_head_kv * hp->head_dim;
+    f->x = tl_aligned_alloc(n * hp->n_embd * sizeof(float));
+    f->xb = tl_aligned_alloc(n * hp->n_embd * sizeof(float));
+    f->tmp = tl_aligned_alloc(n * hp->n_embd * sizeof(float));
+    f->q = tl_aligned_alloc(n * q_dim * sizeof(float));
+    f->k = tl_aligned_alloc(n * kv_dim * sizeof(float));
+    f->v = tl_aligned_alloc(n * kv_dim * sizeof(float));
+    f->att = tl_aligned_alloc(n * q_dim * sizeof(float));
+    f->h1 = tl_aligned_alloc(n * hp->n_ff * sizeof(float));
+    f->h2 = tl_aligned_alloc(n * hp->n_ff * sizeof(float));
+    f->queries = tl_calloc_array(n, sizeof(*f->queries));
+    size_t wb = tl_attention_work_bytes(tl_pool_size(pool), max_ctx, hp->head_dim);
+    const struct tl_weight *all[] = {&m->tok_embd, &m->output};
+    for (int i = 0; i < 2; i++) wb = max_size(wb, tl_matmul_work_bytes(all[i], max_tok));
+    for (int il = 0; il < hp->n_layer; il++) {
+        const struct tl_layer *L = &m->layers[il];
+        const struct tl_weight *ws[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up,
+                                        &L->w_down};
+        for (int i = 0; i < 7; i++) wb = max_size(wb, tl_matmul_work_bytes(ws[i], max_tok));
+    }
+    f->work_bytes = wb;
+    f->work = tl_aligned_alloc(wb);
+    if (!f->x || !f->xb || !f->tmp || !f->q || !f->k || !f->v || !f->att || !f->h1 || !f->h2 ||
+        !f->queries || !f->work)
+        goto oom;
+    return f;
+oom:
+    tl_forward_destroy(f);
+    tl__errorf(TL_ERR_NOMEM, "out of memory allocating forward scratch for %lld tokens",
+               (long long)max_tok);
+    return NULL;
+}
+
+void tl_forward_destroy(struct tl_forward *f)
+{
+    if (!f) return;
+    tl_aligned_free(f->x);
+    tl_aligned_free(f->xb);
+    tl_aligned_free(f->tmp);
+    tl_aligned_free(f->q);
+    tl_aligned_free(f->k);
+    tl_aligned_free(f->v);
+    tl_aligned_free(f->att);
+    tl_aligned_free(f->h1);
+    tl_aligned_free(f->h2);
+    tl_aligned_free(f->work);
+    free(f->queries);
+    free(f);
+}
+
+// ---- row-wise phases, split over tokens ----------------------------------------------------------
+
+enum phase { PHASE_NORM, PHASE_QKV_POST, PHASE_RESIDUAL, PHASE_SWIGLU };
+
+struct phase_arg {
+    enum phase phase;
+    struct tl_forward *f;
+    const struct tl_batch *b;
+    const struct tl_layer *layer;
+    const struct tl_kv_layer *kv;
+    const float *norm_w; // PHASE_NORM
+    const float *src;    // PHASE_NORM input rows
+    float *dst;          // PHASE_NORM output rows
+    int64_t n_rows;
+};
+
+static void add_bias(float *row, const float *bias, int64_t n)
+{
+    if (bias) tl_add(row, bias, n);
+}
+
+static void phase_fn(void *p, int ith, int nth)
+{
+    struct phase_arg *a = p;
+    struct tl_forward *f = a->f;
+    const struct tl_hparams *hp = &f->model->hp;
+    int64_t n_embd = hp->n_embd, q_dim = (int64_t)hp->n_head * hp->head_dim;
+    int64_t kv_dim = (int64_t)hp->n_head_kv * hp->head_dim;
+    int64_t t0, t1;
+    tl_pool_range(a->n_rows, 1, ith, nth, &t0, &t1);
+    for (int64_t t = t0; t < t1; t++) {
+        switch (a->phase) {
+        case PHASE_NORM:
+            tl_rmsnorm(a->src + t * n_embd, a->norm_w, hp->rms_eps, n_embd, a->dst + t * n_embd);
+            break;
+        case PHASE_QKV_POST: {
+            float *q = f->q + t * q_dim, *k = f->k + t * kv_dim, *v = f->v + t * kv_dim;
+            add_bias(q, a->layer->bq, q_dim);
+            add_bias(k, a->layer->bk, kv_dim);
+            add_bias(v, a->layer->bv, kv_dim);
+            int32_t pos = a->b->pos[t];
+            tl_rope(q, hp->n_head, hp->head_dim, pos, hp->rope_freq_base, hp->rope_freq_scale,
+                    hp->rope_mode);
+            tl_rope(k, hp->n_head_kv, hp->head_dim, pos, hp->rope_freq_base, hp->rope_freq_scale,
+                    hp->rope_mode);
+            tl_kv_store(a->kv, a->b->block_tables[a->b->seq[t]], pos, k, v);
+            break;
+        }
+        case PHASE_RESIDUAL:
+            tl_add(f->x + t * n_embd, f->tmp + t * n_embd, n_embd);
+            break;
+        case PHASE_SWIGLU:
+            tl_swiglu(f->h1 + t * hp->n_ff, f->h2 + t * hp->n_ff, f->h1 + t * hp->n_ff, hp->n_ff);
+            break;
+        }
+    }
+}
+
+static void run_phase(struct phase_arg *a, enum phase ph, int64_t n_rows)
+{
+    a->phase = ph;
+    a->n_rows = n_rows;
+    // Tiny batches are not worth waking the workers for.
+    if (n_rows < 4) phase_fn(a, 0, 1);
+    else tl_pool_run(a->f->pool, phase_fn, a);
+}
+
+// ---- the pass ------------------------------------------------------------------------------------
+
+static tl_status check_batch(const struct tl_forward *f, const struct tl_batch *b)
+{
+    const struct tl_hparams *hp = &f->model->hp;
+    if (b->n_tok <= 0 || b->n_tok > f->max_tok)
+        return tl__errorf(TL_ERR_INVALID_ARG, "batch of %lld tokens (limit %lld)",
+                          (long long)b->n_tok, (long long)f->max_tok);
+    if (b->n_out < 0 || b->n_out > b->n_tok)
+        return tl__errorf(TL_ERR_INVALID_ARG, "batch asks for %lld outputs of %lld tokens",
+                          (long long)b->n_out, (long long)b->n_tok);
+    for (int64_t t = 0; t < b->n_tok; t++) {
+        if (b->token[t] < 0 || b->token[t] >= hp->n_vocab)
+            return tl__errorf(TL_ERR_INVALID_ARG, "token id %d out of range [0, %d)", b->token[t],
+                              hp->n_vocab);
+        if (b->pos[t] < 0 || b->pos[t] >= f->max_ctx)
+            return tl__errorf(TL_ERR_INVALID_ARG, "position %d out of range [0, %lld)", b->pos[t],
+                              (long long)f->max_ctx);
+    }
+    for (int64_t i = 0; i < b->n_out; i++)
+        if (b->out_idx[i] < 0 || b->out_idx[i] >= b->n_tok)
+            return tl__errorf(TL_ERR_INVALID_ARG, "output index %d out of range", b->out_idx[i]);
+    return TL_OK;
+}
+
+tl_status tl_forward_run(struct tl_forward *f, const struct tl_batch *b,
+                         const struct tl_kv_pages *kv, float *logits)
+{
+    const struct tl_model *m = f->model;
+    const struct tl_hparams *hp = &m->hp;
+    tl_status rc = check_batch(f, b);
+    if (rc) return rc;
+    if (kv->n_layer != hp->n_layer)
+        return tl__errorf(TL_ERR_INVALID_ARG, "KV pages have %d layers, the model %d", kv->n_layer,
+                          hp->n_layer);
+    int64_t n = b->n_tok, n_embd = hp->n_embd;
+    for (int64_t t = 0; t < n; t++) {
+        const char *row = (const char *)m->tok_embd.data + (size_t)b->token[t] * m->tok_embd.row_bytes;
+        tl_dequantize_row(m->tok_embd.type, row, f->x + t * n_embd, n_embd);
+        f->queries[t].block_table = b->block_tables[b->seq[t]];
+        f->queries[t].n_ctx = (int64_t)b->pos[t] + 1;
+    }
+    struct phase_arg pa = {.f = f, .b = b};
+    float scale = 1.0f / sqrtf((float)hp->head_dim);
+    for (int il = 0; il < hp->n_layer; il++) {
+        const struct tl_layer *L = &m->layers[il];
+        pa.layer = L;
+        pa.kv = &kv->layers[il];
+        pa.norm_w = L->attn_norm, pa.src = f->x, pa.dst = f->xb;
+        run_phase(&pa, PHASE_NORM, n);
+        tl_matmul(f->pool, &L->wq, f->xb, n, f->q, f->work);
+        tl_matmul(f->pool, &L->wk, f->xb, n, f->k, f->work);
+        tl_matmul(f->pool, &L->wv, f->xb, n, f->v, f->work);
+        run_phase(&pa, PHASE_QKV_POST, n);
+        tl_attention(f->pool, pa.kv, f->q, f->queries, n, hp->n_head, scale, f->att, f->work);
+        tl_matmul(f->pool, &L->wo, f->att, n, f->tmp, f->work);
+        run_phase(&pa, PHASE_RESIDUAL, n);
+
+        pa.norm_w = L->ffn_norm, pa.src = f->x, pa.dst = f->xb;
+        run_phase(&pa, PHASE_NORM, n);
+        tl_matmul(f->pool, &L->w_gate, f->xb, n, f->h1, f->work);
+        tl_matmul(f->pool, &L->w_up, f->xb, n, f->h2, f->work);
+        run_phase(&pa, PHASE_SWIGLU, n);
+        tl_matmul(f->pool, &L->w_down, f->h1, n, f->tmp, f->work);
+        run_phase(&pa, PHASE_RESIDUAL, n);
+    }
+    if (b->n_out == 0) return TL_OK;
+    // Gather the rows to sample from, normalize, project to the vocabulary.
+    for (int64_t i = 0; i < b->n_out; i++)
+        memcpy(f->tmp + i * n_embd, f->x + (int64_t)b->out_idx[i] * n_embd, n_embd * sizeof(float));
+    pa.norm_w = m->output_norm, pa.src = f->tmp, pa.dst = f->xb;
+    run_phase(&pa, PHASE_NORM, b->n_out);
+    tl_matmul(f->pool, &m->output, f->xb, b->n_out, logits, f->work);
+    return TL_OK;
+}

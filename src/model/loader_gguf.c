@@ -1,0 +1,240 @@
+/*
+ * GGUF model loader: hyperparameters from the "<arch>.*" keys, weights as views into the mmap
+ * (no copies), vocabulary from "tokenizer.*". Norm vectors and biases stored as F16/BF16 are
+ * converted to owned f32 arrays, since the row-wise kernels take f32. Missing required keys and
+ * tensors produce an error naming the file and the key; shapes are checked by model.c.
+ */
+#include "model/loader.h"
+
+#include "core/alloc.h"
+#include "core/error.h"
+#include "core/log.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct ctx {
+    struct tl_model *m;
+    const char *arch; // key prefix
+};
+
+static tl_status get_u32_req(struct ctx *c, const char *suffix, int32_t *out)
+{
+    char key[128];
+    uint32_t v;
+    snprintf(key, sizeof(key), "%s.%s", c->arch, suffix);
+    if (!tl_gguf_get_u32(c->m->gguf, key, &v))
+        return tl__errorf(TL_ERR_FORMAT, "%s: missing or invalid key %s", c->m->path, key);
+    if (v > INT32_MAX) return tl__errorf(TL_ERR_FORMAT, "%s: key %s out of range", c->m->path, key);
+    *out = (int32_t)v;
+    return TL_OK;
+}
+
+static void get_u32_opt(struct ctx *c, const char *suffix, int32_t *out)
+{
+    char key[128];
+    uint32_t v;
+    snprintf(key, sizeof(key), "%s.%s", c->arch, suffix);
+    if (tl_gguf_get_u32(c->m->gguf, key, &v) && v <= INT32_MAX) *out = (int32_t)v;
+}
+
+static void get_f32_opt(struct ctx *c, const char *suffix, float *out)
+{
+    char key[128];
+    snprintf(key, sizeof(key), "%s.%s", c->arch, suffix);
+    tl_gguf_get_f32(c->m->gguf, key, out);
+}
+
+// A 1-D f32 vector of n elements (converted from F16/BF16 into an owned buffer when needed).
+static tl_status load_vec(struct ctx *c, const char *name, int64_t n, bool required,
+                          const float **out)
+{
+    const struct tl_gguf_tensor *t = tl_gguf_find_tensor(c->m->gguf, name);
+    *out = NULL;
+    if (!t) {
+        if (required) return tl__errorf(TL_ERR_FORMAT, "%s: missing tensor %s", c->m->path, name);
+        return TL_OK;
+    }
+    int64_t count = t->ne[0] * t->ne[1] * t->ne[2] * t->ne[3];
+    if (count != n)
+        return tl__errorf(TL_ERR_FORMAT, "%s: tensor %s has %lld elements, expected %lld",
+                          c->m->path, name, (long long)count, (long long)n);
+    if (t->type == TL_DTYPE_F32) {
+        *out = t->data;
+        return TL_OK;
+    }
+    float *buf = tl_aligned_alloc((size_t)n * sizeof(float));
+    if (!buf) return tl__errorf(TL_ERR_NOMEM, "%s: out of memory", c->m->path);
+    if (!tl_dequantize_row(t->type, t->data, buf, n)) {
+        tl_aligned_free(buf);
+        return tl__errorf(TL_ERR_UNSUPPORTED, "%s: tensor %s has unsupported type %s", c->m->path,
+                          name, tl_dtype_name(t->type));
+    }
+    if (!tl__model_own(c->m, buf)) return tl__errorf(TL_ERR_NOMEM, "%s: out of memory", c->m->path);
+    *out = buf;
+    return TL_OK;
+}
+
+// A 2-D weight matrix view. Missing optional matrices leave w->data NULL.
+static tl_status load_mat(struct ctx *c, const char *name, bool required, struct tl_weight *w)
+{
+    const struct tl_gguf_tensor *t = tl_gguf_find_tensor(c->m->gguf, name);
+    memset(w, 0, sizeof(*w));
+    if (!t) {
+        if (required) return tl__errorf(TL_ERR_FORMAT, "%s: missing tensor %s", c->m->path, name);
+        return TL_OK;
+    }
+    if (t->n_dims != 2 || t->ne[2] != 1 || t->ne[3] != 1)
+        return tl__errorf(TL_ERR_FORMAT, "%s: tensor %s is not a matrix (%d dimensions)", c->m->path,
+                          name, t->n_dims);
+    w->type = t->type;
+    w->n_in = t->ne[0];
+    w->n_out = t->ne[1];
+    w->data = t->data;
+    if (!tl_dtype_row_bytes(t->type, t->ne[0], &w->row_bytes))
+        return tl__errorf(TL_ERR_FORMAT, "%s: tensor %s: bad row size", c->m->path, name);
+    return TL_OK;
+}
+
+static tl_status load_layer(struct ctx *c, int il, struct tl_layer *L)
+{
+    char name[96];
+    tl_status rc;
+    const struct tl_hparams *hp = &c->m->hp;
+    int64_t q_dim = (int64_t)hp->n_head * hp->head_dim;
+    int64_t kv_dim = (int64_t)hp->n_head_kv * hp->head_dim;
+#define NAME(suffix) (snprintf(name, sizeof(name), "blk.%d.%s", il, suffix), name)
+    if ((rc = load_vec(c, NAME("attn_norm.weight"), hp->n_embd, true, &L->attn_norm)) ||
+        (rc = load_vec(c, NAME("ffn_norm.weight"), hp->n_embd, true, &L->ffn_norm)) ||
+        (rc = load_mat(c, NAME("attn_q.weight"), true, &L->wq)) ||
+        (rc = load_mat(c, NAME("attn_k.weight"), true, &L->wk)) ||
+        (rc = load_mat(c, NAME("attn_v.weight"), true, &L->wv)) ||
+        (rc = load_mat(c, NAME("attn_output.weight"), true, &L->wo)) ||
+        (rc = load_mat(c, NAME("ffn_gate.weight"), true, &L->w_gate)) ||
+        (rc = load_mat(c, NAME("ffn_up.weight"), true, &L->w_up)) ||
+        (rc = load_mat(c, NAME("ffn_down.weight"), true, &L->w_down)))
+        return rc;
+    bool bias_required = hp->arch == TL_ARCH_QWEN2;
+    if ((rc = load_vec(c, NAME("attn_q.bias"), q_dim, bias_required, &L->bq)) ||
+        (rc = load_vec(c, NAME("attn_k.bias"), kv_dim, bias_required, &L->bk)) ||
+        (rc = load_vec(c, NAME("attn_v.bias"), kv_dim, bias_required, &L->bv)))
+        return rc;
+#undef NAME
+    return TL_OK;
+}
+
+static tl_status load_hparams(struct ctx *c)
+{
+    struct tl_hparams *hp = &c->m->hp;
+    tl_status rc;
+    if ((rc = get_u32_req(c, "context_length", &hp->n_ctx_train)) ||
+        (rc = get_u32_req(c, "embedding_length", &hp->n_embd)) ||
+        (rc = get_u32_req(c, "block_count", &hp->n_layer)) ||
+        (rc = get_u32_req(c, "feed_forward_length", &hp->n_ff)) ||
+        (rc = get_u32_req(c, "attention.head_count", &hp->n_head)))
+        return rc;
+    if (hp->n_layer > 4096 || hp->n_head > 65536)
+        return tl__errorf(TL_ERR_FORMAT, "%s: implausible block count %d or head count %d",
+                          c->m->path, hp->n_layer, hp->n_head);
+    hp->n_head_kv = hp->n_head;
+    get_u32_opt(c, "attention.head_count_kv", &hp->n_head_kv);
+    hp->head_dim = hp->n_head > 0 && hp->n_embd % hp->n_head == 0 ? hp->n_embd / hp->n_head : 0;
+    get_u32_opt(c, "attention.key_length", &hp->head_dim);
+    int32_t v_len = hp->head_dim, rope_dim = hp->head_dim;
+    get_u32_opt(c, "attention.value_length", &v_len);
+    get_u32_opt(c, "rope.dimension_count", &rope_dim);
+    if (v_len != hp->head_dim || rope_dim != hp->head_dim)
+        return tl__errorf(TL_ERR_UNSUPPORTED,
+                          "%s: key length %d, value length %d and rope dimensions %d differ "
+                          "(partial RoPE is not supported)",
+                          c->m->path, hp->head_dim, v_len, rope_dim);
+    hp->rms_eps = hp->arch == TL_ARCH_QWEN2 ? 1e-6f : 1e-5f;
+    get_f32_opt(c, "attention.layer_norm_rms_epsilon", &hp->rms_eps);
+    hp->rope_freq_base = 10000.0f;
+    get_f32_opt(c, "rope.freq_base", &hp->rope_freq_base);
+    hp->rope_freq_scale = 1.0f;
+    float factor = 0.0f;
+    char key[128];
+    struct tl_gguf_str stype;
+    snprintf(key, sizeof(key), "%s.rope.scaling.type", c->arch);
+    bool has_type = tl_gguf_get_str(c->m->gguf, key, &stype);
+    get_f32_opt(c, "rope.scaling.factor", &factor);
+    get_f32_opt(c, "rope.scale_linear", &factor);
+    if (has_type && !tl_gguf_str_eq(stype, "linear") && !tl_gguf_str_eq(stype, "none"))
+        return tl__errorf(TL_ERR_UNSUPPORTED, "%s: rope scaling type '%.*s' is not supported",
+                          c->m->path, (int)(stype.len > 32 ? 32 : stype.len), stype.ptr);
+    if (factor > 0.0f && !(has_type && tl_gguf_str_eq(stype, "none")))
+        hp->rope_freq_scale = 1.0f / factor;
+    hp->rope_mode = hp->arch == TL_ARCH_QWEN2 ? TL_ROPE_NEOX : TL_ROPE_NORMAL;
+    return TL_OK;
+}
+
+static void pick_weight_type(struct tl_model *m)
+{
+    int64_t per_type[TL_DTYPE_COUNT] = {0};
+    int64_t n_tensors = tl_gguf_n_tensors(m->gguf);
+    m->n_params = 0;
+    for (int64_t i = 0; i < n_tensors; i++) {
+        const struct tl_gguf_tensor *t = tl_gguf_tensor_at(m->gguf, i);
+        int64_t n = t->ne[0] * t->ne[1] * t->ne[2] * t->ne[3];
+        m->n_params += n;
+        if (t->n_dims >= 2 && (uint32_t)t->type < TL_DTYPE_COUNT) per_type[t->type] += n;
+    }
+    int best = TL_DTYPE_F32;
+    for (int t = 0; t < TL_DTYPE_COUNT; t++)
+        if (per_type[t] > per_type[best]) best = t;
+    m->weight_type = tl_dtype_name((uint32_t)best);
+}
+
+static char *dup_gguf_str(const struct tl_gguf *g, const char *key)
+{
+    struct tl_gguf_str s;
+    if (!tl_gguf_get_str(g, key, &s) || s.len > (1u << 24)) return NULL;
+    return tl_strndup(s.ptr, (size_t)s.len);
+}
+
+tl_status tl__model_load_gguf(struct tl_model *m)
+{
+    tl_status rc = tl_gguf_open(m->path, &m->gguf);
+    if (rc) return rc;
+    struct tl_gguf_str arch;
+    if (!tl_gguf_get_str(m->gguf, "general.architecture", &arch))
+        return tl__errorf(TL_ERR_FORMAT, "%s: missing key general.architecture", m->path);
+    struct ctx c = {.m = m};
+    if (tl_gguf_str_eq(arch, "llama")) {
+        m->hp.arch = TL_ARCH_LLAMA;
+        c.arch = "llama";
+    } else if (tl_gguf_str_eq(arch, "qwen2")) {
+        m->hp.arch = TL_ARCH_QWEN2;
+        c.arch = "qwen2";
+    } else {
+        return tl__errorf(TL_ERR_UNSUPPORTED,
+                          "%s: architecture '%.*s' is not supported (supported: llama, qwen2)",
+                          m->path, (int)(arch.len > 64 ? 64 : arch.len), arch.ptr);
+    }
+    if ((rc = load_hparams(&c))) return rc;
+    if ((rc = tl_vocab_load_gguf(m->gguf, &m->vocab))) return rc;
+    m->name = dup_gguf_str(m->gguf, "general.name");
+    if (!m->name) {
+        const char *base = strrchr(m->path, '/');
+        m->name = tl_strndup(base ? base + 1 : m->path, strlen(base ? base + 1 : m->path));
+        if (!m->name) return tl__errorf(TL_ERR_NOMEM, "%s: out of memory", m->path);
+    }
+    m->chat_template = dup_gguf_str(m->gguf, "tokenizer.chat_template");
+
+    if ((rc = load_mat(&c, "token_embd.weight", true, &m->tok_embd))) return rc;
+    m->hp.n_vocab = (int32_t)m->tok_embd.n_out;
+    if ((rc = load_vec(&c, "output_norm.weight", m->hp.n_embd, true, &m->output_norm))) return rc;
+    if ((rc = load_mat(&c, "output.weight", false, &m->output))) return rc;
+    if (!m->output.data) m->output = m->tok_embd; // tied embeddings
+    if (m->hp.n_layer <= 0)
+        return tl__errorf(TL_ERR_FORMAT, "%s: block count is 0", m->path);
+    m->layers = tl_calloc_array((size_t)m->hp.n_layer, sizeof(*m->layers));
+    if (!m->layers) return tl__errorf(TL_ERR_NOMEM, "%s: out of memory", m->path);
+    for (int il = 0; il < m->hp.n_layer; il++)
+        if ((rc = load_layer(&c, il, &m->layers[il]))) return rc;
+    pick_weight_type(m);
+    return TL_OK;
+}

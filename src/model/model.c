@@ -1,0 +1,202 @@
+/*
+ * Model lifecycle and the public tl_model_* API: picks the loader by file content (GGUF magic or
+ * a llama2.c header), validates the result (hyperparameters against each other and every weight
+ * shape against them), and exposes info, tokenization and detokenization. The model is
+ * immutable once loaded; every function here that takes a const model is thread-safe.
+ */
+#include "model/loader.h"
+
+#include "core/alloc.h"
+#include "core/error.h"
+#include "core/log.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+
+bool tl__model_own(struct tl_model *m, void *buf)
+{
+    void **grown = tl_realloc_array(m->owned, (size_t)m->n_owned + 1, sizeof(*grown));
+    if (!grown) {
+        free(buf);
+        return false;
+    }
+    m->owned = grown;
+    m->owned[m->n_owned++] = buf;
+    return true;
+}
+
+static bool is_gguf_file(const char *path, bool *readable)
+{
+    unsigned char magic[4] = {0};
+    FILE *f = fopen(path, "rb");
+    *readable = f != NULL;
+    if (!f) return false;
+    size_t n = fread(magic, 1, 4, f);
+    fclose(f);
+    return n == 4 && !memcmp(magic, "GGUF", 4);
+}
+
+static bool ends_with(const char *s, const char *suffix)
+{
+    size_t n = strlen(s), k = strlen(suffix);
+    return n >= k && !strcmp(s + n - k, suffix);
+}
+
+tl_status tl_model_load(const char *path, const struct tl_model_params *params, tl_model **out)
+{
+    *out = NULL;
+    if (!path || !*path) return tl__errorf(TL_ERR_INVALID_ARG, "no model path given");
+    struct tl_model *m = tl_calloc_array(1, sizeof(*m));
+    if (!m) return tl__errorf(TL_ERR_NOMEM, "%s: out of memory", path);
+    m->path = tl_strndup(path, strlen(path));
+    if (!m->path) {
+        free(m);
+        return tl__errorf(TL_ERR_NOMEM, "%s: out of memory", path);
+    }
+    bool readable;
+    tl_status rc;
+    if (is_gguf_file(path, &readable)) {
+        rc = tl__model_load_gguf(m);
+    } else if (readable && ends_with(path, ".bin")) {
+        rc = tl__model_load_llama2c(m, params ? params->tokenizer_path : NULL);
+    } else if (readable) {
+        rc = tl__errorf(TL_ERR_FORMAT, "%s: not a GGUF file (bad magic) nor a llama2.c .bin checkpoint",
+                        path);
+    } else {
+        rc = tl__errorf(TL_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    }
+    if (!rc) rc = tl__model_validate(m);
+    if (rc) {
+        tl_model_free(m);
+        return rc;
+    }
+    *out = m;
+    return TL_OK;
+}
+
+void tl_model_free(tl_model *m)
+{
+    if (!m) return;
+    for (int i = 0; i < m->n_owned; i++) tl_aligned_free(m->owned[i]);
+    free(m->owned);
+    free(m->layers);
+    tl_vocab_destroy(m->vocab);
+    tl_gguf_close(m->gguf);
+    if (m->map) munmap(m->map, m->map_bytes);
+    free(m->chat_template);
+    free(m->name);
+    free(m->path);
+    free(m);
+}
+
+// ---- validation ------------------------------------------------------------------------------
+
+static tl_status check_weight(const struct tl_model *m, const char *what, int il,
+                              const struct tl_weight *w, int64_t n_in, int64_t n_out)
+{
+    char name[64];
+    if (il >= 0) snprintf(name, sizeof(name), "blk.%d.%s", il, what);
+    else snprintf(name, sizeof(name), "%s", what);
+    if (!w->data) return tl__errorf(TL_ERR_FORMAT, "%s: missing tensor %s", m->path, name);
+    if (w->n_in != n_in || w->n_out != n_out)
+        return tl__errorf(TL_ERR_FORMAT, "%s: tensor %s has shape [%lld, %lld], expected [%lld, %lld]",
+                          m->path, name, (long long)w->n_in, (long long)w->n_out,
+                          (long long)n_in, (long long)n_out);
+    if (!tl_kernels_weight_supported(w->type))
+        return tl__errorf(TL_ERR_UNSUPPORTED, "%s: tensor %s has type %s, which is not supported yet",
+                          m->path, name, tl_dtype_name(w->type));
+    return TL_OK;
+}
+
+tl_status tl__model_validate(const struct tl_model *m)
+{
+    const struct tl_hparams *hp = &m->hp;
+    if (hp->n_embd <= 0 || hp->n_layer <= 0 || hp->n_head <= 0 || hp->n_head_kv <= 0 ||
+        hp->n_ff <= 0 || hp->n_vocab <= 0 || hp->head_dim <= 0 || hp->n_ctx_train <= 0)
+        return tl__errorf(TL_ERR_FORMAT,
+                          "%s: invalid hyperparameters (embd %d, layers %d, heads %d/%d, ff %d, vocab "
+                          "%d, head_dim %d, ctx %d)",
+                          m->path, hp->n_embd, hp->n_layer, hp->n_head, hp->n_head_kv, hp->n_ff,
+                          hp->n_vocab, hp->head_dim, hp->n_ctx_train);
+    if (hp->n_head % hp->n_head_kv)
+        return tl__errorf(TL_ERR_FORMAT, "%s: head count %d is not a multiple of kv head count %d",
+                          m->path, hp->n_head, hp->n_head_kv);
+    if (hp->head_dim % 2)
+        return tl__errorf(TL_ERR_FORMAT, "%s: head dimension %d is odd (RoPE needs pairs)", m->path,
+                          hp->head_dim);
+    if (!(hp->rms_eps > 0) || !(hp->rope_freq_base > 0) || !(hp->rope_freq_scale > 0))
+        return tl__errorf(TL_ERR_FORMAT, "%s: invalid rms epsilon / rope parameters", m->path);
+    int64_t q_dim = (int64_t)hp->n_head * hp->head_dim;
+    int64_t kv_dim = (int64_t)hp->n_head_kv * hp->head_dim;
+    tl_status rc;
+    if ((rc = check_weight(m, "token_embd.weight", -1, &m->tok_embd, hp->n_embd, hp->n_vocab)))
+        return rc;
+    if ((rc = check_weight(m, "output.weight", -1, &m->output, hp->n_embd, hp->n_vocab))) return rc;
+    if (!m->output_norm) return tl__errorf(TL_ERR_FORMAT, "%s: missing tensor output_norm.weight", m->path);
+    for (int il = 0; il < hp->n_layer; il++) {
+        const struct tl_layer *L = &m->layers[il];
+        if (!L->attn_norm || !L->ffn_norm)
+            return tl__errorf(TL_ERR_FORMAT, "%s: missing norm tensor in layer %d", m->path, il);
+        if ((rc = check_weight(m, "attn_q.weight", il, &L->wq, hp->n_embd, q_dim)) ||
+            (rc = check_weight(m, "attn_k.weight", il, &L->wk, hp->n_embd, kv_dim)) ||
+            (rc = check_weight(m, "attn_v.weight", il, &L->wv, hp->n_embd, kv_dim)) ||
+            (rc = check_weight(m, "attn_output.weight", il, &L->wo, q_dim, hp->n_embd)) ||
+            (rc = check_weight(m, "ffn_gate.weight", il, &L->w_gate, hp->n_embd, hp->n_ff)) ||
+            (rc = check_weight(m, "ffn_up.weight", il, &L->w_up, hp->n_embd, hp->n_ff)) ||
+            (rc = check_weight(m, "ffn_down.weight", il, &L->w_down, hp->n_ff, hp->n_embd)))
+            return rc;
+        if (hp->arch == TL_ARCH_QWEN2 && (!L->bq || !L->bk || !L->bv))
+            return tl__errorf(TL_ERR_FORMAT, "%s: missing attention bias in layer %d", m->path, il);
+    }
+    int32_t n_tok = tl_vocab_n_tokens(m->vocab);
+    if (n_tok > hp->n_vocab)
+        return tl__errorf(TL_ERR_FORMAT, "%s: vocabulary has %d tokens but the embedding only %d rows",
+                          m->path, n_tok, hp->n_vocab);
+    return TL_OK;
+}
+
+// ---- public info and text API ------------------------------------------------------------------
+
+void tl_model_get_info(const tl_model *m, struct tl_model_info *out)
+{
+    const struct tl_hparams *hp = &m->hp;
+    memset(out, 0, sizeof(*out));
+    out->arch = hp->arch == TL_ARCH_QWEN2 ? "qwen2" : "llama";
+    out->name = m->name;
+    out->path = m->path;
+    out->n_params = m->n_params;
+    out->n_vocab = hp->n_vocab;
+    out->n_ctx_train = hp->n_ctx_train;
+    out->n_embd = hp->n_embd;
+    out->n_layer = hp->n_layer;
+    out->n_head = hp->n_head;
+    out->n_head_kv = hp->n_head_kv;
+    out->n_ff = hp->n_ff;
+    out->head_dim = hp->head_dim;
+    out->weight_type = m->weight_type;
+    out->chat_template = m->chat_template;
+    out->bos = tl_vocab_bos(m->vocab);
+    out->eos = tl_vocab_eos(m->vocab);
+    out->eot = tl_vocab_eot(m->vocab);
+}
+
+tl_status tl_model_tokenize(const tl_model *m, const char *text, size_t len, bool add_special,
+                            bool parse_special, int32_t **ids, int64_t *n_ids)
+{
+    return tl_tokenize(m->vocab, text, len, add_special, parse_special, ids, n_ids);
+}
+
+char *tl_model_detokenize(const tl_model *m, const int32_t *ids, int64_t n, bool render_special)
+{
+    for (int64_t i = 0; i < n; i++)
+        if (ids[i] < 0 || ids[i] >= tl_vocab_n_tokens(m->vocab)) return NULL;
+    return tl_detokenize(m->vocab, ids, n, render_special);
+}
+
+size_t tl_model_token_text(const tl_model *m, int32_t id, char *buf, size_t cap)
+{
+    return tl_token_to_text(m->vocab, id, false, buf, cap);
+}
