@@ -10,6 +10,18 @@ SAN      ?=
 ARCH     := $(shell uname -m)
 
 PKGS      := libpcre2-8 jansson libevent libevent_pthreads
+
+# On a fresh machine, install the Debian packages first (scripts/install-deps.sh is idempotent;
+# as non-root it prints the one apt-get line needed and the build stops).
+ifneq ($(MAKECMDGOALS),clean)
+ifneq ($(shell pkg-config --exists $(PKGS) cmocka 2>/dev/null && echo ok),ok)
+$(info tokenloom: installing missing Debian packages (scripts/install-deps.sh))
+DEPS_RC := $(shell sh scripts/install-deps.sh >&2; echo $$?)
+ifneq ($(DEPS_RC),0)
+$(error missing Debian packages: run the apt-get line printed above as root)
+endif
+endif
+endif
 PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 PKG_LIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null)
 CMOCKA_CFLAGS := $(shell pkg-config --cflags cmocka 2>/dev/null)
@@ -39,7 +51,8 @@ BENCH_BIN := $(BENCH_SRC:bench/%.c=$(BUILD)/bench/%)
 AVX2_FLAGS   := -mavx2 -mfma -mf16c
 AVX512_FLAGS := $(AVX2_FLAGS) -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512vnni
 
-.PHONY: all test check lint clean bench
+.PHONY: all test check lint clean bench run
+MODEL ?= ../shared/models/stories260K.gguf
 all: $(BUILD)/tokenloom $(BUILD)/libtokenloom.a
 
 $(BUILD)/libtokenloom.a: $(LIB_OBJ)
@@ -76,6 +89,10 @@ bench: $(BENCH_BIN) $(BUILD)/tokenloom
 # prints the totals; its exit code is 0 only when all pass.
 test: all $(TEST_BIN)
 	@BUILD=$(BUILD) sh tests/run.sh
+
+# The README's main command: the server on the default model (MODEL=path picks another).
+run: all
+	./$(BUILD)/tokenloom serve -m $(MODEL) $(ARGS)
 
 # Sanitizer tier: the same tests under ASan+UBSan in a separate build folder.
 check:
