@@ -1,0 +1,640 @@
+/*
+ * OpenAI request parsing/validation, error objects and response builders (see openai.h).
+ *
+ * Validation names the offending field in both the message and the error's "param", the way
+ * the OpenAI API does ("'temperature' must be between 0 and 2"), so a client can tell what to
+ * fix. Fields we do not know are ignored (clients send many optional ones); fields we know are
+ * type- and range-checked strictly: an integer field does not take 1.5 or "3".
+ *
+ * The JSON parser is jansson's: it rejects invalid UTF-8, numbers out of range and nesting
+ * deeper than its fixed limit, so none of those reach this code. Prompt and message strings
+ * may contain NUL (JSON "\u0000"); they are carried with explicit lengths.
+ *
+ * Ownership: a tl_oai_params owns the parsed document and everything it allocated; strings it
+ * exposes point into the document. Pure functions; thread-safe.
+ */
+#include "server/openai.h"
+
+#include "core/alloc.h"
+#include "core/error.h"
+#include "core/utf8.h"
+#include "server/strbuf.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+// ---- errors ---------------------------------------------------------------------------------
+
+void tl_oai_error_set(struct tl_oai_error *err, int http_status, const char *type,
+                      const char *code, const char *param, const char *fmt, ...)
+{
+    err->http_status = http_status;
+    err->type = type;
+    err->code = code;
+    snprintf(err->param, sizeof(err->param), "%s", param ? param : "");
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err->message, sizeof(err->message), fmt, ap);
+    va_end(ap);
+}
+
+void tl_oai_error_from_status(struct tl_oai_error *err, tl_status st, const char *message)
+{
+    const char *msg = message && *message ? message : tl_status_str(st);
+    switch (st) {
+    case TL_ERR_INVALID_ARG:
+    case TL_ERR_TOO_LONG:
+    case TL_ERR_UNSUPPORTED:
+        tl_oai_error_set(err, 400, "invalid_request_error", "invalid_value", NULL, "%s", msg);
+        break;
+    case TL_ERR_NOT_FOUND:
+        tl_oai_error_set(err, 404, "invalid_request_error", "not_found", NULL, "%s", msg);
+        break;
+    case TL_ERR_FULL:
+        tl_oai_error_set(err, 429, "rate_limit_error", "rate_limit_exceeded", NULL, "%s", msg);
+        break;
+    case TL_ERR_NOMEM:
+    case TL_ERR_STATE:
+        tl_oai_error_set(err, 503, "server_error", "service_unavailable", NULL, "%s", msg);
+        break;
+    default:
+        tl_oai_error_set(err, 500, "server_error", "internal_error", NULL, "%s", msg);
+        break;
+    }
+}
+
+json_t *tl_oai_error_json(const struct tl_oai_error *err)
+{
+    json_t *e = json_object();
+    json_object_set_new(e, "message", tl_oai_string(err->message, strlen(err->message)));
+    json_object_set_new(e, "type", json_string(err->type ? err->type : "server_error"));
+    json_object_set_new(e, "param", err->param[0] ? json_string(err->param) : json_null());
+    json_object_set_new(e, "code", err->code ? json_string(err->code) : json_null());
+    json_t *root = json_object();
+    json_object_set_new(root, "error", e);
+    return root;
+}
+
+static bool bad(struct tl_oai_error *err, const char *param, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static bool bad(struct tl_oai_error *err, const char *param, const char *fmt, ...)
+{
+    err->http_status = 400;
+    err->type = "invalid_request_error";
+    err->code = "invalid_value";
+    snprintf(err->param, sizeof(err->param), "%s", param ? param : "");
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err->message, sizeof(err->message), fmt, ap);
+    va_end(ap);
+    return false;
+}
+
+// ---- field readers: absent or null keeps the default -----------------------------------------
+
+static bool get_number(json_t *root, const char *key, double lo, double hi, bool lo_open,
+                       float *out, struct tl_oai_error *err)
+{
+    json_t *v = json_object_get(root, key);
+    if (!v || json_is_null(v)) return true;
+    if (!json_is_number(v)) return bad(err, key, "'%s' must be a number", key);
+    double d = json_number_value(v);
+    if (!(lo_open ? d > lo : d >= lo) || !(d <= hi))
+        return bad(err, key, "'%s' must be %s %g and at most %g, got %g", key,
+                   lo_open ? "greater than" : "at least", lo, hi, d);
+    *out = (float)d;
+    return true;
+}
+
+static bool get_int(json_t *root, const char *key, int64_t lo, int64_t hi, int64_t *out,
+                    bool *present, struct tl_oai_error *err)
+{
+    json_t *v = json_object_get(root, key);
+    if (present) *present = false;
+    if (!v || json_is_null(v)) return true;
+    if (!json_is_integer(v)) return bad(err, key, "'%s' must be an integer", key);
+    json_int_t x = json_integer_value(v);
+    if (x < lo || x > hi)
+        return bad(err, key, "'%s' must be between %lld and %lld, got %lld", key, (long long)lo,
+                   (long long)hi, (long long)x);
+    *out = x;
+    if (present) *present = true;
+    return true;
+}
+
+static bool get_bool(json_t *root, const char *key, bool *out, struct tl_oai_error *err)
+{
+    json_t *v = json_object_get(root, key);
+    if (!v || json_is_null(v)) return true;
+    if (!json_is_boolean(v)) return bad(err, key, "'%s' must be a boolean", key);
+    *out = json_is_true(v);
+    return true;
+}
+
+// ---- prompts and messages --------------------------------------------------------------------
+
+static bool token_array(json_t *arr, const char *param, const struct tl_oai_limits *lim,
+                        struct tl_oai_prompt *out, struct tl_oai_error *err)
+{
+    size_t n = json_array_size(arr);
+    if (n == 0) return bad(err, param, "'%s' must not be an empty token list", param);
+    out->tokens = tl_malloc_array(n, sizeof(int32_t));
+    if (!out->tokens) return bad(err, param, "'%s': out of memory", param);
+    out->n_tokens = (int64_t)n;
+    for (size_t i = 0; i < n; i++) {
+        json_t *t = json_array_get(arr, i);
+        if (!json_is_integer(t))
+            return bad(err, param, "'%s' must be a list of token ids (integers)", param);
+        json_int_t id = json_integer_value(t);
+        if (id < 0 || id >= lim->n_vocab)
+            return bad(err, param, "'%s': token id %lld is out of range [0, %d)", param,
+                       (long long)id, (int)lim->n_vocab);
+        out->tokens[i] = (int32_t)id;
+    }
+    return true;
+}
+
+static bool parse_prompt(json_t *root, const struct tl_oai_limits *lim, struct tl_oai_params *p,
+                         struct tl_oai_error *err)
+{
+    json_t *v = json_object_get(root, "prompt");
+    if (!v || json_is_null(v)) return bad(err, "prompt", "'prompt' is required");
+    if (json_is_string(v)) {
+        p->prompts = calloc(1, sizeof(*p->prompts));
+        if (!p->prompts) return bad(err, "prompt", "out of memory");
+        p->n_prompts = 1;
+        p->prompts[0].text = json_string_value(v);
+        p->prompts[0].text_len = json_string_length(v);
+        return true;
+    }
+    if (!json_is_array(v))
+        return bad(err, "prompt",
+                   "'prompt' must be a string, a list of strings, a list of token ids or a "
+                   "list of token-id lists");
+    size_t n = json_array_size(v);
+    if (n == 0) return bad(err, "prompt", "'prompt' must not be empty");
+    json_t *first = json_array_get(v, 0);
+    if (json_is_integer(first)) { // one prompt of token ids
+        p->prompts = calloc(1, sizeof(*p->prompts));
+        if (!p->prompts) return bad(err, "prompt", "out of memory");
+        p->n_prompts = 1;
+        return token_array(v, "prompt", lim, &p->prompts[0], err);
+    }
+    if (n > TL_OAI_MAX_PROMPTS)
+        return bad(err, "prompt", "'prompt' has %zu entries; at most %d are allowed", n,
+                   TL_OAI_MAX_PROMPTS);
+    p->prompts = calloc(n, sizeof(*p->prompts));
+    if (!p->prompts) return bad(err, "prompt", "out of memory");
+    p->n_prompts = (int)n;
+    bool strings = json_is_string(first);
+    for (size_t i = 0; i < n; i++) {
+        json_t *e = json_array_get(v, i);
+        if (strings && json_is_string(e)) {
+            p->prompts[i].text = json_string_value(e);
+            p->prompts[i].text_len = json_string_length(e);
+        } else if (!strings && json_is_array(e)) {
+            if (!token_array(e, "prompt", lim, &p->prompts[i], err)) return false;
+        } else {
+            return bad(err, "prompt",
+                       "'prompt' must be a string, a list of strings, a list of token ids or "
+                       "a list of token-id lists (entries may not be mixed)");
+        }
+    }
+    return true;
+}
+
+static bool own_string(struct tl_oai_params *p, char *s)
+{
+    char **grown = tl_realloc_array(p->owned, (size_t)p->n_owned + 1, sizeof(*grown));
+    if (!grown) {
+        free(s);
+        return false;
+    }
+    p->owned = grown;
+    p->owned[p->n_owned++] = s;
+    return true;
+}
+
+static bool parse_content(json_t *c, int i, struct tl_chat_msg *m, struct tl_oai_params *p,
+                          struct tl_oai_error *err)
+{
+    char param[64];
+    snprintf(param, sizeof(param), "messages[%d].content", i);
+    if (!c || json_is_null(c)) {
+        if (m->role != TL_CHAT_ASSISTANT) return bad(err, param, "'%s' is required", param);
+        m->content = "";
+        m->content_len = 0;
+        return true;
+    }
+    if (json_is_string(c)) {
+        m->content = json_string_value(c);
+        m->content_len = json_string_length(c);
+        return true;
+    }
+    if (!json_is_array(c))
+        return bad(err, param, "'%s' must be a string or a list of content parts", param);
+    // A list of parts: the text parts are joined with newlines (as vLLM does).
+    struct tl_sb sb;
+    tl_sb_init(&sb);
+    for (size_t j = 0; j < json_array_size(c); j++) {
+        json_t *part = json_array_get(c, j);
+        json_t *type = json_object_get(part, "type");
+        json_t *text = json_object_get(part, "text");
+        if (!json_is_object(part) || !json_is_string(type) ||
+            strcmp(json_string_value(type), "text") != 0 || !json_is_string(text)) {
+            tl_sb_free(&sb);
+            snprintf(param, sizeof(param), "messages[%d].content[%zu]", i, j);
+            return bad(err, param,
+                       "'%s' must be {\"type\": \"text\", \"text\": ...}; only text content is "
+                       "supported",
+                       param);
+        }
+        if (j) tl_sb_add(&sb, "\n", 1);
+        tl_sb_add(&sb, json_string_value(text), json_string_length(text));
+    }
+    size_t len;
+    char *s = tl_sb_take(&sb, &len);
+    if (!s || !own_string(p, s)) return bad(err, param, "out of memory");
+    m->content = s;
+    m->content_len = len;
+    return true;
+}
+
+static bool parse_messages(json_t *root, struct tl_oai_params *p, struct tl_oai_error *err)
+{
+    json_t *v = json_object_get(root, "messages");
+    if (!v || json_is_null(v)) return bad(err, "messages", "'messages' is required");
+    if (!json_is_array(v)) return bad(err, "messages", "'messages' must be a list");
+    size_t n = json_array_size(v);
+    if (n == 0) return bad(err, "messages", "'messages' must not be empty");
+    if (n > TL_OAI_MAX_MESSAGES)
+        return bad(err, "messages", "'messages' has %zu entries; at most %d are allowed", n,
+                   TL_OAI_MAX_MESSAGES);
+    p->msgs = tl_calloc_array(n, sizeof(*p->msgs));
+    if (!p->msgs) return bad(err, "messages", "out of memory");
+    p->n_msgs = (int)n;
+    for (size_t i = 0; i < n; i++) {
+        json_t *m = json_array_get(v, i);
+        char param[64];
+        snprintf(param, sizeof(param), "messages[%zu]", i);
+        if (!json_is_object(m)) return bad(err, param, "'%s' must be an object", param);
+        json_t *role = json_object_get(m, "role");
+        snprintf(param, sizeof(param), "messages[%zu].role", i);
+        if (!json_is_string(role)) return bad(err, param, "'%s' must be a string", param);
+        const char *r = json_string_value(role);
+        if (!strcmp(r, "system") || !strcmp(r, "developer")) p->msgs[i].role = TL_CHAT_SYSTEM;
+        else if (!strcmp(r, "user")) p->msgs[i].role = TL_CHAT_USER;
+        else if (!strcmp(r, "assistant")) p->msgs[i].role = TL_CHAT_ASSISTANT;
+        else
+            return bad(err, param,
+                       "'%s' must be one of system, developer, user, assistant (tool messages "
+                       "are not supported)",
+                       param);
+        if (!parse_content(json_object_get(m, "content"), (int)i, &p->msgs[i], p, err))
+            return false;
+    }
+    return true;
+}
+
+static bool parse_stop(json_t *root, struct tl_oai_params *p, struct tl_oai_error *err)
+{
+    json_t *v = json_object_get(root, "stop");
+    if (!v || json_is_null(v)) return true;
+    json_t *one[1] = {v};
+    size_t n = 1;
+    if (json_is_array(v)) {
+        n = json_array_size(v);
+        if (n > TL_OAI_MAX_STOP)
+            return bad(err, "stop", "'stop' may hold at most %d strings, got %zu",
+                       TL_OAI_MAX_STOP, n);
+    } else if (!json_is_string(v)) {
+        return bad(err, "stop", "'stop' must be a string or a list of strings");
+    }
+    for (size_t i = 0; i < n; i++) {
+        json_t *s = json_is_array(v) ? json_array_get(v, i) : one[0];
+        if (!json_is_string(s)) return bad(err, "stop", "'stop' must hold only strings");
+        size_t len = json_string_length(s);
+        if (len > TL_OAI_MAX_STOP_LEN)
+            return bad(err, "stop", "a 'stop' string may be at most %d bytes",
+                       TL_OAI_MAX_STOP_LEN);
+        if (strlen(json_string_value(s)) != len)
+            return bad(err, "stop", "a 'stop' string may not contain NUL");
+        if (len == 0) continue; // an empty stop string would end every request at once
+        p->stop[p->n_stop++] = json_string_value(s);
+    }
+    return true;
+}
+
+// ---- the whole request -----------------------------------------------------------------------
+
+static bool parse_fields(json_t *root, const struct tl_oai_limits *lim, struct tl_oai_params *p,
+                         struct tl_oai_error *err)
+{
+    bool chat = p->kind == TL_OAI_CHAT;
+    json_t *model = json_object_get(root, "model");
+    if (model && !json_is_null(model)) {
+        if (!json_is_string(model)) return bad(err, "model", "'model' must be a string");
+        p->model = json_string_value(model);
+    }
+    if (chat ? !parse_messages(root, p, err) : !parse_prompt(root, lim, p, err)) return false;
+
+    int64_t v = 0;
+    bool present = false;
+    if (!get_int(root, "max_tokens", 1, INT32_MAX, &v, &present, err)) return false;
+    if (present) p->max_tokens = (int32_t)v;
+    if (chat) {
+        if (!get_int(root, "max_completion_tokens", 1, INT32_MAX, &v, &present, err))
+            return false;
+        if (present) p->max_tokens = (int32_t)v;
+    }
+    struct tl_sampling *s = &p->sampling;
+    if (!get_number(root, "temperature", 0, 2, false, &s->temperature, err) ||
+        !get_number(root, "top_p", 0, 1, true, &s->top_p, err) ||
+        !get_number(root, "min_p", 0, 1, false, &s->min_p, err) ||
+        !get_number(root, "presence_penalty", -2, 2, false, &s->presence_penalty, err) ||
+        !get_number(root, "frequency_penalty", -2, 2, false, &s->frequency_penalty, err) ||
+        !get_number(root, "repetition_penalty", 0, 10, true, &s->repetition_penalty, err))
+        return false;
+    if (!get_int(root, "top_k", -1, INT32_MAX, &v, &present, err)) return false;
+    if (present) s->top_k = v < 0 ? 0 : (int32_t)v; // -1 means off, as in vLLM
+    if (!get_int(root, "seed", INT64_MIN, INT64_MAX, &v, &p->seed_set, err)) return false;
+    if (p->seed_set) s->seed = (uint64_t)v;
+    if (!get_int(root, "n", 1, TL_OAI_MAX_N, &v, &present, err)) return false;
+    if (present) p->n = (int)v;
+    if (!chat && (int64_t)p->n * p->n_prompts > TL_OAI_MAX_CHOICES)
+        return bad(err, "n", "'n' times the number of prompts may be at most %d",
+                   TL_OAI_MAX_CHOICES);
+    if (!parse_stop(root, p, err)) return false;
+    if (!get_bool(root, "stream", &p->stream, err)) return false;
+    json_t *so = json_object_get(root, "stream_options");
+    if (so && !json_is_null(so)) {
+        if (!json_is_object(so))
+            return bad(err, "stream_options", "'stream_options' must be an object");
+        if (!p->stream)
+            return bad(err, "stream_options",
+                       "'stream_options' is only allowed when 'stream' is true");
+        json_t *iu = json_object_get(so, "include_usage");
+        if (iu && !json_is_null(iu) && !json_is_boolean(iu))
+            return bad(err, "stream_options.include_usage",
+                       "'stream_options.include_usage' must be a boolean");
+        p->include_usage = json_is_true(iu);
+    }
+    if (chat) {
+        if (!get_bool(root, "logprobs", &p->logprobs, err)) return false;
+        if (!get_int(root, "top_logprobs", 0, TL_OAI_MAX_LOGPROBS, &v, &present, err))
+            return false;
+        if (present) {
+            if (!p->logprobs && v > 0)
+                return bad(err, "top_logprobs",
+                           "'top_logprobs' needs 'logprobs' to be true");
+            p->top_logprobs = (int32_t)v;
+        }
+    } else {
+        if (!get_int(root, "logprobs", 0, TL_OAI_MAX_LOGPROBS, &v, &present, err)) return false;
+        if (present) {
+            p->logprobs = true;
+            p->top_logprobs = (int32_t)v;
+        }
+        if (!get_bool(root, "echo", &p->echo, err)) return false;
+    }
+    s->n_logprobs = p->top_logprobs;
+    if (!get_bool(root, "ignore_eos", &p->ignore_eos, err)) return false;
+    if (!get_int(root, "priority", INT32_MIN, INT32_MAX, &v, &present, err)) return false;
+    if (present) p->priority = (int32_t)v;
+    json_t *to = json_object_get(root, "timeout");
+    if (to && !json_is_null(to)) {
+        if (!json_is_number(to)) return bad(err, "timeout", "'timeout' must be a number (seconds)");
+        double sec = json_number_value(to);
+        if (!(sec > 0) || sec > 86400.0 * 7)
+            return bad(err, "timeout", "'timeout' must be greater than 0 and at most 604800 "
+                                       "seconds");
+        p->timeout_ms = (int64_t)ceil(sec * 1000.0);
+    }
+    return true;
+}
+
+bool tl_oai_parse(enum tl_oai_kind kind, const char *body, size_t len,
+                  const struct tl_oai_limits *lim, struct tl_oai_params *p,
+                  struct tl_oai_error *err)
+{
+    memset(p, 0, sizeof(*p));
+    p->kind = kind;
+    p->n = 1;
+    tl_sampling_default(&p->sampling);
+    json_error_t jerr;
+    p->root = json_loadb(body ? body : "", len, JSON_ALLOW_NUL, &jerr);
+    if (!p->root) {
+        bad(err, NULL, "malformed JSON body: %s (line %d, column %d)", jerr.text, jerr.line,
+            jerr.column);
+        return false;
+    }
+    if (!json_is_object(p->root)) {
+        bad(err, NULL, "the request body must be a JSON object");
+        tl_oai_params_free(p);
+        return false;
+    }
+    if (!parse_fields(p->root, lim, p, err)) {
+        tl_oai_params_free(p);
+        return false;
+    }
+    return true;
+}
+
+void tl_oai_params_free(struct tl_oai_params *p)
+{
+    for (int i = 0; i < p->n_prompts; i++) free(p->prompts[i].tokens);
+    free(p->prompts);
+    free(p->msgs);
+    for (int i = 0; i < p->n_owned; i++) free(p->owned[i]);
+    free(p->owned);
+    json_decref(p->root);
+    memset(p, 0, sizeof(*p));
+}
+
+// ---- response objects -------------------------------------------------------------------------
+
+json_t *tl_oai_string(const char *s, size_t len)
+{
+    if (tl_utf8_is_valid(s, len)) return json_stringn(s, len);
+    struct tl_sb sb;
+    tl_sb_init(&sb);
+    size_t i = 0;
+    while (i < len) {
+        uint32_t cp;
+        int k = tl_utf8_decode(s + i, len - i, &cp);
+        if (k > 0) {
+            tl_sb_add(&sb, s + i, (size_t)k);
+            i += (size_t)k;
+        } else {
+            tl_sb_add(&sb, "\xEF\xBF\xBD", 3); // U+FFFD for each bad byte
+            i++;
+        }
+    }
+    size_t n;
+    char *fixed = tl_sb_take(&sb, &n);
+    json_t *j = fixed ? json_stringn(fixed, n) : NULL;
+    free(fixed);
+    return j ? j : json_string("");
+}
+
+json_t *tl_oai_usage_json(int64_t prompt_tokens, int64_t completion_tokens, int64_t cached)
+{
+    json_t *details = json_object();
+    json_object_set_new(details, "cached_tokens", json_integer(cached));
+    json_t *u = json_object();
+    json_object_set_new(u, "prompt_tokens", json_integer(prompt_tokens));
+    json_object_set_new(u, "completion_tokens", json_integer(completion_tokens));
+    json_object_set_new(u, "total_tokens", json_integer(prompt_tokens + completion_tokens));
+    json_object_set_new(u, "prompt_tokens_details", details);
+    return u;
+}
+
+// A log-probability as JSON: NaN (unknown) is null; -inf is -9999 as OpenAI reports it.
+static json_t *logprob_json(float lp)
+{
+    if (isnan(lp)) return json_null();
+    if (!isfinite(lp)) return json_real(lp < 0 ? -9999.0 : 0.0);
+    return json_real((double)lp);
+}
+
+static json_t *bytes_json(const char *s, size_t len)
+{
+    json_t *a = json_array();
+    for (size_t i = 0; i < len; i++) json_array_append_new(a, json_integer((unsigned char)s[i]));
+    return a;
+}
+
+bool tl_oai_logprobs_init(struct tl_oai_logprobs *lp, enum tl_oai_kind kind, int64_t offset)
+{
+    lp->kind = kind;
+    lp->offset = offset;
+    lp->obj = json_object();
+    if (!lp->obj) return false;
+    if (kind == TL_OAI_CHAT) {
+        json_object_set_new(lp->obj, "content", json_array());
+        json_object_set_new(lp->obj, "refusal", json_null());
+    } else {
+        json_object_set_new(lp->obj, "tokens", json_array());
+        json_object_set_new(lp->obj, "token_logprobs", json_array());
+        json_object_set_new(lp->obj, "top_logprobs", json_array());
+        json_object_set_new(lp->obj, "text_offset", json_array());
+    }
+    return true;
+}
+
+void tl_oai_logprobs_free(struct tl_oai_logprobs *lp)
+{
+    json_decref(lp->obj);
+    lp->obj = NULL;
+}
+
+bool tl_oai_logprobs_add(struct tl_oai_logprobs *lp, const char *text, size_t text_len,
+                         float logprob, const struct tl_token_logprob *top,
+                         const char *const *tops_text, const size_t *tops_len, int n_top)
+{
+    if (!lp->obj) return false;
+    if (lp->kind == TL_OAI_CHAT) {
+        json_t *e = json_object();
+        json_object_set_new(e, "token", tl_oai_string(text, text_len));
+        json_object_set_new(e, "logprob", logprob_json(logprob));
+        json_object_set_new(e, "bytes", bytes_json(text, text_len));
+        json_t *tops = json_array();
+        for (int i = 0; i < n_top; i++) {
+            json_t *t = json_object();
+            json_object_set_new(t, "token", tl_oai_string(tops_text[i], tops_len[i]));
+            json_object_set_new(t, "logprob", logprob_json(top[i].logprob));
+            json_object_set_new(t, "bytes", bytes_json(tops_text[i], tops_len[i]));
+            json_array_append_new(tops, t);
+        }
+        json_object_set_new(e, "top_logprobs", tops);
+        return json_array_append_new(json_object_get(lp->obj, "content"), e) == 0;
+    }
+    json_array_append_new(json_object_get(lp->obj, "tokens"), tl_oai_string(text, text_len));
+    json_array_append_new(json_object_get(lp->obj, "token_logprobs"), logprob_json(logprob));
+    json_t *tops = json_null();
+    if (!isnan(logprob)) {
+        tops = json_object();
+        for (int i = 0; i < n_top; i++) {
+            json_t *key = tl_oai_string(tops_text[i], tops_len[i]);
+            json_object_set_new(tops, json_string_value(key), logprob_json(top[i].logprob));
+            json_decref(key);
+        }
+    }
+    json_array_append_new(json_object_get(lp->obj, "top_logprobs"), tops);
+    json_array_append_new(json_object_get(lp->obj, "text_offset"), json_integer(lp->offset));
+    lp->offset += (int64_t)text_len;
+    return true;
+}
+
+json_t *tl_oai_logprobs_take(struct tl_oai_logprobs *lp)
+{
+    json_t *o = lp->obj;
+    lp->obj = NULL;
+    return o;
+}
+
+json_t *tl_oai_text_choice(int index, const char *text, size_t len, json_t *logprobs,
+                           const char *finish)
+{
+    json_t *c = json_object();
+    json_object_set_new(c, "index", json_integer(index));
+    json_object_set_new(c, "text", tl_oai_string(text, len));
+    json_object_set_new(c, "logprobs", logprobs ? logprobs : json_null());
+    json_object_set_new(c, "finish_reason", finish ? json_string(finish) : json_null());
+    return c;
+}
+
+json_t *tl_oai_chat_choice(int index, const char *text, size_t len, json_t *logprobs,
+                           const char *finish)
+{
+    json_t *msg = json_object();
+    json_object_set_new(msg, "role", json_string("assistant"));
+    json_object_set_new(msg, "content", tl_oai_string(text, len));
+    json_t *c = json_object();
+    json_object_set_new(c, "index", json_integer(index));
+    json_object_set_new(c, "message", msg);
+    json_object_set_new(c, "logprobs", logprobs ? logprobs : json_null());
+    json_object_set_new(c, "finish_reason", finish ? json_string(finish) : json_null());
+    return c;
+}
+
+json_t *tl_oai_chat_delta(int index, bool with_role, const char *text, size_t len,
+                          json_t *logprobs, const char *finish)
+{
+    json_t *delta = json_object();
+    if (with_role) json_object_set_new(delta, "role", json_string("assistant"));
+    if (text) json_object_set_new(delta, "content", tl_oai_string(text, len));
+    json_t *c = json_object();
+    json_object_set_new(c, "index", json_integer(index));
+    json_object_set_new(c, "delta", delta);
+    json_object_set_new(c, "logprobs", logprobs ? logprobs : json_null());
+    json_object_set_new(c, "finish_reason", finish ? json_string(finish) : json_null());
+    return c;
+}
+
+json_t *tl_oai_envelope(const char *id, const char *object, int64_t created, const char *model,
+                        json_t *choices)
+{
+    json_t *o = json_object();
+    json_object_set_new(o, "id", json_string(id));
+    json_object_set_new(o, "object", json_string(object));
+    json_object_set_new(o, "created", json_integer(created));
+    json_object_set_new(o, "model", tl_oai_string(model, strlen(model)));
+    json_object_set_new(o, "choices", choices ? choices : json_array());
+    return o;
+}
+
+const char *tl_oai_finish_str(enum tl_finish_reason r)
+{
+    switch (r) {
+    case TL_FINISH_STOP: return "stop";
+    case TL_FINISH_LENGTH: return "length";
+    case TL_FINISH_CANCELLED: return "abort";
+    case TL_FINISH_DEADLINE: return "timeout";
+    case TL_FINISH_ERROR: return "error";
+    case TL_FINISH_NONE: break;
+    }
+    return NULL;
+}
