@@ -1,0 +1,275 @@
+/*
+ * Kernel dispatch and the parallel drivers of the public ops.
+ *
+ * Design: one `struct tl__kernel_ops` table per ISA (ref.c, x86/avx2.c, x86/avx512.c). The
+ * first op picks the best table the CPU supports (or the one named by $TL_ISA) once per
+ * process; tl_kernels_force_isa swaps it between ops (tests, benchmarks). This file owns what
+ * every ISA shares: splitting rows and (token, head) pairs over the pool, quantizing the
+ * activations of a Q8_0 matmul once per call into the work buffer, and carving work buffers.
+ *
+ * Determinism: threads only ever split output rows (matmul) or (token, head) pairs
+ * (attention); each output element is computed start-to-finish by one thread with the ISA's
+ * fixed per-element order, so results do not depend on the thread count or the batch.
+ *
+ * Thread model: the op table pointer is an atomic set once (or by force_isa, which must not
+ * race with running ops). The ops are called from one thread at a time per pool.
+ */
+#include "kernels/kernels_impl.h"
+
+#include "core/error.h"
+#include "core/log.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+// ---- ISA selection ----------------------------------------------------------------------------
+
+static _Atomic(const struct tl__kernel_ops *) g_ops;
+
+static const struct tl__kernel_ops *ops_by_name(const char *name)
+{
+    if (!strcmp(name, "scalar")) return &tl__ops_scalar;
+#if defined(__x86_64__)
+    __builtin_cpu_init();
+    if (!strcmp(name, "avx2")) {
+        if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+            __builtin_cpu_supports("f16c"))
+            return &tl__ops_avx2;
+        return NULL;
+    }
+    if (!strcmp(name, "avx512")) {
+        if (ops_by_name("avx2") && __builtin_cpu_supports("avx512f") &&
+            __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
+            __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vnni"))
+            return &tl__ops_avx512;
+        return NULL;
+    }
+#endif
+    return NULL;
+}
+
+static void ops_init(void)
+{
+    const struct tl__kernel_ops *o = NULL;
+    const char *env = getenv("TL_ISA");
+    if (env && *env) {
+        o = ops_by_name(env);
+        if (!o) TL_LOGW("TL_ISA=%s is unknown or not supported by this CPU; ignored", env);
+    }
+    if (!o) o = ops_by_name("avx512");
+    if (!o) o = ops_by_name("avx2");
+    if (!o) o = &tl__ops_scalar;
+    const struct tl__kernel_ops *expected = NULL;
+    atomic_compare_exchange_strong(&g_ops, &expected, o);
+}
+
+static inline const struct tl__kernel_ops *ops(void)
+{
+    const struct tl__kernel_ops *o = atomic_load_explicit(&g_ops, memory_order_acquire);
+    if (o) return o;
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once(&once, ops_init);
+    return atomic_load_explicit(&g_ops, memory_order_acquire);
+}
+
+const char *tl_kernels_isa(void)
+{
+    return ops()->name;
+}
+
+bool tl_kernels_force_isa(const char *isa)
+{
+    const struct tl__kernel_ops *o = isa ? ops_by_name(isa) : NULL;
+    if (!o) return false;
+    ops(); // run the one-time init first so it cannot overwrite the forced choice later
+    atomic_store_explicit(&g_ops, o, memory_order_release);
+    return true;
+}
+
+// ---- matmul -----------------------------------------------------------------------------------
+
+size_t tl_matmul_work_bytes(const struct tl_weight *w, int64_t n_tok)
+{
+    if (w->type != TL_DTYPE_Q8_0 || n_tok <= 0) return 0;
+    return (size_t)n_tok * tl__xq_row_bytes(w->n_in);
+}
+
+struct quant_job {
+    const struct tl__kernel_ops *o;
+    const float *x;
+    int64_t n_in, n_tok;
+    char *xq;
+    size_t stride;
+};
+
+static void quant_worker(void *arg, int ith, int nth)
+{
+    struct quant_job *j = arg;
+    int64_t t0, t1;
+    tl_pool_range(j->n_tok, 1, ith, nth, &t0, &t1);
+    for (int64_t t = t0; t < t1; t++) j->o->quantize_x(j->x + t * j->n_in, j->n_in, j->xq + t * j->stride);
+}
+
+struct mm_job {
+    const struct tl__kernel_ops *o;
+    struct tl__mm mm;
+    int64_t align;
+};
+
+static void mm_worker(void *arg, int ith, int nth)
+{
+    struct mm_job *j = arg;
+    int64_t r0, r1;
+    tl_pool_range(j->mm.w->n_out, j->align, ith, nth, &r0, &r1);
+    if (r1 > r0) j->o->matmul_rows(&j->mm, r0, r1);
+}
+
+void tl_matmul(struct tl_pool *pool, const struct tl_weight *w, const float *x, int64_t n_tok,
+               float *y, void *work)
+{
+    TL_ASSERT(tl_kernels_weight_supported(w->type));
+    TL_ASSERT(n_tok >= 0 && w->n_in > 0 && w->n_out >= 0);
+    if (n_tok == 0 || w->n_out == 0) return;
+    const struct tl__kernel_ops *o = ops();
+    struct mm_job j = {.o = o, .mm = {.w = w, .x = x, .n_tok = n_tok, .y = y}};
+    if (w->type == TL_DTYPE_Q8_0) {
+        TL_ASSERT(w->n_in % TL_QK8_0 == 0 && work && ((uintptr_t)work & 63) == 0);
+        struct quant_job q = {o, x, w->n_in, n_tok, work, tl__xq_row_bytes(w->n_in)};
+        // A fork-join costs a few microseconds: only worth it for big batches.
+        if (n_tok * w->n_in >= (1 << 16)) tl_pool_run(pool, quant_worker, &q);
+        else quant_worker(&q, 0, 1);
+        j.mm.xq = work;
+        j.mm.xq_stride = q.stride;
+    }
+    j.align = o->row_align(w->type);
+    tl_pool_run(pool, mm_worker, &j);
+}
+
+// ---- row-wise ops -----------------------------------------------------------------------------
+
+void tl_rmsnorm(const float *x, const float *w, float eps, int64_t n, float *y)
+{
+    ops()->rmsnorm(x, w, eps, n, y);
+}
+
+void tl_rope(float *x, int n_heads, int head_dim, int64_t pos, float freq_base, float freq_scale,
+             enum tl_rope_mode mode)
+{
+    // Cheap (cos/sin once per pair index, shared by all heads) and identical on every ISA.
+    tl__ref_rope(x, n_heads, head_dim, pos, freq_base, freq_scale, mode);
+}
+
+void tl_swiglu(const float *gate, const float *up, float *out, int64_t n)
+{
+    ops()->swiglu(gate, up, out, n);
+}
+
+void tl_add(float *y, const float *x, int64_t n)
+{
+    ops()->add(y, x, n);
+}
+
+void tl_softmax(float *x, int64_t n)
+{
+    ops()->softmax(x, n);
+}
+
+// ---- KV cache and attention -------------------------------------------------------------------
+
+void tl_kv_store(const struct tl_kv_layer *kv, const int32_t *block_table, int64_t pos,
+                 const float *k, const float *v)
+{
+    int64_t n = (int64_t)kv->n_kv_head * kv->head_dim;
+    // The heads of one position are contiguous within a slot.
+    size_t base = tl__kv_index(kv, block_table, pos, 0);
+    if (kv->type == TL_DTYPE_F16) {
+        uint16_t *kd = (uint16_t *)kv->k + base, *vd = (uint16_t *)kv->v + base;
+        for (int64_t i = 0; i < n; i++) {
+            kd[i] = tl_f32_to_fp16(k[i]);
+            vd[i] = tl_f32_to_fp16(v[i]);
+        }
+    } else {
+        TL_ASSERT(kv->type == TL_DTYPE_F32);
+        memcpy((float *)kv->k + base, k, (size_t)n * 4);
+        memcpy((float *)kv->v + base, v, (size_t)n * 4);
+    }
+}
+
+static inline size_t align64(size_t n)
+{
+    return (n + 63) & ~(size_t)63;
+}
+
+static size_t attn_thread_bytes(int64_t max_ctx, int head_dim)
+{
+    return align64((size_t)max_ctx * 4) + align64((size_t)head_dim * 4);
+}
+
+size_t tl_attention_work_bytes(int n_threads, int64_t max_ctx, int head_dim)
+{
+    if (n_threads < 1) n_threads = 1;
+    if (max_ctx < 1) max_ctx = 1;
+    return (size_t)n_threads * attn_thread_bytes(max_ctx, head_dim);
+}
+
+struct attn_job {
+    const struct tl__kernel_ops *o;
+    const struct tl_kv_layer *kv;
+    const float *q;
+    const struct tl_attn_query *queries;
+    int64_t n_tok;
+    int n_head, group;
+    float scale;
+    float *out;
+    char *work;
+    size_t thread_bytes, scores_bytes;
+};
+
+static void attn_worker(void *arg, int ith, int nth)
+{
+    struct attn_job *j = arg;
+    int hd = j->kv->head_dim;
+    float *scores = (float *)(j->work + (size_t)ith * j->thread_bytes);
+    float *acc = (float *)((char *)scores + j->scores_bytes);
+    int64_t p0, p1;
+    tl_pool_range(j->n_tok * j->n_head, 1, ith, nth, &p0, &p1);
+    for (int64_t p = p0; p < p1; p++) {
+        int64_t t = p / j->n_head;
+        int h = (int)(p % j->n_head);
+        size_t off = ((size_t)t * j->n_head + h) * hd;
+        j->o->attn_head(j->kv, j->queries[t].block_table, j->queries[t].n_ctx, h / j->group,
+                        j->q + off, j->scale, j->out + off, scores, acc);
+    }
+}
+
+void tl_attention(struct tl_pool *pool, const struct tl_kv_layer *kv, const float *q,
+                  const struct tl_attn_query *queries, int64_t n_tok, int n_head, float scale,
+                  float *out, void *work)
+{
+    TL_ASSERT(kv->n_kv_head > 0 && n_head % kv->n_kv_head == 0);
+    TL_ASSERT(kv->type == TL_DTYPE_F32 || kv->type == TL_DTYPE_F16);
+    TL_ASSERT(work && ((uintptr_t)work & 63) == 0);
+    if (n_tok <= 0) return;
+    int64_t max_ctx = 1;
+    for (int64_t t = 0; t < n_tok; t++) {
+        TL_ASSERT(queries[t].n_ctx >= 1);
+        if (queries[t].n_ctx > max_ctx) max_ctx = queries[t].n_ctx;
+    }
+    struct attn_job j = {
+        .o = ops(),
+        .kv = kv,
+        .q = q,
+        .queries = queries,
+        .n_tok = n_tok,
+        .n_head = n_head,
+        .group = n_head / kv->n_kv_head,
+        .scale = scale,
+        .out = out,
+        .work = work,
+        .thread_bytes = attn_thread_bytes(max_ctx, kv->head_dim),
+        .scores_bytes = align64((size_t)max_ctx * 4),
+    };
+    tl_pool_run(pool, attn_worker, &j);
+}

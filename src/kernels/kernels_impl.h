@@ -1,0 +1,114 @@
+/*
+ * Internals shared by the kernel files: the per-ISA op table, the layout of quantized
+ * activations, and the scalar reference functions (ref.c) that tests compare every variant to.
+ *
+ * Each ISA file (ref.c for "scalar", x86/avx2.c, x86/avx512.c) fills one `struct tl__kernel_ops`;
+ * kernels.c picks one per process and owns the public entry points: threading (tl_pool),
+ * activation quantization, work-buffer carving. An ISA only supplies the inner loops, so the
+ * determinism rules live in one place:
+ *   - matmul_rows computes y[t][r] for its rows and all tokens; every (t, r) element goes
+ *     through the same sequence of operations whatever tile or tail path it lands in;
+ *   - attn_head computes one (token, head) pair in a fixed order over the context.
+ */
+#ifndef TL_KERNELS_IMPL_H
+#define TL_KERNELS_IMPL_H
+
+#include "kernels/kernels.h"
+
+// ---- quantized activations (Q8_0 matmul) ------------------------------------------------------
+//
+// Before a Q8_0 matmul each token's activation row is quantized once into the work buffer, in
+// "chunks" of 64 values (two Q8_0 blocks), n_in padded up to a whole chunk with zeros. Per token:
+//   int8_t  qs[n_chunk * 64]        quantized values (Q8_0: d = amax / 127, q = rne(x * 127/amax))
+//   float   d[n_chunk * 16]         per chunk: lanes 0-7 = d of block 2c, lanes 8-15 = block 2c+1
+//   int32_t bias[n_chunk * 16]      per chunk and lane l: -128 * sum of qs[64c + 4l .. 4l + 3]
+// The expanded d and the bias let a 512-bit VNNI kernel use them as memory operands; the
+// scalar and AVX2 kernels read d[16c] and d[16c + 8] and ignore bias. The scale is kept in f32
+// (ggml rounds it to f16; we have no file format to match here and f32 is more accurate).
+#define TL__XQ_CHUNK 64
+
+// Bytes of one quantized activation row of n_in values (a multiple of 64).
+size_t tl__xq_row_bytes(int64_t n_in);
+
+struct tl__xq_row {
+    int8_t *qs;
+    float *d;
+    int32_t *bias;
+};
+// Views one quantized row at `base` (tl__xq_row_bytes(n_in) bytes, 64-byte aligned).
+static inline struct tl__xq_row tl__xq_view(void *base, int64_t n_in)
+{
+    int64_t n_chunk = (n_in + TL__XQ_CHUNK - 1) / TL__XQ_CHUNK;
+    struct tl__xq_row r;
+    r.qs = base;
+    r.d = (float *)((char *)base + n_chunk * 64);
+    r.bias = (int32_t *)((char *)base + n_chunk * 128);
+    return r;
+}
+
+// ---- per-ISA op table -------------------------------------------------------------------------
+
+// One matmul call as the ISA sees it.
+struct tl__mm {
+    const struct tl_weight *w;
+    const float *x;  // (n_tok, n_in) f32 activations
+    const void *xq;  // quantized activations (Q8_0 weights only), n_tok rows of xq_stride bytes
+    size_t xq_stride;
+    int64_t n_tok;
+    float *y; // (n_tok, n_out)
+};
+
+struct tl__kernel_ops {
+    const char *name;
+    // Rows per micro-tile for this weight type; threads split rows in multiples of it.
+    int (*row_align)(enum tl_dtype type);
+    // Quantizes one activation row (n values) to the layout above. Must give the same bytes as
+    // tl__ref_quantize_x (tests check it), so every ISA sees the same integers.
+    void (*quantize_x)(const float *x, int64_t n, void *dst);
+    // y[t][r] for r in [r0, r1), all tokens.
+    void (*matmul_rows)(const struct tl__mm *m, int64_t r0, int64_t r1);
+    void (*rmsnorm)(const float *x, const float *w, float eps, int64_t n, float *y);
+    void (*swiglu)(const float *gate, const float *up, float *out, int64_t n);
+    void (*add)(float *y, const float *x, int64_t n);
+    void (*softmax)(float *x, int64_t n);
+    // One (token, head) of tl_attention: q and out are head_dim floats, `scores` has room for
+    // n_ctx floats and `acc` for head_dim floats (both 64-byte aligned).
+    void (*attn_head)(const struct tl_kv_layer *kv, const int32_t *block_table, int64_t n_ctx,
+                      int kv_head, const float *q, float scale, float *out, float *scores,
+                      float *acc);
+};
+
+extern const struct tl__kernel_ops tl__ops_scalar;
+#if defined(__x86_64__)
+extern const struct tl__kernel_ops tl__ops_avx2;
+extern const struct tl__kernel_ops tl__ops_avx512;
+#endif
+
+// ---- scalar reference (ref.c) -----------------------------------------------------------------
+
+void tl__ref_quantize_x(const float *x, int64_t n, void *dst);
+// The reference matmul, single-threaded; `work` as for tl_matmul.
+// The reference inner loop over rows [r0, r1) (the scalar variant's matmul_rows).
+void tl__ref_matmul_rows(const struct tl__mm *m, int64_t r0, int64_t r1);
+void tl__ref_matmul(const struct tl_weight *w, const float *x, int64_t n_tok, float *y,
+                    void *work);
+void tl__ref_rmsnorm(const float *x, const float *w, float eps, int64_t n, float *y);
+void tl__ref_rope(float *x, int n_heads, int head_dim, int64_t pos, float freq_base,
+                  float freq_scale, enum tl_rope_mode mode);
+void tl__ref_swiglu(const float *gate, const float *up, float *out, int64_t n);
+void tl__ref_add(float *y, const float *x, int64_t n);
+void tl__ref_softmax(float *x, int64_t n);
+void tl__ref_attn_head(const struct tl_kv_layer *kv, const int32_t *block_table, int64_t n_ctx,
+                       int kv_head, const float *q, float scale, float *out, float *scores,
+                       float *acc);
+
+// Address of element (pos, kv_head, 0) of K or V (base) through a block table.
+static inline size_t tl__kv_index(const struct tl_kv_layer *kv, const int32_t *block_table,
+                                  int64_t pos, int kv_head)
+{
+    int64_t b = block_table[pos / kv->block_size];
+    int64_t s = pos % kv->block_size;
+    return (size_t)(((b * kv->block_size + s) * kv->n_kv_head + kv_head) * kv->head_dim);
+}
+
+#endif

@@ -1,0 +1,255 @@
+/*
+ * Scalar reference for every kernel op, and the "scalar" ISA variant built from it.
+ *
+ * Design: the plainest correct code, one output element at a time, in a fixed order: the
+ * tests compare every SIMD variant with these functions, and the scalar variant *is* these
+ * functions (so it is bit-identical to the reference and deterministic by construction).
+ * Accuracy over speed: reductions that are cheap (norms, softmax sums) accumulate in double.
+ * The Q8_0 matmul quantizes activations to Q8_0 (as llama.cpp does) and accumulates exact int32
+ * block dot products, scaled per block by d_w * d_x.
+ *
+ * Thread model: pure functions over caller-owned buffers; re-entrant. No allocation.
+ */
+#include "kernels/kernels_impl.h"
+
+#include "core/error.h"
+
+#include <math.h>
+#include <string.h>
+
+// ---- activation quantization ------------------------------------------------------------------
+
+// Round to nearest even in the default FP environment, clamped; NaN maps to 0. The SIMD
+// quantizers use the same rule (hardware RNE), so all ISAs produce identical bytes.
+static inline int8_t q8_rne(float v)
+{
+    v = nearbyintf(v);
+    if (!(v == v)) return 0;
+    if (v > 127.f) v = 127.f;
+    if (v < -127.f) v = -127.f;
+    return (int8_t)v;
+}
+
+void tl__ref_quantize_x(const float *x, int64_t n, void *dst)
+{
+    struct tl__xq_row r = tl__xq_view(dst, n);
+    int64_t n_chunk = (n + TL__XQ_CHUNK - 1) / TL__XQ_CHUNK;
+    for (int64_t b = 0; b < n_chunk * 2; b++) {
+        int64_t i0 = b * TL_QK8_0;
+        int64_t len = n - i0 < TL_QK8_0 ? (n - i0 > 0 ? n - i0 : 0) : TL_QK8_0;
+        float amax = 0.f;
+        for (int64_t j = 0; j < len; j++) {
+            float a = fabsf(x[i0 + j]);
+            amax = a > amax ? a : amax;
+        }
+        float d = amax / 127.f;
+        float id = amax != 0.f ? 127.f / amax : 0.f;
+        for (int64_t j = 0; j < TL_QK8_0; j++) r.qs[i0 + j] = j < len ? q8_rne(x[i0 + j] * id) : 0;
+        int64_t c = b / 2, half = b % 2;
+        for (int l = 0; l < 8; l++) {
+            r.d[c * 16 + half * 8 + l] = d;
+            const int8_t *q = r.qs + i0 + 4 * l;
+            r.bias[c * 16 + half * 8 + l] = -128 * (q[0] + q[1] + q[2] + q[3]);
+        }
+    }
+}
+
+// ---- matmul -----------------------------------------------------------------------------------
+
+// Dot products of one weight row with one activation row, per weight type. Eight running
+// partial sums (lane i takes elements i, i+8, ...) summed pairwise at the end.
+static inline float hsum8(const float *a)
+{
+    return ((a[0] + a[4]) + (a[2] + a[6])) + ((a[1] + a[5]) + (a[3] + a[7]));
+}
+
+static float dot_f32(const float *w, const float *x, int64_t n)
+{
+    float acc[8] = {0};
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int l = 0; l < 8; l++) acc[l] += w[i + l] * x[i + l];
+    for (int l = 0; i < n; i++, l++) acc[l] += w[i] * x[i];
+    return hsum8(acc);
+}
+
+static float dot_f16(const uint16_t *w, const float *x, int64_t n)
+{
+    float acc[8] = {0};
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int l = 0; l < 8; l++) acc[l] += tl_fp16_to_f32(w[i + l]) * x[i + l];
+    for (int l = 0; i < n; i++, l++) acc[l] += tl_fp16_to_f32(w[i]) * x[i];
+    return hsum8(acc);
+}
+
+static float dot_bf16(const uint16_t *w, const float *x, int64_t n)
+{
+    float acc[8] = {0};
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int l = 0; l < 8; l++) acc[l] += tl_bf16_to_f32(w[i + l]) * x[i + l];
+    for (int l = 0; i < n; i++, l++) acc[l] += tl_bf16_to_f32(w[i]) * x[i];
+    return hsum8(acc);
+}
+
+static float dot_q8_0(const struct tl_block_q8_0 *w, struct tl__xq_row xq, int64_t n)
+{
+    float acc = 0.f;
+    for (int64_t b = 0; b < n / TL_QK8_0; b++) {
+        int32_t sumi = 0;
+        const int8_t *qa = xq.qs + b * TL_QK8_0;
+        for (int j = 0; j < TL_QK8_0; j++) sumi += (int32_t)w[b].qs[j] * qa[j];
+        float da = xq.d[(b / 2) * 16 + (b % 2) * 8];
+        acc += (float)sumi * (tl_fp16_to_f32(w[b].d) * da);
+    }
+    return acc;
+}
+
+void tl__ref_matmul_rows(const struct tl__mm *m, int64_t r0, int64_t r1)
+{
+    const struct tl_weight *w = m->w;
+    int64_t n = w->n_in;
+    for (int64_t t = 0; t < m->n_tok; t++) {
+        const float *x = m->x + t * n;
+        struct tl__xq_row xq = {0};
+        if (w->type == TL_DTYPE_Q8_0)
+            xq = tl__xq_view((char *)m->xq + (size_t)t * m->xq_stride, n);
+        for (int64_t r = r0; r < r1; r++) {
+            const void *row = (const char *)w->data + (size_t)r * w->row_bytes;
+            float v = 0.f;
+            switch (w->type) {
+            case TL_DTYPE_F32: v = dot_f32(row, x, n); break;
+            case TL_DTYPE_F16: v = dot_f16(row, x, n); break;
+            case TL_DTYPE_BF16: v = dot_bf16(row, x, n); break;
+            case TL_DTYPE_Q8_0: v = dot_q8_0(row, xq, n); break;
+            default: TL_ASSERT(!"unsupported weight type");
+            }
+            m->y[t * w->n_out + r] = v;
+        }
+    }
+}
+
+void tl__ref_matmul(const struct tl_weight *w, const float *x, int64_t n_tok, float *y, void *work)
+{
+    struct tl__mm m = {.w = w, .x = x, .n_tok = n_tok, .y = y};
+    if (w->type == TL_DTYPE_Q8_0) {
+        m.xq = work;
+        m.xq_stride = tl__xq_row_bytes(w->n_in);
+        for (int64_t t = 0; t < n_tok; t++)
+            tl__ref_quantize_x(x + t * w->n_in, w->n_in, (char *)work + (size_t)t * m.xq_stride);
+    }
+    tl__ref_matmul_rows(&m, 0, w->n_out);
+}
+
+// ---- row-wise ops -----------------------------------------------------------------------------
+
+void tl__ref_rmsnorm(const float *x, const float *w, float eps, int64_t n, float *y)
+{
+    double ss = 0;
+    for (int64_t i = 0; i < n; i++) ss += (double)x[i] * x[i];
+    float s = (float)(1.0 / sqrt(ss / (double)n + eps));
+    for (int64_t i = 0; i < n; i++) y[i] = x[i] * s * w[i];
+}
+
+void tl__ref_rope(float *x, int n_heads, int head_dim, int64_t pos, float freq_base,
+                  float freq_scale, enum tl_rope_mode mode)
+{
+    // cos/sin depend on (pos, i) only: computed once per pair index, applied to every head.
+    int half = head_dim / 2;
+    double p = (double)pos * freq_scale;
+    for (int i = 0; i < half; i++) {
+        double theta = p * pow(freq_base, -2.0 * i / head_dim);
+        float c = (float)cos(theta), s = (float)sin(theta);
+        for (int h = 0; h < n_heads; h++) {
+            float *v = x + (size_t)h * head_dim;
+            int i0 = mode == TL_ROPE_NEOX ? i : 2 * i;
+            int i1 = mode == TL_ROPE_NEOX ? i + half : 2 * i + 1;
+            float a = v[i0], b = v[i1];
+            v[i0] = a * c - b * s;
+            v[i1] = a * s + b * c;
+        }
+    }
+}
+
+void tl__ref_swiglu(const float *gate, const float *up, float *out, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++) {
+        float g = gate[i];
+        out[i] = g / (1.f + expf(-g)) * up[i];
+    }
+}
+
+void tl__ref_add(float *y, const float *x, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++) y[i] += x[i];
+}
+
+void tl__ref_softmax(float *x, int64_t n)
+{
+    if (n <= 0) return;
+    float mx = x[0];
+    for (int64_t i = 1; i < n; i++) mx = x[i] > mx ? x[i] : mx;
+    double sum = 0;
+    for (int64_t i = 0; i < n; i++) {
+        x[i] = expf(x[i] - mx);
+        sum += x[i];
+    }
+    float inv = (float)(1.0 / sum);
+    for (int64_t i = 0; i < n; i++) x[i] *= inv;
+}
+
+// ---- attention --------------------------------------------------------------------------------
+
+static inline float kv_get(const struct tl_kv_layer *kv, const void *base, size_t idx)
+{
+    if (kv->type == TL_DTYPE_F16) return tl_fp16_to_f32(((const uint16_t *)base)[idx]);
+    return ((const float *)base)[idx];
+}
+
+void tl__ref_attn_head(const struct tl_kv_layer *kv, const int32_t *block_table, int64_t n_ctx,
+                       int kv_head, const float *q, float scale, float *out, float *scores,
+                       float *acc)
+{
+    int hd = kv->head_dim;
+    float mx = -INFINITY;
+    for (int64_t j = 0; j < n_ctx; j++) {
+        size_t base = tl__kv_index(kv, block_table, j, kv_head);
+        float s = 0.f;
+        for (int d = 0; d < hd; d++) s += q[d] * kv_get(kv, kv->k, base + d);
+        scores[j] = s * scale;
+        mx = scores[j] > mx ? scores[j] : mx;
+    }
+    double sum = 0;
+    for (int64_t j = 0; j < n_ctx; j++) {
+        scores[j] = expf(scores[j] - mx);
+        sum += scores[j];
+    }
+    for (int d = 0; d < hd; d++) acc[d] = 0.f;
+    for (int64_t j = 0; j < n_ctx; j++) {
+        size_t base = tl__kv_index(kv, block_table, j, kv_head);
+        for (int d = 0; d < hd; d++) acc[d] += scores[j] * kv_get(kv, kv->v, base + d);
+    }
+    float inv = n_ctx > 0 ? (float)(1.0 / sum) : 0.f;
+    for (int d = 0; d < hd; d++) out[d] = acc[d] * inv;
+}
+
+// ---- the scalar variant -----------------------------------------------------------------------
+
+static int scalar_row_align(enum tl_dtype type)
+{
+    (void)type;
+    return 1;
+}
+
+const struct tl__kernel_ops tl__ops_scalar = {
+    .name = "scalar",
+    .row_align = scalar_row_align,
+    .quantize_x = tl__ref_quantize_x,
+    .matmul_rows = tl__ref_matmul_rows,
+    .rmsnorm = tl__ref_rmsnorm,
+    .swiglu = tl__ref_swiglu,
+    .add = tl__ref_add,
+    .softmax = tl__ref_softmax,
+    .attn_head = tl__ref_attn_head,
+};
