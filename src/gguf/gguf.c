@@ -61,16 +61,16 @@ struct str_index {
 };
 
 struct tl_gguf {
-    char *name;            // owned: the path or name given at open (for messages)
-    const uint8_t *base;   // mmap (owned when `mapped`) or borrowed caller buffer
-    size_t size;           // bytes of base
-    bool mapped;           // base came from mmap and must be unmapped
-    uint32_t version;      // 2 or 3
-    size_t alignment;      // data alignment, a power of two
-    size_t data_offset;    // file offset of the data section
-    int64_t n_kv;          //
-    struct tl_gguf_kv *kv; // owned: n_kv entries (values' `items` owned too)
-    int64_t n_tensors;     //
+    char *name;                     // owned: the path or name given at open (for messages)
+    const uint8_t *base;            // mmap (owned when `mapped`) or borrowed caller buffer
+    size_t size;                    // bytes of base
+    bool mapped;                    // base came from mmap and must be unmapped
+    uint32_t version;               // 2 or 3
+    size_t alignment;               // data alignment, a power of two
+    size_t data_offset;             // file offset of the data section
+    int64_t n_kv;                   //
+    struct tl_gguf_kv *kv;          // owned: n_kv entries (values' `items` owned too)
+    int64_t n_tensors;              //
     struct tl_gguf_tensor *tensors; // owned: n_tensors entries
     struct str_index kv_index;      // over kv[].key
     struct str_index tensor_index;  // over tensors[].name
@@ -119,7 +119,8 @@ static const char *show(struct tl_gguf_str s, char buf[SHOW_BYTES])
 static bool index_init(struct str_index *ix, uint64_t n)
 {
     size_t cap = 16;
-    while (cap < 2 * n) cap *= 2; // n is bounded by the file size, so this cannot overflow
+    while (cap < 2 * n)
+        cap *= 2; // n is bounded by the file size, so this cannot overflow
     ix->slots = tl_calloc_array(cap, sizeof(*ix->slots));
     ix->mask = cap - 1;
     return ix->slots != NULL;
@@ -169,24 +170,29 @@ static int type_size(uint32_t t)
     switch (t) {
     case TL_GGUF_TYPE_UINT8:
     case TL_GGUF_TYPE_INT8:
-    case TL_GGUF_TYPE_BOOL: return 1;
+    case TL_GGUF_TYPE_BOOL:
+        return 1;
     case TL_GGUF_TYPE_UINT16:
-    case TL_GGUF_TYPE_INT16: return 2;
+    case TL_GGUF_TYPE_INT16:
+        return 2;
     case TL_GGUF_TYPE_UINT32:
     case TL_GGUF_TYPE_INT32:
-    case TL_GGUF_TYPE_FLOAT32: return 4;
+    case TL_GGUF_TYPE_FLOAT32:
+        return 4;
     case TL_GGUF_TYPE_UINT64:
     case TL_GGUF_TYPE_INT64:
-    case TL_GGUF_TYPE_FLOAT64: return 8;
+    case TL_GGUF_TYPE_FLOAT64:
+        return 8;
     case TL_GGUF_TYPE_STRING:
-    case TL_GGUF_TYPE_ARRAY: return 0;
+    case TL_GGUF_TYPE_ARRAY:
+        return 0;
     }
     return -1;
 }
 
 const char *tl_gguf_type_name(enum tl_gguf_type t)
 {
-    static const char *const names[] = {"u8",  "i8",   "u16",  "i16", "u32", "i32", "f32",
+    static const char *const names[] = {"u8",   "i8",  "u16", "i16", "u32", "i32", "f32",
                                         "bool", "str", "arr", "u64", "i64", "f64"};
     return (unsigned)t < sizeof(names) / sizeof(names[0]) ? names[t] : "?";
 }
@@ -196,9 +202,15 @@ static void decode_scalar(uint32_t t, const uint8_t *p, struct tl_gguf_value *v)
 {
     v->type = (enum tl_gguf_type)t;
     switch (t) {
-    case TL_GGUF_TYPE_UINT8: v->u64 = p[0]; break;
-    case TL_GGUF_TYPE_BOOL: v->u64 = p[0] != 0; break;
-    case TL_GGUF_TYPE_INT8: v->i64 = (int8_t)p[0]; break;
+    case TL_GGUF_TYPE_UINT8:
+        v->u64 = p[0];
+        break;
+    case TL_GGUF_TYPE_BOOL:
+        v->u64 = p[0] != 0;
+        break;
+    case TL_GGUF_TYPE_INT8:
+        v->i64 = (int8_t)p[0];
+        break;
     case TL_GGUF_TYPE_UINT16: {
         uint16_t x;
         memcpy(&x, p, 2);
@@ -229,10 +241,17 @@ static void decode_scalar(uint32_t t, const uint8_t *p, struct tl_gguf_value *v)
         v->f64 = x;
         break;
     }
-    case TL_GGUF_TYPE_UINT64: memcpy(&v->u64, p, 8); break;
-    case TL_GGUF_TYPE_INT64: memcpy(&v->i64, p, 8); break;
-    case TL_GGUF_TYPE_FLOAT64: memcpy(&v->f64, p, 8); break;
-    default: TL_ASSERT(!"not a fixed-size type");
+    case TL_GGUF_TYPE_UINT64:
+        memcpy(&v->u64, p, 8);
+        break;
+    case TL_GGUF_TYPE_INT64:
+        memcpy(&v->i64, p, 8);
+        break;
+    case TL_GGUF_TYPE_FLOAT64:
+        memcpy(&v->f64, p, 8);
+        break;
+    default:
+        TL_ASSERT(!"not a fixed-size type");
     }
 }
 
@@ -241,12 +260,14 @@ static void value_free(struct tl_gguf_value *v)
     if (v->type != TL_GGUF_TYPE_ARRAY || !v->arr.items) return;
     struct tl_gguf_value *items = (struct tl_gguf_value *)v->arr.items;
     if (v->arr.elem_type == TL_GGUF_TYPE_ARRAY)
-        for (uint64_t i = 0; i < v->arr.n; i++) value_free(&items[i]);
+        for (uint64_t i = 0; i < v->arr.n; i++)
+            value_free(&items[i]);
     free(items);
     v->arr.items = NULL;
 }
 
-// ---- parser --------------------------------------------------------------------------------------
+// ---- parser
+// --------------------------------------------------------------------------------------
 
 struct parser {
     const char *name;    // for messages (borrowed)
@@ -344,8 +365,8 @@ static tl_status parse_value(struct parser *ps, uint32_t type, int depth, const 
     if (rc) return rc;
     int eesize = type_size(et);
     if (eesize < 0)
-        return perr(ps, TL_ERR_FORMAT, "key '%s': unknown array element type %u at offset %zu",
-                    key, et, ps->pos - 12);
+        return perr(ps, TL_ERR_FORMAT, "key '%s': unknown array element type %u at offset %zu", key,
+                    et, ps->pos - 12);
     if (et == TL_GGUF_TYPE_ARRAY && depth + 1 >= TL_GGUF_MAX_DEPTH)
         return perr(ps, TL_ERR_FORMAT, "key '%s': arrays nested deeper than %d levels", key,
                     TL_GGUF_MAX_DEPTH);
@@ -360,8 +381,7 @@ static tl_status parse_value(struct parser *ps, uint32_t type, int depth, const 
             return perr(ps, TL_ERR_FORMAT,
                         "key '%s': array of %llu %s elements at offset %zu runs past the end of "
                         "the file (%zu bytes remain)",
-                        key, (unsigned long long)n, tl_gguf_type_name(et), ps->pos,
-                        remaining(ps));
+                        key, (unsigned long long)n, tl_gguf_type_name(et), ps->pos, remaining(ps));
         ps->pos += bytes;
         return TL_OK;
     }
@@ -379,7 +399,8 @@ static tl_status parse_value(struct parser *ps, uint32_t type, int depth, const 
     for (uint64_t i = 0; i < n; i++) {
         rc = parse_value(ps, et, depth + 1, key, &items[i]);
         if (rc) {
-            for (uint64_t j = 0; j < i; j++) value_free(&items[j]);
+            for (uint64_t j = 0; j < i; j++)
+                value_free(&items[j]);
             free(items);
             return rc;
         }
@@ -500,8 +521,8 @@ static tl_status parse_tensor_info(struct parser *ps, struct tl_gguf_tensor *t)
             if (rc) return rc;
         }
         if (ne > (uint64_t)INT64_MAX)
-            return perr(ps, TL_ERR_FORMAT, "tensor '%s' has a negative dimension ne[%d] = %lld",
-                        nb, d, (long long)(int64_t)ne);
+            return perr(ps, TL_ERR_FORMAT, "tensor '%s' has a negative dimension ne[%d] = %lld", nb,
+                        d, (long long)(int64_t)ne);
         t->ne[d] = (int64_t)ne;
         if (__builtin_mul_overflow(n_elem, t->ne[d], &n_elem)) overflow = true;
     }
@@ -702,7 +723,8 @@ void tl_gguf_close(struct tl_gguf *g)
 {
     if (!g) return;
     if (g->kv)
-        for (int64_t i = 0; i < g->n_kv; i++) value_free(&g->kv[i].value);
+        for (int64_t i = 0; i < g->n_kv; i++)
+            value_free(&g->kv[i].value);
     free(g->kv);
     free(g->tensors);
     free(g->kv_index.slots);

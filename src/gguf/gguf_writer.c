@@ -34,9 +34,9 @@
 #define MAX_TENSOR_NAME 63
 
 struct bytes {
-    uint8_t *p; // owned
-    size_t n;   // bytes used
-    size_t cap; // bytes allocated
+    uint8_t *p;  // owned
+    size_t n;    // bytes used
+    size_t cap;  // bytes allocated
     bool failed; // an append ran out of memory or overflowed
 };
 
@@ -64,7 +64,8 @@ struct tl_gguf_writer {
     size_t n_tensors, cap_tensors;
 };
 
-// ---- byte buffer ---------------------------------------------------------------------------------
+// ---- byte buffer
+// ---------------------------------------------------------------------------------
 
 static void put(struct bytes *b, const void *src, size_t n)
 {
@@ -100,16 +101,21 @@ static size_t fixed_size(enum tl_gguf_type t)
     switch (t) {
     case TL_GGUF_TYPE_UINT8:
     case TL_GGUF_TYPE_INT8:
-    case TL_GGUF_TYPE_BOOL: return 1;
+    case TL_GGUF_TYPE_BOOL:
+        return 1;
     case TL_GGUF_TYPE_UINT16:
-    case TL_GGUF_TYPE_INT16: return 2;
+    case TL_GGUF_TYPE_INT16:
+        return 2;
     case TL_GGUF_TYPE_UINT32:
     case TL_GGUF_TYPE_INT32:
-    case TL_GGUF_TYPE_FLOAT32: return 4;
+    case TL_GGUF_TYPE_FLOAT32:
+        return 4;
     case TL_GGUF_TYPE_UINT64:
     case TL_GGUF_TYPE_INT64:
-    case TL_GGUF_TYPE_FLOAT64: return 8;
-    default: return 0;
+    case TL_GGUF_TYPE_FLOAT64:
+        return 8;
+    default:
+        return 0;
     }
 }
 
@@ -139,7 +145,9 @@ static bool encode_payload(struct bytes *b, enum tl_gguf_type t, const struct tl
         put(b, &x, 2);
         return true;
     }
-    case TL_GGUF_TYPE_UINT32: put_u32(b, (uint32_t)v->u64); return true;
+    case TL_GGUF_TYPE_UINT32:
+        put_u32(b, (uint32_t)v->u64);
+        return true;
     case TL_GGUF_TYPE_INT32: {
         int32_t x = (int32_t)v->i64;
         put(b, &x, 4);
@@ -150,9 +158,15 @@ static bool encode_payload(struct bytes *b, enum tl_gguf_type t, const struct tl
         put(b, &x, 4);
         return true;
     }
-    case TL_GGUF_TYPE_UINT64: put_u64(b, v->u64); return true;
-    case TL_GGUF_TYPE_INT64: put(b, &v->i64, 8); return true;
-    case TL_GGUF_TYPE_FLOAT64: put(b, &v->f64, 8); return true;
+    case TL_GGUF_TYPE_UINT64:
+        put_u64(b, v->u64);
+        return true;
+    case TL_GGUF_TYPE_INT64:
+        put(b, &v->i64, 8);
+        return true;
+    case TL_GGUF_TYPE_FLOAT64:
+        put(b, &v->f64, 8);
+        return true;
     case TL_GGUF_TYPE_STRING:
         if (!v->str.ptr && v->str.len) return false;
         put_str(b, v->str.ptr, v->str.len);
@@ -184,7 +198,8 @@ static bool encode_payload(struct bytes *b, enum tl_gguf_type t, const struct tl
     return false;
 }
 
-// ---- create / destroy ----------------------------------------------------------------------------
+// ---- create / destroy
+// ----------------------------------------------------------------------------
 
 struct tl_gguf_writer *tl_gguf_writer_create(void)
 {
@@ -199,12 +214,14 @@ void tl_gguf_writer_destroy(struct tl_gguf_writer *w)
         free(w->kv[i].val.p);
     }
     free(w->kv);
-    for (size_t i = 0; i < w->n_tensors; i++) free(w->tensors[i].name);
+    for (size_t i = 0; i < w->n_tensors; i++)
+        free(w->tensors[i].name);
     free(w->tensors);
     free(w);
 }
 
-// ---- metadata ------------------------------------------------------------------------------------
+// ---- metadata
+// ------------------------------------------------------------------------------------
 
 // Stores the encoded value `enc` (ownership taken) under `key`, replacing an earlier value.
 static tl_status store_kv(struct tl_gguf_writer *w, const char *key, struct bytes *enc)
@@ -315,15 +332,16 @@ tl_status tl_gguf_writer_set_arr_str(struct tl_gguf_writer *w, const char *key,
     for (uint64_t i = 0; i < n && !enc.failed; i++) {
         if (!strs[i]) {
             free(enc.p);
-            return tl__errorf(TL_ERR_INVALID_ARG, "gguf writer: key '%s': string %llu is NULL",
-                              key, (unsigned long long)i);
+            return tl__errorf(TL_ERR_INVALID_ARG, "gguf writer: key '%s': string %llu is NULL", key,
+                              (unsigned long long)i);
         }
         put_str(&enc, strs[i], strlen(strs[i]));
     }
     return store_kv(w, key, &enc);
 }
 
-// ---- tensors -------------------------------------------------------------------------------------
+// ---- tensors
+// -------------------------------------------------------------------------------------
 
 static tl_status add_tensor(struct tl_gguf_writer *w, const char *name, enum tl_dtype type,
                             int n_dims, const int64_t *ne, const void *data, tl_gguf_fill_fn fill,
@@ -342,8 +360,12 @@ static tl_status add_tensor(struct tl_gguf_writer *w, const char *name, enum tl_
     if (n_dims < 1 || n_dims > 4)
         return tl__errorf(TL_ERR_INVALID_ARG, "gguf writer: tensor '%s': %d dimensions", name,
                           n_dims);
-    struct wtensor t = {.type = type, .n_dims = n_dims, .data = data, .fill = fill,
-                        .fill_ctx = ctx, .ne = {1, 1, 1, 1}};
+    struct wtensor t = {.type = type,
+                        .n_dims = n_dims,
+                        .data = data,
+                        .fill = fill,
+                        .fill_ctx = ctx,
+                        .ne = {1, 1, 1, 1}};
     int64_t n_rows = 1;
     for (int d = 0; d < n_dims; d++) {
         if (ne[d] <= 0)
@@ -351,8 +373,7 @@ static tl_status add_tensor(struct tl_gguf_writer *w, const char *name, enum tl_
                               d, (long long)ne[d]);
         t.ne[d] = ne[d];
         if (d > 0 && __builtin_mul_overflow(n_rows, ne[d], &n_rows))
-            return tl__errorf(TL_ERR_INVALID_ARG, "gguf writer: tensor '%s': size overflows",
-                              name);
+            return tl__errorf(TL_ERR_INVALID_ARG, "gguf writer: tensor '%s': size overflows", name);
     }
     size_t row_bytes;
     if (!tl_dtype_row_bytes(type, t.ne[0], &row_bytes))
@@ -364,8 +385,7 @@ static tl_status add_tensor(struct tl_gguf_writer *w, const char *name, enum tl_
         return tl__errorf(TL_ERR_INVALID_ARG, "gguf writer: tensor '%s': size overflows", name);
     for (size_t i = 0; i < w->n_tensors; i++)
         if (!strcmp(w->tensors[i].name, name))
-            return tl__errorf(TL_ERR_INVALID_ARG, "gguf writer: duplicate tensor name '%s'",
-                              name);
+            return tl__errorf(TL_ERR_INVALID_ARG, "gguf writer: duplicate tensor name '%s'", name);
     t.name = tl_strndup(name, strlen(name));
     if (!t.name ||
         !tl_grow((void **)&w->tensors, &w->cap_tensors, w->n_tensors + 1, sizeof(*w->tensors))) {
@@ -395,7 +415,8 @@ tl_status tl_gguf_writer_add_tensor_fill(struct tl_gguf_writer *w, const char *n
     return add_tensor(w, name, type, n_dims, ne, NULL, fill, ctx);
 }
 
-// ---- write ---------------------------------------------------------------------------------------
+// ---- write
+// ---------------------------------------------------------------------------------------
 
 // general.alignment as set by the caller (a u32 power of two), else the default.
 static tl_status writer_alignment(const struct tl_gguf_writer *w, size_t *out)
@@ -519,8 +540,8 @@ tl_status tl_gguf_writer_write(struct tl_gguf_writer *w, const char *path)
         const void *src = t->data;
         if (t->fill) {
             if (t->fill(t->fill_ctx, t->name, fill_buf, t->n_bytes) != 0) {
-                rc = tl__errorf(TL_ERR_INVALID_ARG, "%s: filling tensor '%s' failed", path,
-                                t->name);
+                rc =
+                    tl__errorf(TL_ERR_INVALID_ARG, "%s: filling tensor '%s' failed", path, t->name);
                 goto out_buf;
             }
             src = fill_buf;
@@ -537,8 +558,8 @@ tl_status tl_gguf_writer_write(struct tl_gguf_writer *w, const char *path)
 out_buf:
     tl_aligned_free(fill_buf);
 out_file:
-    if (fclose(o.f) != 0 && !rc) rc = tl__errorf(TL_ERR_IO, "%s: close failed: %s", path,
-                                                  strerror(errno));
+    if (fclose(o.f) != 0 && !rc)
+        rc = tl__errorf(TL_ERR_IO, "%s: close failed: %s", path, strerror(errno));
     if (!rc && rename(tmp, path) != 0)
         rc = tl__errorf(TL_ERR_IO, "%s: cannot rename %s into place: %s", path, tmp,
                         strerror(errno));

@@ -15,7 +15,8 @@
 #include <math.h>
 #include <sys/stat.h>
 
-// ---- helpers -------------------------------------------------------------------------------------
+// ---- helpers
+// -------------------------------------------------------------------------------------
 
 // Asserts a failure with `code` whose message is one line "<name>: ...<needle>...".
 static void check_error(tl_status rc, tl_status code, const char *name, const char *needle)
@@ -57,7 +58,8 @@ static bool str_is(struct tl_gguf_str s, const char *c)
     return tl_gguf_str_eq(s, c);
 }
 
-// ---- a tiny independent GGUF byte builder for handcrafted files -----------------------------------
+// ---- a tiny independent GGUF byte builder for handcrafted files
+// -----------------------------------
 
 struct fb {
     uint8_t buf[1 << 14];
@@ -102,13 +104,15 @@ static void fb_tensor(struct fb *b, const char *name, uint32_t n_dims, const uin
 {
     fb_str(b, name);
     fb_u32(b, n_dims);
-    for (uint32_t d = 0; d < n_dims; d++) fb_u64(b, ne[d]);
+    for (uint32_t d = 0; d < n_dims; d++)
+        fb_u64(b, ne[d]);
     fb_u32(b, type);
     fb_u64(b, offset);
 }
 static void fb_pad(struct fb *b, size_t align)
 {
-    while (b->n % align) b->buf[b->n++] = 0;
+    while (b->n % align)
+        b->buf[b->n++] = 0;
 }
 static void fb_zeros(struct fb *b, size_t n)
 {
@@ -215,7 +219,8 @@ static void test_read_stories260k(void **state)
         n_params += t->ne[0] * t->ne[1] * t->ne[2] * t->ne[3];
     }
     // 512*64*2 embed/output + 64 norm + 5 * (64*64*2 + 64*32*2 + 64*172*3 + 64*2)
-    assert_int_equal(n_params, 512 * 64 * 2 + 64 + 5 * (64 * 64 * 2 + 64 * 32 * 2 + 64 * 172 * 3 + 128));
+    assert_int_equal(n_params,
+                     512 * 64 * 2 + 64 + 5 * (64 * 64 * 2 + 64 * 32 * 2 + 64 * 172 * 3 + 128));
     const struct tl_gguf_tensor *emb = tl_gguf_find_tensor(g, "token_embd.weight");
     assert_non_null(emb);
     assert_int_equal(emb->n_dims, 2);
@@ -317,7 +322,8 @@ static void test_read_vocab_files(void **state)
     tl_gguf_close(g);
 }
 
-// ---- writer round trip -------------------------------------------------------------------------------
+// ---- writer round trip
+// -------------------------------------------------------------------------------
 
 static bool value_equal(const struct tl_gguf_value *a, const struct tl_gguf_value *b)
 {
@@ -343,12 +349,15 @@ static bool value_equal(const struct tl_gguf_value *a, const struct tl_gguf_valu
         }
         return true;
     case TL_GGUF_TYPE_FLOAT32:
-    case TL_GGUF_TYPE_FLOAT64: return a->f64 == b->f64;
+    case TL_GGUF_TYPE_FLOAT64:
+        return a->f64 == b->f64;
     case TL_GGUF_TYPE_INT8:
     case TL_GGUF_TYPE_INT16:
     case TL_GGUF_TYPE_INT32:
-    case TL_GGUF_TYPE_INT64: return a->i64 == b->i64;
-    default: return a->u64 == b->u64;
+    case TL_GGUF_TYPE_INT64:
+        return a->i64 == b->i64;
+    default:
+        return a->u64 == b->u64;
     }
 }
 
@@ -362,7 +371,8 @@ static int fill_pattern(void *ctx, const char *name, void *dst, size_t n)
 {
     (void)name;
     uint8_t seed = (uint8_t)(uintptr_t)ctx;
-    for (size_t i = 0; i < n; i++) ((uint8_t *)dst)[i] = (uint8_t)(i * 7 + seed);
+    for (size_t i = 0; i < n; i++)
+        ((uint8_t *)dst)[i] = (uint8_t)(i * 7 + seed);
     return 0;
 }
 
@@ -399,12 +409,14 @@ static size_t build_roundtrip_file(const char *path, struct rt_expect *exp)
     l3a[0] = sv("a");
     l3a[1] = sv("");
     l3c[0] = sv("\xe2\x82\xac");
-    l2a[0] = (struct tl_gguf_value){.type = TL_GGUF_TYPE_ARRAY,
-                                    .arr = {.elem_type = TL_GGUF_TYPE_STRING, .n = 2, .items = l3a}};
+    l2a[0] =
+        (struct tl_gguf_value){.type = TL_GGUF_TYPE_ARRAY,
+                               .arr = {.elem_type = TL_GGUF_TYPE_STRING, .n = 2, .items = l3a}};
     l2a[1] = (struct tl_gguf_value){.type = TL_GGUF_TYPE_ARRAY,
                                     .arr = {.elem_type = TL_GGUF_TYPE_STRING, .n = 0}};
-    l2c[0] = (struct tl_gguf_value){.type = TL_GGUF_TYPE_ARRAY,
-                                    .arr = {.elem_type = TL_GGUF_TYPE_STRING, .n = 1, .items = l3c}};
+    l2c[0] =
+        (struct tl_gguf_value){.type = TL_GGUF_TYPE_ARRAY,
+                               .arr = {.elem_type = TL_GGUF_TYPE_STRING, .n = 1, .items = l3c}};
     l1[0] = (struct tl_gguf_value){.type = TL_GGUF_TYPE_ARRAY,
                                    .arr = {.elem_type = TL_GGUF_TYPE_ARRAY, .n = 2, .items = l2a}};
     l1[1] = (struct tl_gguf_value){.type = TL_GGUF_TYPE_ARRAY,
@@ -438,7 +450,8 @@ static size_t build_roundtrip_file(const char *path, struct rt_expect *exp)
     exp[n++] = (struct rt_expect){"t.str_empty", sv("")};
     exp[n++] = (struct rt_expect){"t.u64", {.type = TL_GGUF_TYPE_UINT64, .u64 = (1ull << 63) + 5}};
     exp[n++] = (struct rt_expect){"t.i64", {.type = TL_GGUF_TYPE_INT64, .i64 = -(1ll << 62)}};
-    exp[n++] = (struct rt_expect){"t.f64", {.type = TL_GGUF_TYPE_FLOAT64, .f64 = 2.718281828459045}};
+    exp[n++] =
+        (struct rt_expect){"t.f64", {.type = TL_GGUF_TYPE_FLOAT64, .f64 = 2.718281828459045}};
     exp[n++] = (struct rt_expect){"a.u8", ARR(TL_GGUF_TYPE_UINT8, u8s, 3)};
     exp[n++] = (struct rt_expect){"a.i8", ARR(TL_GGUF_TYPE_INT8, i8s, 3)};
     exp[n++] = (struct rt_expect){"a.u16", ARR(TL_GGUF_TYPE_UINT16, u16s, 2)};
@@ -452,15 +465,16 @@ static size_t build_roundtrip_file(const char *path, struct rt_expect *exp)
     exp[n++] = (struct rt_expect){"a.bool", ARR(TL_GGUF_TYPE_BOOL, bools, 4)};
     exp[n++] = (struct rt_expect){"a.empty_u32", ARR(TL_GGUF_TYPE_UINT32, NULL, 0)};
     exp[n++] = (struct rt_expect){"a.empty_str", ARR(TL_GGUF_TYPE_STRING, NULL, 0)};
-    exp[n++] = (struct rt_expect){
-        "a.str", {.type = TL_GGUF_TYPE_ARRAY,
-                  .arr = {.elem_type = TL_GGUF_TYPE_STRING, .n = 3, .items = strs}}};
-    exp[n++] = (struct rt_expect){
-        "a.nested", {.type = TL_GGUF_TYPE_ARRAY,
-                     .arr = {.elem_type = TL_GGUF_TYPE_ARRAY, .n = 3, .items = l1}}};
-    exp[n++] = (struct rt_expect){
-        "a.nested_i32", {.type = TL_GGUF_TYPE_ARRAY,
-                         .arr = {.elem_type = TL_GGUF_TYPE_ARRAY, .n = 2, .items = ia}}};
+    exp[n++] =
+        (struct rt_expect){"a.str",
+                           {.type = TL_GGUF_TYPE_ARRAY,
+                            .arr = {.elem_type = TL_GGUF_TYPE_STRING, .n = 3, .items = strs}}};
+    exp[n++] = (struct rt_expect){"a.nested",
+                                  {.type = TL_GGUF_TYPE_ARRAY,
+                                   .arr = {.elem_type = TL_GGUF_TYPE_ARRAY, .n = 3, .items = l1}}};
+    exp[n++] = (struct rt_expect){"a.nested_i32",
+                                  {.type = TL_GGUF_TYPE_ARRAY,
+                                   .arr = {.elem_type = TL_GGUF_TYPE_ARRAY, .n = 2, .items = ia}}};
     exp[n++] = (struct rt_expect){"a.empty_nested", ARR(TL_GGUF_TYPE_ARRAY, NULL, 0)};
 #undef ARR
 
@@ -482,26 +496,23 @@ static size_t build_roundtrip_file(const char *path, struct rt_expect *exp)
 
     // Tensors: borrowed and filled, several types and ranks.
     static float f32data[15];
-    for (int i = 0; i < 15; i++) f32data[i] = (float)i * 0.5f - 3.0f;
+    for (int i = 0; i < 15; i++)
+        f32data[i] = (float)i * 0.5f - 3.0f;
     static const uint16_t f16data[8] = {0x3c00, 0xbc00, 0x0000, 0x7bff, 1, 2, 3, 4};
     static const uint16_t bf16data[3] = {0x3f80, 0xc000, 0x4049};
     static const int32_t i32data[8] = {1, -2, 3, -4, 5, -6, 7, -8};
-    assert_int_equal(tl_gguf_writer_add_tensor(w, "f32", TL_DTYPE_F32, 2, (int64_t[]){5, 3},
-                                               f32data),
+    assert_int_equal(
+        tl_gguf_writer_add_tensor(w, "f32", TL_DTYPE_F32, 2, (int64_t[]){5, 3}, f32data), TL_OK);
+    assert_int_equal(
+        tl_gguf_writer_add_tensor(w, "f16", TL_DTYPE_F16, 2, (int64_t[]){4, 2}, f16data), TL_OK);
+    assert_int_equal(tl_gguf_writer_add_tensor_fill(w, "q8_0", TL_DTYPE_Q8_0, 2, (int64_t[]){64, 3},
+                                                    fill_pattern, (void *)(uintptr_t)5),
                      TL_OK);
-    assert_int_equal(tl_gguf_writer_add_tensor(w, "f16", TL_DTYPE_F16, 2, (int64_t[]){4, 2},
-                                               f16data),
-                     TL_OK);
-    assert_int_equal(tl_gguf_writer_add_tensor_fill(w, "q8_0", TL_DTYPE_Q8_0, 2,
-                                                    (int64_t[]){64, 3}, fill_pattern,
-                                                    (void *)(uintptr_t)5),
-                     TL_OK);
-    assert_int_equal(tl_gguf_writer_add_tensor(w, "bf16", TL_DTYPE_BF16, 1, (int64_t[]){3},
-                                               bf16data),
-                     TL_OK);
-    assert_int_equal(tl_gguf_writer_add_tensor(w, "i32.3d", TL_DTYPE_I32, 3,
-                                               (int64_t[]){2, 2, 2}, i32data),
-                     TL_OK);
+    assert_int_equal(
+        tl_gguf_writer_add_tensor(w, "bf16", TL_DTYPE_BF16, 1, (int64_t[]){3}, bf16data), TL_OK);
+    assert_int_equal(
+        tl_gguf_writer_add_tensor(w, "i32.3d", TL_DTYPE_I32, 3, (int64_t[]){2, 2, 2}, i32data),
+        TL_OK);
     assert_int_equal(tl_gguf_writer_add_tensor_fill(w, "q4_k.4d", TL_DTYPE_Q4_K, 4,
                                                     (int64_t[]){256, 2, 1, 3}, fill_pattern,
                                                     (void *)(uintptr_t)9),
@@ -597,8 +608,7 @@ static void test_writer_copies_tokenizer(void **state)
 {
     (void)state;
     struct tl_gguf *src;
-    assert_int_equal(tl_gguf_open(tl_test_shared("models/llama-2-tiny-random.gguf"), &src),
-                     TL_OK);
+    assert_int_equal(tl_gguf_open(tl_test_shared("models/llama-2-tiny-random.gguf"), &src), TL_OK);
     struct tl_gguf_writer *w = tl_gguf_writer_create();
     int n_copied = 0;
     for (int64_t i = 0; i < tl_gguf_n_kv(src); i++) {
@@ -638,9 +648,9 @@ static void test_writer_rejects_bad_input(void **state)
     assert_int_equal(tl_gguf_writer_add_tensor(w, "a", TL_DTYPE_Q8_0, 1, (int64_t[]){33}, x),
                      TL_ERR_INVALID_ARG);
     assert_non_null(strstr(tl_last_error(), "block size 32"));
-    assert_int_equal(tl_gguf_writer_add_tensor(w, "a", TL_DTYPE_F32, 5, (int64_t[]){1, 1, 1, 1, 1},
-                                               x),
-                     TL_ERR_INVALID_ARG);
+    assert_int_equal(
+        tl_gguf_writer_add_tensor(w, "a", TL_DTYPE_F32, 5, (int64_t[]){1, 1, 1, 1, 1}, x),
+        TL_ERR_INVALID_ARG);
     assert_int_equal(tl_gguf_writer_add_tensor(w, "a", TL_DTYPE_F32, 1, (int64_t[]){0}, x),
                      TL_ERR_INVALID_ARG);
     assert_int_equal(tl_gguf_writer_add_tensor(w, "a", (enum tl_dtype)77, 1, (int64_t[]){1}, x),
@@ -675,9 +685,9 @@ static void test_writer_rejects_bad_input(void **state)
 
     // A failing fill callback leaves no file behind.
     w = tl_gguf_writer_create();
-    assert_int_equal(tl_gguf_writer_add_tensor_fill(w, "a", TL_DTYPE_F32, 1, (int64_t[]){4},
-                                                    fill_fails, NULL),
-                     TL_OK);
+    assert_int_equal(
+        tl_gguf_writer_add_tensor_fill(w, "a", TL_DTYPE_F32, 1, (int64_t[]){4}, fill_fails, NULL),
+        TL_OK);
     char path[256];
     snprintf(path, sizeof(path), "%s", tl_test_tmpfile("fail.gguf"));
     assert_int_equal(tl_gguf_writer_write(w, path), TL_ERR_INVALID_ARG);
@@ -710,7 +720,8 @@ static void test_writer_alignment_64(void **state)
     unlink(path);
 }
 
-// ---- getters -----------------------------------------------------------------------------------------
+// ---- getters
+// -----------------------------------------------------------------------------------------
 
 static void test_getter_conversions(void **state)
 {
@@ -769,7 +780,7 @@ static void test_getter_conversions(void **state)
     assert_true(i64 == INT64_MIN);
     assert_true(tl_gguf_get_f32(g, "f64", &f));
     assert_float_equal(f, 0.1f, 0);
-    assert_false(tl_gguf_get_u32(g, "f64", &u32)); // floats do not convert to integers
+    assert_false(tl_gguf_get_u32(g, "f64", &u32));  // floats do not convert to integers
     assert_false(tl_gguf_get_u32(g, "flag", &u32)); // nor bools
     assert_true(tl_gguf_get_bool(g, "flag", &b));
     assert_true(b);
@@ -803,7 +814,8 @@ static void test_getter_conversions(void **state)
     unlink(path);
 }
 
-// ---- handcrafted bad files -----------------------------------------------------------------------------
+// ---- handcrafted bad files
+// -----------------------------------------------------------------------------
 
 static void test_bad_header(void **state)
 {
@@ -963,8 +975,9 @@ static void test_bad_tensors(void **state)
     fb_one_tensor(&b, 1, (uint64_t[]){4}, 4, 0, 32); // Q4_2, removed from ggml
     expect_bad(&b, TL_ERR_FORMAT, "unknown tensor type 4 for tensor 't'");
     fb_one_tensor(&b, 2, (uint64_t[]){33, 2}, TL_DTYPE_Q8_0, 0, 128);
-    expect_bad(&b, TL_ERR_FORMAT, "tensor 't': ne[0] = 33 is not a multiple of the Q8_0 block "
-                                  "size 32");
+    expect_bad(&b, TL_ERR_FORMAT,
+               "tensor 't': ne[0] = 33 is not a multiple of the Q8_0 block "
+               "size 32");
     fb_one_tensor(&b, 1, (uint64_t[]){4}, TL_DTYPE_F32, 8, 32);
     expect_bad(&b, TL_ERR_FORMAT, "tensor 't' offset 8 is not a multiple of the alignment 32");
     fb_one_tensor(&b, 1, (uint64_t[]){16}, TL_DTYPE_F32, 0, 63);
@@ -1018,7 +1031,8 @@ static void test_open_path_errors(void **state)
     tl_gguf_close(NULL);
 }
 
-// ---- truncation, byte flips, allocation failures ---------------------------------------------------------
+// ---- truncation, byte flips, allocation failures
+// ---------------------------------------------------------
 
 static size_t make_roundtrip_bytes(uint8_t **out, char *path)
 {
@@ -1087,12 +1101,14 @@ static uint64_t touch_all(const struct tl_gguf *g)
     uint64_t sum = 0;
     for (int64_t i = 0; i < tl_gguf_n_kv(g); i++) {
         const struct tl_gguf_kv *kv = tl_gguf_kv_at(g, i);
-        for (uint64_t k = 0; k < kv->key.len; k++) sum += (uint8_t)kv->key.ptr[k];
+        for (uint64_t k = 0; k < kv->key.len; k++)
+            sum += (uint8_t)kv->key.ptr[k];
         const struct tl_gguf_value *v = &kv->value;
         if (v->type == TL_GGUF_TYPE_ARRAY)
             for (uint64_t k = 0; k < v->arr.n; k++) {
                 double d;
-                if (tl_gguf_arr_f64(v, k, &d)) sum += (uint64_t)(d != 0);
+                if (tl_gguf_arr_f64(v, k, &d))
+                    sum += (uint64_t)(d != 0);
                 else if (v->arr.elem_type == TL_GGUF_TYPE_STRING)
                     sum += v->arr.items[k].str.len ? (uint8_t)v->arr.items[k].str.ptr[0] : 0;
             }
@@ -1126,7 +1142,9 @@ static void test_random_byte_flips(void **state)
             size_t at = (size_t)(rng_next(&seed) % meta_end);
             uint64_t r = rng_next(&seed);
             // Mix single-bit flips with byte overwrites that favour extreme values.
-            buf[at] = (r & 3) == 0 ? 0xff : (r & 3) == 1 ? 0 : buf[at] ^ (uint8_t)(1u << (r >> 8) % 8);
+            buf[at] = (r & 3) == 0   ? 0xff
+                      : (r & 3) == 1 ? 0
+                                     : buf[at] ^ (uint8_t)(1u << (r >> 8) % 8);
         }
         tl_status rc = tl_gguf_open_mem(buf, size, "flip.gguf", &g);
         if (rc == TL_OK) {
@@ -1172,14 +1190,12 @@ static void test_allocation_failures(void **state)
     unlink(path);
 }
 
-TL_TEST_MAIN(cmocka_unit_test(test_read_stories260k), cmocka_unit_test(test_read_llama2_tiny_random),
-             cmocka_unit_test(test_read_vocab_files),
-             cmocka_unit_test(test_writer_roundtrip_every_type),
-             cmocka_unit_test(test_writer_copies_tokenizer),
-             cmocka_unit_test(test_writer_rejects_bad_input),
-             cmocka_unit_test(test_writer_alignment_64), cmocka_unit_test(test_getter_conversions),
-             cmocka_unit_test(test_bad_header), cmocka_unit_test(test_bad_metadata),
-             cmocka_unit_test(test_nesting_depth_cap), cmocka_unit_test(test_bad_tensors),
-             cmocka_unit_test(test_open_path_errors),
-             cmocka_unit_test(test_truncation_every_offset),
-             cmocka_unit_test(test_random_byte_flips), cmocka_unit_test(test_allocation_failures))
+TL_TEST_MAIN(
+    cmocka_unit_test(test_read_stories260k), cmocka_unit_test(test_read_llama2_tiny_random),
+    cmocka_unit_test(test_read_vocab_files), cmocka_unit_test(test_writer_roundtrip_every_type),
+    cmocka_unit_test(test_writer_copies_tokenizer), cmocka_unit_test(test_writer_rejects_bad_input),
+    cmocka_unit_test(test_writer_alignment_64), cmocka_unit_test(test_getter_conversions),
+    cmocka_unit_test(test_bad_header), cmocka_unit_test(test_bad_metadata),
+    cmocka_unit_test(test_nesting_depth_cap), cmocka_unit_test(test_bad_tensors),
+    cmocka_unit_test(test_open_path_errors), cmocka_unit_test(test_truncation_every_offset),
+    cmocka_unit_test(test_random_byte_flips), cmocka_unit_test(test_allocation_failures))
