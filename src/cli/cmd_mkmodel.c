@@ -1,12 +1,432 @@
-/* tokenloom mkmodel: placeholder until the command lands. */
+/*
+ * tokenloom mkmodel: writes a Llama-shaped GGUF model with random weights, for tests and
+ * benchmarks of shapes we have no trained weights for (up to a TinyLlama-sized 1B model).
+ *
+ * The file follows llama.cpp's conventions so llama.cpp could load it: tensor names
+ * token_embd / output_norm / output / blk.N.{attn_norm, attn_q, attn_k, attn_v, attn_output,
+ * ffn_norm, ffn_gate, ffn_up, ffn_down}.weight, 2-D weights with ne = [n_in, n_out], norms in F32,
+ * the llama.* hyperparameter keys, and every tokenizer.* key copied from a donor GGUF (the vocab
+ * size is its token count). Weights are N(0, 0.02^2) (Box-Muller over splitmix64), norms 1.0.
+ *
+ * Design: each tensor gets its own RNG stream seeded from (--seed, tensor name), so the bytes of
+ * a tensor do not depend on the order tensors are written, and a fixed seed gives an identical
+ * file. Tensor data is produced row by row inside the GGUF writer's fill callback and quantized
+ * with tl_quantize_row, so memory use is one tensor, never the model. A tensor whose row length
+ * is not a multiple of the requested type's block size (e.g. Q8_0 with ff = 172) falls back to
+ * F16, as llama.cpp's quantizer does for incompatible tensors.
+ *
+ * Thread model: single-threaded. Ownership: everything is local to tl_cmd_mkmodel.
+ */
 #include "cli/cli.h"
 
+#include "core/alloc.h"
+#include "core/clock.h"
+#include "gguf/gguf.h"
+#include "kernels/kernels.h"
+
+#include <inttypes.h>
+#include <limits.h>
+#include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+struct preset {
+    const char *name;
+    int dim, layers, heads, kv_heads, ff, ctx;
+    const char *tokenizer; // default donor, relative to the shared models folder
+};
+
+// 260K is stories260K's shape with its own 512-token vocabulary; the others use the 32000-token
+// Llama-2 vocabulary. 15M/42M/110M are llama2.c's TinyStories shapes; 1B is TinyLlama's.
+static const struct preset presets[] = {
+    {"260K", 64, 5, 8, 4, 172, 512, "stories260K.gguf"},
+    {"15M", 288, 6, 6, 6, 768, 256, "llama-2-tiny-random.gguf"},
+    {"42M", 512, 8, 8, 8, 1376, 1024, "llama-2-tiny-random.gguf"},
+    {"110M", 768, 12, 12, 12, 2048, 1024, "llama-2-tiny-random.gguf"},
+    {"1B", 2048, 22, 32, 4, 5632, 2048, "llama-2-tiny-random.gguf"},
+};
+
+#define WEIGHT_STD 0.02f
+#define RMS_EPS 1e-5f
+#define ROPE_FREQ_BASE 10000.0f
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: tokenloom mkmodel -o OUT.gguf [options]\n"
+            "  --size 260K|15M|42M|110M|1B   shape preset (default 260K)\n"
+            "  --type f32|f16|bf16|q8_0      weight type (default f32; norms stay f32)\n"
+            "  --tokenizer-from GGUF         copy tokenizer.* from this file (default: the shared\n"
+            "                                stories260K.gguf for 260K, llama-2-tiny-random.gguf\n"
+            "                                otherwise)\n"
+            "  --seed N                      RNG seed (default 42)\n"
+            "  --ctx N                       llama.context_length\n"
+            "  --dim N --layers N --heads N --kv-heads N --ff N   override the preset\n"
+            "                                (--heads without --kv-heads sets both)\n"
+            "  --name NAME                   general.name\n");
+}
+
+// ---- random weights
+// ------------------------------------------------------------------------------
+
+static uint64_t splitmix64(uint64_t *s)
+{
+    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+// Fills x[0..n) with N(0, std^2) samples (Box-Muller, both outputs used).
+static void fill_normal(uint64_t *state, float *x, int64_t n, float std)
+{
+    for (int64_t i = 0; i < n; i += 2) {
+        // u1 in (0, 1] so log(u1) is finite; 53-bit uniforms.
+        double u1 = ((double)(splitmix64(state) >> 11) + 1.0) * 0x1p-53;
+        double u2 = (double)(splitmix64(state) >> 11) * 0x1p-53;
+        double r = sqrt(-2.0 * log(u1)) * std;
+        double a = 2.0 * M_PI * u2;
+        x[i] = (float)(r * cos(a));
+        if (i + 1 < n) x[i + 1] = (float)(r * sin(a));
+    }
+}
+
+struct tensor_job {
+    char name[64];
+    enum tl_dtype type;
+    int n_dims;
+    int64_t ne[2];
+    bool is_norm;
+    uint64_t seed; // stream seed for this tensor
+    float *row;    // borrowed: shared row buffer of at least ne[0] floats
+};
+
+static int fill_tensor(void *ctx, const char *name, void *dst, size_t n_bytes)
+{
+    struct tensor_job *j = ctx;
+    size_t row_bytes;
+    if (!tl_dtype_row_bytes(j->type, j->ne[0], &row_bytes)) return -1;
+    int64_t n_rows = j->n_dims == 2 ? j->ne[1] : 1;
+    if (row_bytes * (size_t)n_rows != n_bytes) return -1;
+    uint64_t state = j->seed;
+    for (int64_t r = 0; r < n_rows; r++) {
+        if (j->is_norm) {
+            for (int64_t i = 0; i < j->ne[0]; i++)
+                j->row[i] = 1.0f;
+        } else {
+            fill_normal(&state, j->row, j->ne[0], WEIGHT_STD);
+        }
+        if (!tl_quantize_row(j->type, j->row, (uint8_t *)dst + (size_t)r * row_bytes, j->ne[0]))
+            return -1;
+    }
+    return 0;
+}
+
+static uint64_t hash_name(const char *s)
+{
+    uint64_t h = 1469598103934665603ull;
+    for (; *s; s++)
+        h = (h ^ (uint8_t)*s) * 1099511628211ull;
+    return h;
+}
+
+// ---- arguments
+// -----------------------------------------------------------------------------------
+
+// Parses a positive int in [1, max]; false otherwise.
+static bool parse_int(const char *s, long max, int *out)
+{
+    char *end;
+    long v = strtol(s, &end, 10);
+    if (!*s || *end || v < 1 || v > max) return false;
+    *out = (int)v;
+    return true;
+}
+
+// Finds `file` in the shared models folder: $TL_SHARED/models, ../shared/models, or beside the
+// checkout of the executable. Writes the path to buf; false when not found.
+static bool find_shared_model(const char *file, char *buf, size_t cap)
+{
+    const char *root = getenv("TL_SHARED");
+    if (root && *root) {
+        snprintf(buf, cap, "%s/models/%s", root, file);
+        if (access(buf, R_OK) == 0) return true;
+    }
+    snprintf(buf, cap, "../shared/models/%s", file);
+    if (access(buf, R_OK) == 0) return true;
+    char exe[PATH_MAX];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+    if (n > 0) {
+        exe[n] = '\0';
+        char *slash = strrchr(exe, '/');
+        if (slash) {
+            *slash = '\0';
+            snprintf(buf, cap, "%s/../../shared/models/%s", exe, file);
+            if (access(buf, R_OK) == 0) return true;
+        }
+    }
+    return false;
+}
+
+static uint32_t file_type_of(enum tl_dtype t)
+{
+    // llama.cpp's llama_ftype numbers: ALL_F32 0, MOSTLY_F16 1, MOSTLY_Q8_0 7, MOSTLY_BF16 32.
+    switch (t) {
+    case TL_DTYPE_F16:
+        return 1;
+    case TL_DTYPE_Q8_0:
+        return 7;
+    case TL_DTYPE_BF16:
+        return 32;
+    default:
+        return 0;
+    }
+}
+
+// ---- the command
+// ---------------------------------------------------------------------------------
 
 int tl_cmd_mkmodel(int argc, char **argv)
 {
-    (void)argc;
-    (void)argv;
-    fprintf(stderr, "tokenloom mkmodel: not built yet\n");
-    return 1;
+    const char *out = NULL, *size = "260K", *type_name = "f32", *tok_from = NULL, *name = NULL;
+    uint64_t seed = 42;
+    int ctx = 0, dim = 0, layers = 0, heads = 0, kv_heads = 0, ff = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+        bool ok = true;
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            usage(stdout);
+            return 0;
+        }
+        if (!v) {
+            fprintf(stderr, "tokenloom mkmodel: unknown or incomplete option '%s'\n", a);
+            usage(stderr);
+            return 2;
+        }
+        if (!strcmp(a, "-o") || !strcmp(a, "--out"))
+            out = v;
+        else if (!strcmp(a, "--size"))
+            size = v;
+        else if (!strcmp(a, "--type"))
+            type_name = v;
+        else if (!strcmp(a, "--tokenizer-from"))
+            tok_from = v;
+        else if (!strcmp(a, "--name"))
+            name = v;
+        else if (!strcmp(a, "--seed")) {
+            char *end;
+            seed = strtoull(v, &end, 10);
+            ok = *v && !*end;
+        } else if (!strcmp(a, "--ctx"))
+            ok = parse_int(v, 1 << 24, &ctx);
+        else if (!strcmp(a, "--dim"))
+            ok = parse_int(v, 1 << 16, &dim);
+        else if (!strcmp(a, "--layers"))
+            ok = parse_int(v, 1024, &layers);
+        else if (!strcmp(a, "--heads"))
+            ok = parse_int(v, 1024, &heads);
+        else if (!strcmp(a, "--kv-heads"))
+            ok = parse_int(v, 1024, &kv_heads);
+        else if (!strcmp(a, "--ff"))
+            ok = parse_int(v, 1 << 18, &ff);
+        else {
+            fprintf(stderr, "tokenloom mkmodel: unknown option '%s'\n", a);
+            usage(stderr);
+            return 2;
+        }
+        if (!ok) {
+            fprintf(stderr, "tokenloom mkmodel: bad value '%s' for %s\n", v, a);
+            return 2;
+        }
+        i++;
+    }
+    if (!out) {
+        fprintf(stderr, "tokenloom mkmodel: -o OUT.gguf is required\n");
+        usage(stderr);
+        return 2;
+    }
+    const struct preset *p = NULL;
+    for (size_t i = 0; i < sizeof(presets) / sizeof(presets[0]); i++)
+        if (!strcasecmp(size, presets[i].name)) p = &presets[i];
+    if (!p) {
+        fprintf(stderr, "tokenloom mkmodel: unknown --size '%s' (260K, 15M, 42M, 110M, 1B)\n",
+                size);
+        return 2;
+    }
+    enum tl_dtype wtype;
+    if (!tl_dtype_from_name(type_name, &wtype) ||
+        (wtype != TL_DTYPE_F32 && wtype != TL_DTYPE_F16 && wtype != TL_DTYPE_BF16 &&
+         wtype != TL_DTYPE_Q8_0)) {
+        fprintf(stderr, "tokenloom mkmodel: unsupported --type '%s' (f32, f16, bf16, q8_0)\n",
+                type_name);
+        return 2;
+    }
+    if (!kv_heads) kv_heads = heads ? heads : p->kv_heads;
+    if (!dim) dim = p->dim;
+    if (!layers) layers = p->layers;
+    if (!heads) heads = p->heads;
+    if (!ff) ff = p->ff;
+    if (!ctx) ctx = p->ctx;
+    if (dim % heads || heads % kv_heads || (dim / heads) % 2) {
+        fprintf(stderr,
+                "tokenloom mkmodel: bad shape: dim %d must be a multiple of heads %d, heads a "
+                "multiple of kv-heads %d, and the head size even\n",
+                dim, heads, kv_heads);
+        return 2;
+    }
+    int head_dim = dim / heads;
+
+    // The donor tokenizer.
+    char tok_buf[PATH_MAX];
+    if (!tok_from) {
+        if (!find_shared_model(p->tokenizer, tok_buf, sizeof(tok_buf))) {
+            fprintf(stderr,
+                    "tokenloom mkmodel: cannot find the shared %s (set TL_SHARED or use "
+                    "--tokenizer-from)\n",
+                    p->tokenizer);
+            return 1;
+        }
+        tok_from = tok_buf;
+    }
+    struct tl_gguf *tok;
+    if (tl_gguf_open(tok_from, &tok)) {
+        fprintf(stderr, "tokenloom: %s\n", tl_last_error());
+        return 1;
+    }
+    const struct tl_gguf_value *toks = tl_gguf_get_arr(tok, "tokenizer.ggml.tokens");
+    if (!toks || toks->arr.elem_type != TL_GGUF_TYPE_STRING || toks->arr.n == 0 ||
+        toks->arr.n > INT32_MAX) {
+        fprintf(stderr, "tokenloom: %s: no usable tokenizer.ggml.tokens array\n", tok_from);
+        tl_gguf_close(tok);
+        return 1;
+    }
+    int64_t n_vocab = (int64_t)toks->arr.n;
+
+    int rc = 1;
+    struct tl_gguf_writer *w = tl_gguf_writer_create();
+    int64_t n_jobs = 3 + 9 * (int64_t)layers;
+    struct tensor_job *jobs = tl_calloc_array((size_t)n_jobs, sizeof(*jobs));
+    int64_t max_row = dim > ff ? dim : ff;
+    float *row = tl_malloc_array((size_t)max_row + 1, sizeof(float));
+    if (!w || !jobs || !row) {
+        fprintf(stderr, "tokenloom mkmodel: out of memory\n");
+        goto out;
+    }
+
+    // Metadata.
+    char name_buf[64];
+    if (!name) {
+        snprintf(name_buf, sizeof(name_buf), "tokenloom-random-%s", p->name);
+        name = name_buf;
+    }
+    tl_status st = tl_gguf_writer_set_str(w, "general.architecture", "llama");
+    if (!st) st = tl_gguf_writer_set_str(w, "general.name", name);
+    if (!st) st = tl_gguf_writer_set_u32(w, "general.file_type", file_type_of(wtype));
+    if (!st && wtype == TL_DTYPE_Q8_0)
+        st = tl_gguf_writer_set_u32(w, "general.quantization_version", 2);
+    if (!st) st = tl_gguf_writer_set_u32(w, "llama.context_length", (uint32_t)ctx);
+    if (!st) st = tl_gguf_writer_set_u32(w, "llama.embedding_length", (uint32_t)dim);
+    if (!st) st = tl_gguf_writer_set_u32(w, "llama.block_count", (uint32_t)layers);
+    if (!st) st = tl_gguf_writer_set_u32(w, "llama.feed_forward_length", (uint32_t)ff);
+    if (!st) st = tl_gguf_writer_set_u32(w, "llama.attention.head_count", (uint32_t)heads);
+    if (!st) st = tl_gguf_writer_set_u32(w, "llama.attention.head_count_kv", (uint32_t)kv_heads);
+    if (!st) st = tl_gguf_writer_set_f32(w, "llama.attention.layer_norm_rms_epsilon", RMS_EPS);
+    if (!st) st = tl_gguf_writer_set_u32(w, "llama.rope.dimension_count", (uint32_t)head_dim);
+    if (!st) st = tl_gguf_writer_set_f32(w, "llama.rope.freq_base", ROPE_FREQ_BASE);
+    if (!st) st = tl_gguf_writer_set_u32(w, "llama.vocab_size", (uint32_t)n_vocab);
+    for (int64_t i = 0; !st && i < tl_gguf_n_kv(tok); i++) {
+        const struct tl_gguf_kv *kv = tl_gguf_kv_at(tok, i);
+        char key[256];
+        if (kv->key.len < 10 || kv->key.len >= sizeof(key) || memcmp(kv->key.ptr, "tokenizer.", 10))
+            continue;
+        memcpy(key, kv->key.ptr, kv->key.len);
+        key[kv->key.len] = '\0';
+        st = tl_gguf_writer_set_value(w, key, &kv->value);
+    }
+    if (st) {
+        fprintf(stderr, "tokenloom mkmodel: %s\n", tl_last_error());
+        goto out;
+    }
+
+    // Tensors, in llama.cpp's usual order.
+    int64_t nj = 0, n_params = 0, n_fallback = 0;
+    struct {
+        const char *suffix;
+        int64_t n_in, n_out; // n_out 0 for 1-D norms
+    } blk[9] = {
+        {"attn_norm", dim, 0},
+        {"attn_q", dim, dim},
+        {"attn_k", dim, (int64_t)kv_heads * head_dim},
+        {"attn_v", dim, (int64_t)kv_heads * head_dim},
+        {"attn_output", dim, dim},
+        {"ffn_norm", dim, 0},
+        {"ffn_gate", dim, ff},
+        {"ffn_up", dim, ff},
+        {"ffn_down", ff, dim},
+    };
+    for (int64_t t = 0; t < n_jobs; t++) {
+        struct tensor_job *j = &jobs[nj++];
+        int64_t n_in, n_out;
+        if (t == 0) {
+            snprintf(j->name, sizeof(j->name), "token_embd.weight");
+            n_in = dim, n_out = n_vocab;
+        } else if (t == n_jobs - 2) {
+            snprintf(j->name, sizeof(j->name), "output_norm.weight");
+            n_in = dim, n_out = 0;
+        } else if (t == n_jobs - 1) {
+            snprintf(j->name, sizeof(j->name), "output.weight");
+            n_in = dim, n_out = n_vocab;
+        } else {
+            int64_t l = (t - 1) / 9, k = (t - 1) % 9;
+            snprintf(j->name, sizeof(j->name), "blk.%" PRId64 ".%s.weight", l, blk[k].suffix);
+            n_in = blk[k].n_in, n_out = blk[k].n_out;
+        }
+        j->is_norm = n_out == 0;
+        j->n_dims = j->is_norm ? 1 : 2;
+        j->ne[0] = n_in;
+        j->ne[1] = j->is_norm ? 1 : n_out;
+        j->type = j->is_norm ? TL_DTYPE_F32 : wtype;
+        if (j->ne[0] % tl_dtype_info(j->type)->block_size) {
+            j->type = TL_DTYPE_F16;
+            n_fallback++;
+        }
+        j->seed = seed ^ hash_name(j->name);
+        j->row = row;
+        n_params += j->ne[0] * j->ne[1];
+        st = tl_gguf_writer_add_tensor_fill(w, j->name, j->type, j->n_dims, j->ne, fill_tensor, j);
+        if (st) {
+            fprintf(stderr, "tokenloom mkmodel: %s\n", tl_last_error());
+            goto out;
+        }
+    }
+
+    int64_t t0 = tl_time_us();
+    st = tl_gguf_writer_write(w, out);
+    if (st) {
+        fprintf(stderr, "tokenloom: %s\n", tl_last_error());
+        goto out;
+    }
+    struct stat sb;
+    long long file_bytes = stat(out, &sb) == 0 ? (long long)sb.st_size : -1;
+    printf("wrote %s: llama, %s weights, dim %d, %d layers, %d heads (%d kv), ff %d, vocab %" PRId64
+           ", ctx %d\n",
+           out, tl_dtype_name(wtype), dim, layers, heads, kv_heads, ff, n_vocab, ctx);
+    if (n_fallback)
+        printf("note: %" PRId64 " tensors whose row length is not a multiple of the %s block size "
+               "are F16\n",
+               n_fallback, tl_dtype_name(wtype));
+    printf("parameters %" PRId64 " (%.2fM), file size %lld bytes, %.1f s\n", n_params,
+           (double)n_params / 1e6, file_bytes, (double)(tl_time_us() - t0) / 1e6);
+    rc = 0;
+out:
+    free(row);
+    free(jobs);
+    tl_gguf_writer_destroy(w);
+    tl_gguf_close(tok);
+    return rc;
 }
