@@ -60,7 +60,7 @@ else
 fi
 # check LABEL VALUE: the line for LABEL holds exactly VALUE.
 check() {
-    got=$(sed -n "s/^$1  *//p" "$d/info")
+    got=$(sed -n "s/^$1   *//p" "$d/info")
     if [ "$got" = "$2" ]; then ok "info: $1 = $2"; else notok "info: $1 = $2" "got '$got'"; fi
 }
 check "architecture" "llama"
