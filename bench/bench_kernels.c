@@ -1,0 +1,306 @@
+/*
+ * Kernel benchmark. First checks every ISA variant against the scalar reference (exit 1 on a
+ * mismatch), then measures the machine's ceilings (streaming read bandwidth, peak f32 FMA and
+ * int8 VNNI rate of one core) and times tl_matmul for the shapes of a 110M and a 1B Llama at
+ * n_tok = 1..128 for each weight type, ISA and thread count.
+ *
+ * Weights are "cold": each timed call uses the next copy of the matrix in a 1 GiB arena, so a
+ * single-token matmul reads from DRAM rather than from this machine's large L3, as it would in
+ * a real model whose layers do not fit in cache. --hot reuses one copy (cache-resident).
+ *
+ * Usage: bench_kernels [--quick] [--hot] [--isa NAME] [--type NAME] [--threads N] [--shape i]
+ */
+#include "core/alloc.h"
+#include "core/clock.h"
+#include "core/pool.h"
+#include "kernels/kernels.h"
+#include "kernels/kernels_impl.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
+static uint64_t rng = 88172645463325252ull;
+static float rnd(void)
+{
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return (float)((double)(rng >> 11) / 9007199254740992.0 * 2 - 1);
+}
+
+static double now_s(void)
+{
+    return (double)tl_time_us() * 1e-6;
+}
+
+// ---- ceilings ---------------------------------------------------------------------------------
+
+struct bw_job {
+    const uint64_t *p;
+    size_t n;
+    uint64_t sink[64];
+};
+
+static void bw_worker(void *arg, int ith, int nth)
+{
+    struct bw_job *j = arg;
+    int64_t b, e;
+    tl_pool_range((int64_t)j->n, 1024, ith, nth, &b, &e);
+    uint64_t a0 = 0, a1 = 0, a2 = 0, a3 = 0;
+    for (int64_t i = b; i + 4 <= e; i += 4) {
+        a0 += j->p[i];
+        a1 += j->p[i + 1];
+        a2 += j->p[i + 2];
+        a3 += j->p[i + 3];
+    }
+    j->sink[ith * 8] = a0 + a1 + a2 + a3;
+}
+
+static double stream_read_gbs(struct tl_pool *pool, const void *buf, size_t bytes)
+{
+    struct bw_job j = {.p = buf, .n = bytes / 8};
+    tl_pool_run(pool, bw_worker, &j); // warm the TLB and the threads
+    double best = 0;
+    for (int rep = 0; rep < 5; rep++) {
+        double t0 = now_s();
+        tl_pool_run(pool, bw_worker, &j);
+        double gbs = (double)bytes / (now_s() - t0) / 1e9;
+        if (gbs > best) best = gbs;
+    }
+    return best;
+}
+
+#if defined(__x86_64__)
+// 16 independent accumulators keep both FMA ports busy whatever the latency.
+__attribute__((target("avx512f"))) static double peak_fma512(void)
+{
+    __m512 a[16];
+    for (int i = 0; i < 16; i++) a[i] = _mm512_set1_ps((float)i);
+    const __m512 m = _mm512_set1_ps(0.999999f), c = _mm512_set1_ps(1e-7f);
+    const long iters = 20000000;
+    double t0 = now_s();
+    for (long it = 0; it < iters; it++)
+#pragma GCC unroll 16
+        for (int i = 0; i < 16; i++) a[i] = _mm512_fmadd_ps(a[i], m, c);
+    double dt = now_s() - t0;
+    float s = 0;
+    for (int i = 0; i < 16; i++) s += _mm512_reduce_add_ps(a[i]);
+    if (s == 12345.f) puts("");
+    return (double)iters * 16 * 16 * 2 / dt / 1e9; // GFLOP/s
+}
+
+__attribute__((target("avx2,fma"))) static double peak_fma256(void)
+{
+    __m256 a[12];
+    for (int i = 0; i < 12; i++) a[i] = _mm256_set1_ps((float)i);
+    const __m256 m = _mm256_set1_ps(0.999999f), c = _mm256_set1_ps(1e-7f);
+    const long iters = 20000000;
+    double t0 = now_s();
+    for (long it = 0; it < iters; it++)
+#pragma GCC unroll 16
+        for (int i = 0; i < 12; i++) a[i] = _mm256_fmadd_ps(a[i], m, c);
+    double dt = now_s() - t0;
+    float s = 0;
+    for (int i = 0; i < 12; i++) {
+        float v[8];
+        _mm256_storeu_ps(v, a[i]);
+        s += v[0];
+    }
+    if (s == 12345.f) puts("");
+    return (double)iters * 12 * 8 * 2 / dt / 1e9;
+}
+
+__attribute__((target("avx512f,avx512vnni"))) static double peak_vnni512(void)
+{
+    __m512i a[16];
+    for (int i = 0; i < 16; i++) a[i] = _mm512_set1_epi32(i);
+    const __m512i u = _mm512_set1_epi8(3), s8 = _mm512_set1_epi8(-2);
+    const long iters = 20000000;
+    double t0 = now_s();
+    for (long it = 0; it < iters; it++)
+#pragma GCC unroll 16
+        for (int i = 0; i < 16; i++) a[i] = _mm512_dpbusd_epi32(a[i], u, s8);
+    double dt = now_s() - t0;
+    int s = 0;
+    for (int i = 0; i < 16; i++) s += _mm512_reduce_add_epi32(a[i]);
+    if (s == 12345) puts("");
+    return (double)iters * 16 * 64 * 2 / dt / 1e9; // int8 GOP/s (a MAC = 2 ops)
+}
+#endif
+
+// ---- correctness ------------------------------------------------------------------------------
+
+static const char *const isas[] = {"scalar", "avx2", "avx512"};
+static const enum tl_dtype types[] = {TL_DTYPE_F32, TL_DTYPE_F16, TL_DTYPE_BF16, TL_DTYPE_Q8_0};
+
+static void make_weight(struct tl_weight *w, enum tl_dtype type, int64_t n_out, int64_t n_in,
+                        void *data)
+{
+    size_t rb;
+    if (!tl_dtype_row_bytes(type, n_in, &rb)) abort();
+    float *row = malloc(sizeof(float) * (size_t)n_in);
+    for (int64_t r = 0; r < n_out; r++) {
+        for (int64_t i = 0; i < n_in; i++) row[i] = rnd();
+        tl_quantize_row(type, row, (char *)data + rb * (size_t)r, n_in);
+    }
+    free(row);
+    *w = (struct tl_weight){type, n_in, n_out, rb, data};
+}
+
+static int check_correctness(struct tl_pool *pool)
+{
+    int bad = 0;
+    const int64_t n_in = 352, n_out = 75, n_tok = 19;
+    float *x = malloc(sizeof(float) * n_in * n_tok);
+    float *y = malloc(sizeof(float) * n_out * n_tok), *ref = malloc(sizeof(float) * n_out * n_tok);
+    for (int64_t i = 0; i < n_in * n_tok; i++) x[i] = rnd();
+    void *data = tl_aligned_alloc((size_t)n_in * n_out * 4);
+    void *work = tl_aligned_alloc((size_t)n_tok * tl__xq_row_bytes(n_in));
+    printf("correctness vs scalar reference (n_in %lld, n_out %lld, n_tok %lld):\n",
+           (long long)n_in, (long long)n_out, (long long)n_tok);
+    for (int k = 0; k < 4; k++) {
+        struct tl_weight w;
+        make_weight(&w, types[k], n_out, n_in, data);
+        tl__ref_matmul(&w, x, n_tok, ref, work);
+        for (int s = 0; s < 3; s++) {
+            if (!tl_kernels_force_isa(isas[s])) continue;
+            tl_matmul(pool, &w, x, n_tok, y, work);
+            double num = 0, den = 0;
+            for (int64_t i = 0; i < n_out * n_tok; i++) {
+                num += ((double)y[i] - ref[i]) * ((double)y[i] - ref[i]);
+                den += (double)ref[i] * ref[i];
+            }
+            int ok = num / den < 1e-10;
+            bad += !ok;
+            printf("  %-6s %-5s nmse %.2e %s\n", isas[s], tl_dtype_name(types[k]), num / den,
+                   ok ? "ok" : "FAIL");
+        }
+    }
+    free(x), free(y), free(ref);
+    tl_aligned_free(data);
+    tl_aligned_free(work);
+    return bad;
+}
+
+// ---- matmul timing ----------------------------------------------------------------------------
+
+struct shape {
+    const char *name;
+    int64_t n_out, n_in;
+};
+static const struct shape shapes[] = {
+    {"110M qkvo", 768, 768},   {"110M ffn up", 2048, 768}, {"110M ffn down", 768, 2048},
+    {"110M logits", 32000, 768}, {"1B attn", 2048, 2048},   {"1B ffn up", 5632, 2048},
+};
+static const int64_t toks[] = {1, 4, 16, 32, 64, 128};
+
+int main(int argc, char **argv)
+{
+    int quick = 0, hot = 0, only_threads = 0, only_shape = -1;
+    const char *only_isa = NULL, *only_type = NULL;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--quick")) quick = 1;
+        else if (!strcmp(argv[i], "--hot")) hot = 1;
+        else if (!strcmp(argv[i], "--isa") && i + 1 < argc) only_isa = argv[++i];
+        else if (!strcmp(argv[i], "--type") && i + 1 < argc) only_type = argv[++i];
+        else if (!strcmp(argv[i], "--threads") && i + 1 < argc) only_threads = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--shape") && i + 1 < argc) only_shape = atoi(argv[++i]);
+        else {
+            fprintf(stderr, "usage: %s [--quick] [--hot] [--isa NAME] [--type NAME] "
+                            "[--threads N] [--shape i]\n", argv[0]);
+            return 2;
+        }
+    }
+    struct tl_pool *pools[2] = {tl_pool_create(1), tl_pool_create(2)};
+    if (!pools[0] || !pools[1]) return 1;
+    if (check_correctness(pools[1])) {
+        fprintf(stderr, "correctness check failed: not timing\n");
+        return 1;
+    }
+
+    const size_t arena_bytes = (size_t)1 << 30;
+    char *arena = tl_aligned_alloc(arena_bytes);
+    if (!arena) return 1;
+    memset(arena, 1, arena_bytes);
+    printf("\nceilings:\n");
+    printf("  stream read, 1 GiB: 1 thread %.1f GB/s, 2 threads %.1f GB/s\n",
+           stream_read_gbs(pools[0], arena, arena_bytes), stream_read_gbs(pools[1], arena, arena_bytes));
+    printf("  stream read, 4 MiB (cache): 1 thread %.1f GB/s\n",
+           stream_read_gbs(pools[0], arena, 4 << 20));
+#if defined(__x86_64__)
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+        printf("  peak f32 FMA, 1 core, AVX2: %.1f GFLOP/s\n", peak_fma256());
+    if (__builtin_cpu_supports("avx512f"))
+        printf("  peak f32 FMA, 1 core, AVX-512: %.1f GFLOP/s\n", peak_fma512());
+    if (__builtin_cpu_supports("avx512vnni"))
+        printf("  peak int8 VNNI (vpdpbusd), 1 core: %.1f GOP/s\n", peak_vnni512());
+#endif
+
+    int64_t max_tok = toks[sizeof(toks) / sizeof(toks[0]) - 1];
+    int64_t max_in = 2048;
+    float *x = tl_aligned_alloc(sizeof(float) * (size_t)(max_tok * max_in));
+    float *y = tl_aligned_alloc(sizeof(float) * (size_t)(max_tok * 32000));
+    void *work = tl_aligned_alloc((size_t)max_tok * tl__xq_row_bytes(max_in));
+    for (int64_t i = 0; i < max_tok * max_in; i++) x[i] = rnd();
+
+    printf("\nmatmul (%s weights; GFLOP/s = 2*n_in*n_out*n_tok/s; GB/s = weight bytes/s; "
+           "x1 = tokens/s relative to n_tok=1)\n", hot ? "hot" : "cold");
+    printf("%-6s %-5s %-14s %4s %3s %9s %8s %7s %10s %6s\n", "isa", "type", "shape", "tok",
+           "thr", "us/call", "GFLOP/s", "GB/s", "tok/s", "x1");
+    for (size_t si = 0; si < sizeof(shapes) / sizeof(shapes[0]); si++) {
+        if (only_shape >= 0 && (size_t)only_shape != si) continue;
+        if (quick && si != 1 && si != 5) continue;
+        const struct shape *sh = &shapes[si];
+        for (int k = 0; k < 4; k++) {
+            if (only_type && strcasecmp(only_type, tl_dtype_name(types[k]))) continue;
+            struct tl_weight w;
+            make_weight(&w, types[k], sh->n_out, sh->n_in, arena);
+            size_t mbytes = w.row_bytes * (size_t)w.n_out;
+            size_t stride = (mbytes + 4095) & ~(size_t)4095;
+            int copies = hot ? 1 : (int)(arena_bytes / stride);
+            for (int c = 1; c < copies; c++) memcpy(arena + (size_t)c * stride, arena, mbytes);
+            for (int s = 1; s < 3; s++) {
+                if (only_isa && strcmp(only_isa, isas[s])) continue;
+                if (!tl_kernels_force_isa(isas[s])) continue;
+                for (int th = 1; th <= 2; th++) {
+                    if (only_threads && th != only_threads) continue;
+                    double tps1 = 0;
+                    for (size_t ti = 0; ti < sizeof(toks) / sizeof(toks[0]); ti++) {
+                        int64_t n_tok = toks[ti];
+                        if (quick && n_tok != 1 && n_tok != 32) continue;
+                        int copy = 0, calls = 0;
+                        double t0 = now_s(), el = 0;
+                        do {
+                            w.data = arena + (size_t)copy * stride;
+                            copy = (copy + 1) % copies;
+                            tl_matmul(pools[th - 1], &w, x, n_tok, y, work);
+                            calls++;
+                            el = now_s() - t0;
+                        } while (el < (quick ? 0.1 : 0.3) || calls < 3);
+                        double per = el / calls;
+                        double gflops = 2.0 * sh->n_in * sh->n_out * n_tok / per / 1e9;
+                        double gbs = (double)mbytes / per / 1e9;
+                        double tps = n_tok / per;
+                        if (n_tok == 1) tps1 = tps;
+                        printf("%-6s %-5s %-14s %4lld %3d %9.1f %8.1f %7.1f %10.0f %6.1f\n",
+                               isas[s], tl_dtype_name(types[k]), sh->name, (long long)n_tok, th,
+                               per * 1e6, gflops, gbs, tps, tps1 > 0 ? tps / tps1 : 0.0);
+                        fflush(stdout);
+                    }
+                }
+            }
+        }
+    }
+    tl_aligned_free(x);
+    tl_aligned_free(y);
+    tl_aligned_free(work);
+    tl_aligned_free(arena);
+    tl_pool_destroy(pools[0]);
+    tl_pool_destroy(pools[1]);
+    return 0;
+}

@@ -1,0 +1,482 @@
+/*
+ * The AVX2 kernel variant (AVX2 + FMA + F16C; compiled with those -m flags and only called when
+ * the CPU has them).
+ *
+ * Matmul design: micro-tiles of R weight rows x T tokens as in the AVX-512 file, 8 lanes per
+ * step and 16 registers: each (row, token) pair owns an accumulator; a weight vector loaded
+ * (and for F16/BF16 converted to f32) once per step serves all T tokens.
+ *   - F32/F16/BF16: acc = fma(w, x, acc); the tail (n_in % 8) goes through a zero-padded copy
+ *     of the last partial vector, so it is the same arithmetic as a full step.
+ *   - Q8_0: one 32-block per step: maddubs(|w|, sign(x, w)) gives exact int16 pair sums
+ *     (|w| <= 128, |x| <= 127: no saturation), madd with ones widens to int32, then
+ *     acc = fma(float(sumi), d_w * d_x, acc).
+ * Every (row, token) element sees the same instruction sequence in every tile shape, and the
+ * final horizontal sum is one fixed function, so results do not depend on the batch.
+ *
+ * Elementwise ops use a vectorized exp (Cody-Waite reduction, degree-7 polynomial), accurate
+ * to about 1 ulp over the clamped range [-87.3, 88.3].
+ *
+ * Thread model: pure functions over caller-owned memory; re-entrant.
+ */
+#include "kernels/kernels_impl.h"
+
+#include "core/error.h"
+
+#include <immintrin.h>
+#include <math.h>
+#include <string.h>
+
+#define ALWAYS_INLINE inline __attribute__((always_inline))
+
+// ---- helpers ----------------------------------------------------------------------------------
+
+static ALWAYS_INLINE __m256i tail_mask8(int64_t n)
+{
+    const __m256i idx = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    return _mm256_cmpgt_epi32(_mm256_set1_epi32((int)(n < 8 ? n : 8)), idx);
+}
+
+static ALWAYS_INLINE __m256 load_tail(const float *p, int64_t n)
+{
+    return _mm256_maskload_ps(p, tail_mask8(n));
+}
+
+static ALWAYS_INLINE void store_tail(float *p, int64_t n, __m256 v)
+{
+    _mm256_maskstore_ps(p, tail_mask8(n), v);
+}
+
+// Fixed-order horizontal sum.
+static ALWAYS_INLINE float hsum256(__m256 v)
+{
+    __m128 b = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    b = _mm_add_ps(b, _mm_movehl_ps(b, b));
+    b = _mm_add_ss(b, _mm_movehdup_ps(b));
+    return _mm_cvtss_f32(b);
+}
+
+static ALWAYS_INLINE float hmax256(__m256 v)
+{
+    __m128 b = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    b = _mm_max_ps(b, _mm_movehl_ps(b, b));
+    b = _mm_max_ss(b, _mm_movehdup_ps(b));
+    return _mm_cvtss_f32(b);
+}
+
+static ALWAYS_INLINE __m256 exp256(__m256 x)
+{
+    x = _mm256_max_ps(x, _mm256_set1_ps(-87.3f)); // NaN -> -87.3
+    x = _mm256_min_ps(x, _mm256_set1_ps(88.3f));
+    __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                               _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693145751953125f), x);
+    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(1.428606765330187045e-06f), r);
+    __m256 p = _mm256_set1_ps(1.f / 5040);
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.f / 720));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.f / 120));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.f / 24));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.f / 6));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.5f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.f));
+    __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+    return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
+}
+
+// ---- activation quantization ------------------------------------------------------------------
+
+static void quantize_x(const float *x, int64_t n, void *dst)
+{
+    struct tl__xq_row row = tl__xq_view(dst, n);
+    int64_t n_chunk = (n + TL__XQ_CHUNK - 1) / TL__XQ_CHUNK;
+    const __m256 sign = _mm256_set1_ps(-0.f);
+    for (int64_t b = 0; b < n_chunk * 2; b++) {
+        int64_t i0 = b * 32;
+        __m256 v[4];
+        __m256 m = _mm256_setzero_ps();
+        for (int k = 0; k < 4; k++) {
+            int64_t left = n - i0 - 8 * k;
+            v[k] = left >= 8 ? _mm256_loadu_ps(x + i0 + 8 * k)
+                             : (left > 0 ? load_tail(x + i0 + 8 * k, left) : _mm256_setzero_ps());
+            m = _mm256_max_ps(m, _mm256_andnot_ps(sign, v[k]));
+        }
+        float amax = hmax256(m);
+        float d = amax / 127.f;
+        float id = amax != 0.f ? 127.f / amax : 0.f;
+        __m256 vid = _mm256_set1_ps(id);
+        __m256i q[4];
+        for (int k = 0; k < 4; k++) q[k] = _mm256_cvtps_epi32(_mm256_mul_ps(v[k], vid)); // RNE
+        // pack 32 int32 to 32 int8; packs interleave 128-bit lanes, the permute restores order
+        __m256i p16a = _mm256_packs_epi32(q[0], q[1]), p16b = _mm256_packs_epi32(q[2], q[3]);
+        __m256i p8 = _mm256_packs_epi16(p16a, p16b);
+        p8 = _mm256_permutevar8x32_epi32(p8, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+        _mm256_store_si256((__m256i *)(row.qs + i0), p8);
+        int64_t c = b / 2, half = b % 2;
+        _mm256_store_ps(row.d + c * 16 + half * 8, _mm256_set1_ps(d));
+        // bias: -128 * each group of four bytes (used only by the VNNI kernel, kept identical)
+        __m256i s4 = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(1), p8),
+                                       _mm256_set1_epi16(1));
+        _mm256_store_si256((__m256i *)(row.bias + c * 16 + half * 8),
+                           _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(s4, 7)));
+    }
+}
+
+// ---- matmul: F32 / F16 / BF16 weights ---------------------------------------------------------
+
+enum { FR = 4, FT = 3 }; // float tile: rows x tokens
+enum { QR = 2, QT = 4 }; // Q8_0 tile
+enum { TMAX = 4 };
+
+static ALWAYS_INLINE __m256 load_w(int type, const void *w, int64_t k)
+{
+    if (type == TL_DTYPE_F32) return _mm256_loadu_ps((const float *)w + k);
+    __m128i h = _mm_loadu_si128((const __m128i *)((const uint16_t *)w + k));
+    if (type == TL_DTYPE_F16) return _mm256_cvtph_ps(h);
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+
+static ALWAYS_INLINE void ftile(const struct tl__mm *m, int64_t r, int64_t t, const int type,
+                                const int R, const int T)
+{
+    const struct tl_weight *w = m->w;
+    const int64_t n = w->n_in;
+    const size_t esz = type == TL_DTYPE_F32 ? 4 : 2;
+    const void *wr[FR];
+    const float *xr[TMAX];
+    __m256 acc[FR][TMAX];
+#pragma GCC unroll 8
+    for (int i = 0; i < R; i++) wr[i] = (const char *)w->data + (size_t)(r + i) * w->row_bytes;
+#pragma GCC unroll 8
+    for (int j = 0; j < T; j++) xr[j] = m->x + (t + j) * n;
+#pragma GCC unroll 8
+    for (int i = 0; i < R; i++)
+#pragma GCC unroll 8
+        for (int j = 0; j < T; j++) acc[i][j] = _mm256_setzero_ps();
+    int64_t k = 0;
+    for (; k + 8 <= n; k += 8) {
+        __m256 xv[TMAX];
+#pragma GCC unroll 8
+        for (int j = 0; j < T; j++) xv[j] = _mm256_loadu_ps(xr[j] + k);
+#pragma GCC unroll 8
+        for (int i = 0; i < R; i++) {
+            __m256 wv = load_w(type, wr[i], k);
+#pragma GCC unroll 8
+            for (int j = 0; j < T; j++) acc[i][j] = _mm256_fmadd_ps(wv, xv[j], acc[i][j]);
+        }
+    }
+    if (k < n) {
+        // zero-padded copies of the partial last vector: zeros add nothing to any lane
+        _Alignas(32) float xt[TMAX][8];
+        _Alignas(32) uint8_t wt[8 * 4];
+        int64_t left = n - k;
+#pragma GCC unroll 8
+        for (int j = 0; j < T; j++) _mm256_store_ps(xt[j], load_tail(xr[j] + k, left));
+#pragma GCC unroll 8
+        for (int i = 0; i < R; i++) {
+            memset(wt, 0, sizeof(wt));
+            memcpy(wt, (const char *)wr[i] + (size_t)k * esz, (size_t)left * esz);
+            __m256 wv = load_w(type, wt, 0);
+#pragma GCC unroll 8
+            for (int j = 0; j < T; j++)
+                acc[i][j] = _mm256_fmadd_ps(wv, _mm256_load_ps(xt[j]), acc[i][j]);
+        }
+    }
+#pragma GCC unroll 8
+    for (int j = 0; j < T; j++)
+#pragma GCC unroll 8
+        for (int i = 0; i < R; i++) m->y[(t + j) * w->n_out + r + i] = hsum256(acc[i][j]);
+}
+
+// ---- matmul: Q8_0 weights ---------------------------------------------------------------------
+
+static ALWAYS_INLINE void qtile(const struct tl__mm *m, int64_t r, int64_t t, const int R,
+                                const int T)
+{
+    const struct tl_weight *w = m->w;
+    const int64_t n = w->n_in, nb = n / TL_QK8_0;
+    const struct tl_block_q8_0 *wr[QR];
+    struct tl__xq_row xr[TMAX];
+    __m256 acc[QR][TMAX];
+    const __m256i ones = _mm256_set1_epi16(1);
+#pragma GCC unroll 8
+    for (int i = 0; i < R; i++)
+        wr[i] = (const struct tl_block_q8_0 *)((const char *)w->data +
+                                               (size_t)(r + i) * w->row_bytes);
+#pragma GCC unroll 8
+    for (int j = 0; j < T; j++) xr[j] = tl__xq_view((char *)m->xq + (size_t)(t + j) * m->xq_stride, n);
+#pragma GCC unroll 8
+    for (int i = 0; i < R; i++)
+#pragma GCC unroll 8
+        for (int j = 0; j < T; j++) acc[i][j] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        __m256i wq[QR], wa[QR];
+        __m256 dw[QR];
+#pragma GCC unroll 8
+        for (int i = 0; i < R; i++) {
+            wq[i] = _mm256_loadu_si256((const __m256i *)wr[i][b].qs);
+            wa[i] = _mm256_sign_epi8(wq[i], wq[i]);
+            dw[i] = _mm256_set1_ps(_cvtsh_ss(wr[i][b].d));
+        }
+        const int64_t doff = (b / 2) * 16 + (b % 2) * 8;
+#pragma GCC unroll 8
+        for (int j = 0; j < T; j++) {
+            __m256i xq = _mm256_load_si256((const __m256i *)(xr[j].qs + b * 32));
+            __m256 dx = _mm256_broadcast_ss(xr[j].d + doff);
+#pragma GCC unroll 8
+            for (int i = 0; i < R; i++) {
+                __m256i p16 = _mm256_maddubs_epi16(wa[i], _mm256_sign_epi8(xq, wq[i]));
+                __m256 f = _mm256_cvtepi32_ps(_mm256_madd_epi16(p16, ones));
+                acc[i][j] = _mm256_fmadd_ps(f, _mm256_mul_ps(dw[i], dx), acc[i][j]);
+            }
+        }
+    }
+#pragma GCC unroll 8
+    for (int j = 0; j < T; j++)
+#pragma GCC unroll 8
+        for (int i = 0; i < R; i++) m->y[(t + j) * w->n_out + r + i] = hsum256(acc[i][j]);
+}
+
+// ---- tile instances and the row driver --------------------------------------------------------
+
+typedef void (*tile_fn)(const struct tl__mm *m, int64_t r, int64_t t);
+
+#define DEF_FTILE(NAME, TYPE, R, T)                                                                \
+    static void NAME##_##R##x##T(const struct tl__mm *m, int64_t r, int64_t t)                     \
+    {                                                                                              \
+        ftile(m, r, t, TYPE, R, T);                                                                \
+    }
+#define DEF_FTILES(NAME, TYPE)                                                                     \
+    DEF_FTILE(NAME, TYPE, 4, 1)                                                                    \
+    DEF_FTILE(NAME, TYPE, 4, 2)                                                                    \
+    DEF_FTILE(NAME, TYPE, 4, 3)                                                                    \
+    DEF_FTILE(NAME, TYPE, 1, 1)                                                                    \
+    DEF_FTILE(NAME, TYPE, 1, 2)                                                                    \
+    DEF_FTILE(NAME, TYPE, 1, 3)
+DEF_FTILES(f32, TL_DTYPE_F32)
+DEF_FTILES(f16, TL_DTYPE_F16)
+DEF_FTILES(bf16, TL_DTYPE_BF16)
+
+#define DEF_QTILE(R, T)                                                                            \
+    static void q8_##R##x##T(const struct tl__mm *m, int64_t r, int64_t t)                         \
+    {                                                                                              \
+        qtile(m, r, t, R, T);                                                                      \
+    }
+DEF_QTILE(2, 1)
+DEF_QTILE(2, 2)
+DEF_QTILE(2, 3)
+DEF_QTILE(2, 4)
+DEF_QTILE(1, 1)
+DEF_QTILE(1, 2)
+DEF_QTILE(1, 3)
+DEF_QTILE(1, 4)
+
+struct tileset {
+    int R, T;
+    tile_fn full[TMAX + 1]; // R rows x j tokens
+    tile_fn one[TMAX + 1];  // 1 row x j tokens (row tail)
+};
+
+_Static_assert(FR == 4 && FT == 3 && QR == 2 && QT == 4, "tile tables below assume these");
+static const struct tileset tiles_f32 = {4, 3, {0, f32_4x1, f32_4x2, f32_4x3, 0},
+                                         {0, f32_1x1, f32_1x2, f32_1x3, 0}};
+static const struct tileset tiles_f16 = {4, 3, {0, f16_4x1, f16_4x2, f16_4x3, 0},
+                                         {0, f16_1x1, f16_1x2, f16_1x3, 0}};
+static const struct tileset tiles_bf16 = {4, 3, {0, bf16_4x1, bf16_4x2, bf16_4x3, 0},
+                                          {0, bf16_1x1, bf16_1x2, bf16_1x3, 0}};
+static const struct tileset tiles_q8 = {2, 4, {0, q8_2x1, q8_2x2, q8_2x3, q8_2x4},
+                                        {0, q8_1x1, q8_1x2, q8_1x3, q8_1x4}};
+
+static const struct tileset *tiles_for(enum tl_dtype type)
+{
+    switch (type) {
+    case TL_DTYPE_F32: return &tiles_f32;
+    case TL_DTYPE_F16: return &tiles_f16;
+    case TL_DTYPE_BF16: return &tiles_bf16;
+    case TL_DTYPE_Q8_0: return &tiles_q8;
+    default: TL_ASSERT(!"unsupported weight type"); return NULL;
+    }
+}
+
+static int row_align(enum tl_dtype type)
+{
+    return tiles_for(type)->R;
+}
+
+enum { CHUNK_BYTES = 256 * 1024 };
+
+static void matmul_rows(const struct tl__mm *m, int64_t r0, int64_t r1)
+{
+    const struct tileset *ts = tiles_for(m->w->type);
+    size_t tok_bytes = m->w->type == TL_DTYPE_Q8_0 ? m->xq_stride : (size_t)m->w->n_in * 4;
+    int64_t chunk = (int64_t)(CHUNK_BYTES / tok_bytes) / ts->T * ts->T;
+    if (chunk < ts->T) chunk = ts->T;
+    for (int64_t c0 = 0; c0 < m->n_tok; c0 += chunk) {
+        int64_t c1 = c0 + chunk < m->n_tok ? c0 + chunk : m->n_tok;
+        int64_t r = r0;
+        for (; r + ts->R <= r1; r += ts->R)
+            for (int64_t t = c0; t < c1; t += ts->T) {
+                int64_t nt = c1 - t < ts->T ? c1 - t : ts->T;
+                ts->full[nt](m, r, t);
+            }
+        for (; r < r1; r++)
+            for (int64_t t = c0; t < c1; t += ts->T) {
+                int64_t nt = c1 - t < ts->T ? c1 - t : ts->T;
+                ts->one[nt](m, r, t);
+            }
+    }
+}
+
+// ---- row-wise ops -----------------------------------------------------------------------------
+
+static void rmsnorm(const float *x, const float *w, float eps, int64_t n, float *y)
+{
+    __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        __m256 v0 = _mm256_loadu_ps(x + i), v1 = _mm256_loadu_ps(x + i + 8);
+        a0 = _mm256_fmadd_ps(v0, v0, a0);
+        a1 = _mm256_fmadd_ps(v1, v1, a1);
+    }
+    for (; i < n; i += 8) {
+        __m256 v = load_tail(x + i, n - i);
+        a0 = _mm256_fmadd_ps(v, v, a0);
+    }
+    float ss = hsum256(_mm256_add_ps(a0, a1));
+    __m256 s = _mm256_set1_ps((float)(1.0 / sqrt((double)ss / (double)n + eps)));
+    for (i = 0; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(y + i, _mm256_mul_ps(_mm256_mul_ps(_mm256_loadu_ps(x + i), s),
+                                              _mm256_loadu_ps(w + i)));
+    if (i < n)
+        store_tail(y + i, n - i,
+                   _mm256_mul_ps(_mm256_mul_ps(load_tail(x + i, n - i), s), load_tail(w + i, n - i)));
+}
+
+static ALWAYS_INLINE __m256 silu_mul(__m256 g, __m256 u)
+{
+    __m256 e = exp256(_mm256_sub_ps(_mm256_setzero_ps(), g));
+    return _mm256_mul_ps(_mm256_div_ps(g, _mm256_add_ps(_mm256_set1_ps(1.f), e)), u);
+}
+
+static void swiglu(const float *gate, const float *up, float *out, int64_t n)
+{
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(out + i, silu_mul(_mm256_loadu_ps(gate + i), _mm256_loadu_ps(up + i)));
+    if (i < n)
+        store_tail(out + i, n - i, silu_mul(load_tail(gate + i, n - i), load_tail(up + i, n - i)));
+}
+
+static void add(float *y, const float *x, int64_t n)
+{
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(y + i, _mm256_add_ps(_mm256_loadu_ps(y + i), _mm256_loadu_ps(x + i)));
+    for (; i < n; i++) y[i] += x[i];
+}
+
+static float max_of(const float *x, int64_t n)
+{
+    __m256 mx = _mm256_set1_ps(-INFINITY);
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) mx = _mm256_max_ps(mx, _mm256_loadu_ps(x + i));
+    float m = hmax256(mx);
+    for (; i < n; i++) m = x[i] > m ? x[i] : m;
+    return m;
+}
+
+// exp(x - mx) in place; returns the sum (8 lane sums in order, then hsum256).
+static float exp_sum(float *x, int64_t n, float mx)
+{
+    __m256 vmx = _mm256_set1_ps(mx), sum = _mm256_setzero_ps();
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256 e = exp256(_mm256_sub_ps(_mm256_loadu_ps(x + i), vmx));
+        sum = _mm256_add_ps(sum, e);
+        _mm256_storeu_ps(x + i, e);
+    }
+    if (i < n) {
+        __m256i mask = tail_mask8(n - i);
+        __m256 e = exp256(_mm256_sub_ps(load_tail(x + i, n - i), vmx));
+        e = _mm256_and_ps(e, _mm256_castsi256_ps(mask));
+        sum = _mm256_add_ps(sum, e);
+        _mm256_maskstore_ps(x + i, mask, e);
+    }
+    return hsum256(sum);
+}
+
+static void softmax(float *x, int64_t n)
+{
+    if (n <= 0) return;
+    float inv = 1.f / exp_sum(x, n, max_of(x, n));
+    __m256 v = _mm256_set1_ps(inv);
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(x + i, _mm256_mul_ps(_mm256_loadu_ps(x + i), v));
+    for (; i < n; i++) x[i] *= inv;
+}
+
+// ---- attention --------------------------------------------------------------------------------
+
+// 8 K or V values at idx (the first `left` of them when left < 8; the rest read as zero).
+static ALWAYS_INLINE __m256 load_kv(int f16, const void *base, size_t idx, int left)
+{
+    if (f16) {
+        const uint16_t *p = (const uint16_t *)base + idx;
+        if (left >= 8) return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p));
+        uint16_t tmp[8] = {0};
+        memcpy(tmp, p, (size_t)left * 2);
+        return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)tmp));
+    }
+    const float *p = (const float *)base + idx;
+    return left >= 8 ? _mm256_loadu_ps(p) : load_tail(p, left);
+}
+
+static ALWAYS_INLINE void attn_head_t(const struct tl_kv_layer *kv, const int32_t *block_table,
+                                      int64_t n_ctx, int kv_head, const float *q, float scale,
+                                      float *out, float *scores, const int f16)
+{
+    const int hd = kv->head_dim;
+    for (int64_t j = 0; j < n_ctx; j++) {
+        size_t base = tl__kv_index(kv, block_table, j, kv_head);
+        __m256 s = _mm256_setzero_ps();
+        for (int d = 0; d < hd; d += 8) {
+            int left = hd - d;
+            __m256 qv = left >= 8 ? _mm256_loadu_ps(q + d) : load_tail(q + d, left);
+            s = _mm256_fmadd_ps(qv, load_kv(f16, kv->k, base + d, left), s);
+        }
+        scores[j] = hsum256(s) * scale;
+    }
+    float sum = exp_sum(scores, n_ctx, max_of(scores, n_ctx));
+    __m256 inv = _mm256_set1_ps(1.f / sum);
+    for (int d = 0; d < hd; d += 8) {
+        int left = hd - d;
+        __m256 a = _mm256_setzero_ps();
+        for (int64_t j = 0; j < n_ctx; j++) {
+            size_t base = tl__kv_index(kv, block_table, j, kv_head);
+            a = _mm256_fmadd_ps(_mm256_set1_ps(scores[j]), load_kv(f16, kv->v, base + d, left), a);
+        }
+        a = _mm256_mul_ps(a, inv);
+        if (left >= 8) _mm256_storeu_ps(out + d, a);
+        else store_tail(out + d, left, a);
+    }
+}
+
+static void attn_head(const struct tl_kv_layer *kv, const int32_t *block_table, int64_t n_ctx,
+                      int kv_head, const float *q, float scale, float *out, float *scores,
+                      float *acc)
+{
+    (void)acc;
+    if (kv->type == TL_DTYPE_F16) attn_head_t(kv, block_table, n_ctx, kv_head, q, scale, out, scores, 1);
+    else attn_head_t(kv, block_table, n_ctx, kv_head, q, scale, out, scores, 0);
+}
+
+const struct tl__kernel_ops tl__ops_avx2 = {
+    .name = "avx2",
+    .row_align = row_align,
+    .quantize_x = quantize_x,
+    .matmul_rows = matmul_rows,
+    .rmsnorm = rmsnorm,
+    .swiglu = swiglu,
+    .add = add,
+    .softmax = softmax,
+    .attn_head = attn_head,
+};
