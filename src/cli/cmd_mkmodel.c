@@ -420,8 +420,10 @@ int tl_cmd_mkmodel(int argc, char **argv)
         printf("note: %" PRId64 " tensors whose row length is not a multiple of the %s block size "
                "are F16\n",
                n_fallback, tl_dtype_name(wtype));
-    printf("parameters %" PRId64 " (%.2fM), file size %lld bytes, %.1f s\n", n_params,
-           (double)n_params / 1e6, file_bytes, (double)(tl_time_us() - t0) / 1e6);
+    double np = (double)n_params;
+    printf("parameters %" PRId64 " (%.2f%s), file size %lld bytes, %.1f s\n", n_params,
+           np >= 1e9 ? np / 1e9 : np / 1e6, np >= 1e9 ? "B" : "M", file_bytes,
+           (double)(tl_time_us() - t0) / 1e6);
     rc = 0;
 out:
     free(row);
