@@ -573,7 +573,12 @@ static tl_status place_tensors(struct parser *ps, struct tl_gguf *g)
     data_off += pad; // cannot overflow: data_off <= size and alignment <= 2^31
     g->data_offset = data_off;
     if (g->n_tensors == 0) return TL_OK; // vocabulary-only files may end without padding
-    size_t data_bytes = data_off <= ps->size ? ps->size - data_off : 0;
+    if (data_off > ps->size)
+        return perr(ps, TL_ERR_FORMAT,
+                    "truncated file: the tensor data section would start at offset %zu, past the "
+                    "end of the file (%zu bytes)",
+                    data_off, ps->size);
+    size_t data_bytes = ps->size - data_off;
     struct span *spans = tl_malloc_array((size_t)g->n_tensors, sizeof(*spans));
     if (!spans) return perr(ps, TL_ERR_NOMEM, "out of memory for the tensor table");
     tl_status rc = TL_OK;
