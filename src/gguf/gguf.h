@@ -71,11 +71,11 @@ struct tl_gguf_kv {
 struct tl_gguf_tensor {
     struct tl_gguf_str name;
     enum tl_dtype type;
-    int n_dims;        // 1..4
-    int64_t ne[4];     // elements per dimension, ne[0] fastest; unused dims are 1
-    uint64_t offset;   // relative to the start of the data section
-    size_t n_bytes;    // bytes of data
-    const void *data;  // mmap, aligned to the file's alignment
+    int n_dims;       // 1..4
+    int64_t ne[4];    // elements per dimension, ne[0] fastest; unused dims are 1
+    uint64_t offset;  // relative to the start of the data section
+    size_t n_bytes;   // bytes of data
+    const void *data; // mmap, aligned to the file's alignment
 };
 
 struct tl_gguf;
@@ -93,7 +93,7 @@ void tl_gguf_close(struct tl_gguf *g); // NULL is a no-op
 
 uint32_t tl_gguf_version(const struct tl_gguf *g);
 size_t tl_gguf_alignment(const struct tl_gguf *g);
-const char *tl_gguf_path(const struct tl_gguf *g); // the name given at open
+const char *tl_gguf_path(const struct tl_gguf *g);   // the name given at open
 size_t tl_gguf_file_size(const struct tl_gguf *g);   // bytes of the file / buffer
 size_t tl_gguf_data_offset(const struct tl_gguf *g); // file offset of the tensor data section
 // Short name of a value type ("u32", "str", "arr", ...; "?" when unknown).

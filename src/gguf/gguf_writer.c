@@ -259,6 +259,7 @@ tl_status tl_gguf_writer_set_value(struct tl_gguf_writer *w, const char *key,
 {
     tl_status rc = check_key(w, key);
     if (rc) return rc;
+    if (!v) return tl__errorf(TL_ERR_INVALID_ARG, "gguf writer: key '%s': NULL value", key);
     struct bytes enc = {0};
     put_u32(&enc, (uint32_t)v->type);
     if (!encode_payload(&enc, v->type, v, 0)) {
@@ -303,7 +304,9 @@ tl_status tl_gguf_writer_set_bool(struct tl_gguf_writer *w, const char *key, boo
 
 tl_status tl_gguf_writer_set_str(struct tl_gguf_writer *w, const char *key, const char *v)
 {
-    if (!v) return tl__errorf(TL_ERR_INVALID_ARG, "gguf writer: key '%s': NULL string", key);
+    if (!v)
+        return tl__errorf(TL_ERR_INVALID_ARG, "gguf writer: key '%s': NULL string",
+                          key ? key : "?");
     struct tl_gguf_value val = {.type = TL_GGUF_TYPE_STRING, .str = {strlen(v), v}};
     return tl_gguf_writer_set_value(w, key, &val);
 }
