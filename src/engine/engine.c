@@ -1,13 +1,42 @@
 /*
- * The public engine API (tokenloom.h, section "engine"). Skeleton: defaults and names are real;
- * the engine itself is being built (paged KV cache, prefix cache, scheduler, sampler) and the
- * functions that need it return TL_ERR_UNSUPPORTED for now so that callers can link.
+ * The engine: public API (tokenloom.h, section "engine"), the submission inbox, the step loop,
+ * event delivery and statistics. Scheduling policy lives in sched.c, the KV pool in kvcache.c,
+ * sampling in sampler.c, stop strings in stop.c; the model is reached only through a
+ * struct tl_engine_backend (backend_model.c for real models, fakes in tests).
+ *
+ * One step: drain the inbox into the waiting queue; end cancelled and expired requests; plan
+ * the batch (sched.c); run the forward pass once; advance every scheduled sequence, offer its
+ * newly full blocks to the prefix cache, and sample where a token is due; deliver TOKEN events
+ * (new whole UTF-8 text, stop-string candidates held back) and DONE events; update the stats.
+ *
+ * Determinism: a request's tokens depend only on its prompt, parameters and seed. The forward
+ * pass gives bit-identical logits per token whatever else is in the batch (model.h contract);
+ * sampling uses only the request's logits, history and RNG; a preempted request recomputes
+ * the same K/V and keeps its RNG state.
+ *
+ * Threads: tl_engine_submit / _cancel / _wait / _wake / _get_stats may be called from any
+ * thread and touch only the fields under `mu` (inbox, live map, counters, stats snapshot).
+ * Everything else, and every event callback, runs on the thread calling tl_engine_step.
+ * Callbacks are invoked without holding `mu`, so they may call tl_engine_cancel.
+ *
+ * Ownership: the engine owns its backend context, KV cache, sampler and every sequence from
+ * submission until its DONE event returns (or until destroy, which drops pending requests
+ * silently). Request fields are copied at submission; the caller's request may be freed then.
  */
-#include <tokenloom.h>
+#include "engine/engine_impl.h"
 
+#include "core/alloc.h"
+#include "core/clock.h"
 #include "core/error.h"
+#include "core/log.h"
 
+#include <errno.h>
+#include <stdio.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+// ---- small public helpers -------------------------------------------------------------------
 
 void tl_engine_config_default(struct tl_engine_config *c)
 {
@@ -49,48 +78,727 @@ const char *tl_finish_reason_str(enum tl_finish_reason r)
     return "unknown";
 }
 
-tl_status tl_engine_create(const tl_model *m, const struct tl_engine_config *c, tl_engine **out)
+// ---- id -> seq map (under mu) ---------------------------------------------------------------
+// Open addressing with linear probing and backward-shift deletion; ids are never 0.
+
+static size_t id_slot(uint64_t id, size_t cap)
 {
-    (void)m;
-    (void)c;
-    *out = NULL;
-    return tl__errorf(TL_ERR_UNSUPPORTED, "engine: not built yet");
+    return (size_t)((id * 0x9e3779b97f4a7c15ull) >> 20) & (cap - 1);
 }
 
-void tl_engine_destroy(tl_engine *e) { (void)e; }
+static bool id_map_put(struct tl_id_map *m, uint64_t id, struct tl_seq *s)
+{
+    if ((m->n + 1) * 2 > m->cap) {
+        size_t ncap = m->cap ? m->cap * 2 : 64;
+        uint64_t *keys = tl_calloc_array(ncap, sizeof(*keys));
+        struct tl_seq **vals = tl_calloc_array(ncap, sizeof(*vals));
+        if (!keys || !vals) {
+            free(keys);
+            free(vals);
+            return false;
+        }
+        for (size_t i = 0; i < m->cap; i++) {
+            if (!m->keys[i]) continue;
+            size_t j = id_slot(m->keys[i], ncap);
+            while (keys[j]) j = (j + 1) & (ncap - 1);
+            keys[j] = m->keys[i];
+            vals[j] = m->vals[i];
+        }
+        free(m->keys);
+        free(m->vals);
+        m->keys = keys;
+        m->vals = vals;
+        m->cap = ncap;
+    }
+    size_t j = id_slot(id, m->cap);
+    while (m->keys[j]) j = (j + 1) & (m->cap - 1);
+    m->keys[j] = id;
+    m->vals[j] = s;
+    m->n++;
+    return true;
+}
+
+static struct tl_seq *id_map_get(const struct tl_id_map *m, uint64_t id)
+{
+    if (!m->cap) return NULL;
+    for (size_t j = id_slot(id, m->cap); m->keys[j]; j = (j + 1) & (m->cap - 1))
+        if (m->keys[j] == id) return m->vals[j];
+    return NULL;
+}
+
+static void id_map_del(struct tl_id_map *m, uint64_t id)
+{
+    if (!m->cap) return;
+    size_t mask = m->cap - 1, j = id_slot(id, m->cap);
+    while (m->keys[j] && m->keys[j] != id) j = (j + 1) & mask;
+    if (!m->keys[j]) return;
+    // Backward shift: move later entries of the cluster into the hole when allowed.
+    size_t hole = j;
+    for (size_t k = (j + 1) & mask; m->keys[k]; k = (k + 1) & mask) {
+        size_t home = id_slot(m->keys[k], m->cap);
+        bool between = hole <= k ? (home > hole && home <= k) : (home > hole || home <= k);
+        if (between) continue;
+        m->keys[hole] = m->keys[k];
+        m->vals[hole] = m->vals[k];
+        hole = k;
+    }
+    m->keys[hole] = 0;
+    m->vals[hole] = NULL;
+    m->n--;
+}
+
+// ---- sequences ------------------------------------------------------------------------------
+
+static void seq_free(struct tl_seq *s)
+{
+    if (!s) return;
+    free(s->stop_tokens);
+    tl_stop_set_free(&s->stop);
+    free(s->tokens);
+    free(s->block_table);
+    free(s->block_key);
+    free(s->detok);
+    free(s->text);
+    free(s);
+}
+
+// Builds a sequence from a request (submitter's thread). The caller has validated r.
+static tl_status seq_create(tl_engine *e, const struct tl_request *r, const int32_t *prompt,
+                            int64_t n_prompt, struct tl_seq **out)
+{
+    struct tl_seq *s = tl_malloc(sizeof(*s));
+    if (!s) return tl__errorf(TL_ERR_NOMEM, "submit: out of memory");
+    memset(s, 0, sizeof(*s));
+    atomic_init(&s->cancel, false);
+    s->sampling = r->sampling;
+    s->max_tokens = r->max_tokens;
+    s->ignore_eos = r->ignore_eos;
+    s->priority = r->priority;
+    s->on_event = r->on_event;
+    s->user = r->user;
+    s->t_submit_us = tl_time_us();
+    s->deadline_us = r->timeout_ms > 0 ? s->t_submit_us + r->timeout_ms * 1000 : 0;
+    s->out_row = -1;
+    tl_status rc = tl_stop_set_init(&s->stop, r->stop, r->n_stop);
+    if (rc) goto out_free;
+    int64_t cap = n_prompt + r->max_tokens;
+    s->max_blocks = (int32_t)((cap + e->block_size - 1) / e->block_size);
+    s->tokens = tl_malloc_array((size_t)cap, sizeof(int32_t));
+    s->block_table = tl_malloc_array((size_t)s->max_blocks, sizeof(int32_t));
+    s->block_key = tl_malloc_array((size_t)s->max_blocks, sizeof(uint64_t));
+    s->detok = tl_malloc(e->be.detok_bytes ? e->be.detok_bytes : 1);
+    s->text_cap = 64;
+    s->text = tl_malloc(s->text_cap);
+    if (r->n_stop_tokens > 0)
+        s->stop_tokens = tl_malloc_array((size_t)r->n_stop_tokens, sizeof(int32_t));
+    if (!s->tokens || !s->block_table || !s->block_key || !s->detok || !s->text ||
+        (r->n_stop_tokens > 0 && !s->stop_tokens)) {
+        rc = tl__errorf(TL_ERR_NOMEM, "submit: out of memory");
+        goto out_free;
+    }
+    if (r->n_stop_tokens > 0)
+        memcpy(s->stop_tokens, r->stop_tokens, (size_t)r->n_stop_tokens * sizeof(int32_t));
+    s->n_stop_tokens = r->n_stop_tokens;
+    memcpy(s->tokens, prompt, (size_t)n_prompt * sizeof(int32_t));
+    s->n_tokens = s->n_prompt = n_prompt;
+    if (e->be.detok_init) e->be.detok_init(e->be.ctx, s->detok);
+    tl_rng_seed(&s->rng, r->sampling.seed);
+    *out = s;
+    return TL_OK;
+out_free:
+    seq_free(s);
+    return rc;
+}
+
+// ---- creation and destruction ---------------------------------------------------------------
+
+static int64_t physical_ram_bytes(void)
+{
+    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    if (pages <= 0 || page <= 0) return 0;
+    return (int64_t)pages * page;
+}
+
+// Fills the zeros of the configuration and checks the rest.
+static tl_status resolve_config(const struct tl_engine_backend *be, struct tl_engine_config *c)
+{
+    struct tl_engine_config d;
+    tl_engine_config_default(&d);
+    if (c->max_batch_size == 0) c->max_batch_size = d.max_batch_size;
+    if (c->max_tokens_per_step == 0) c->max_tokens_per_step = d.max_tokens_per_step;
+    if (c->kv_block_size == 0) c->kv_block_size = d.kv_block_size;
+    if (c->max_seq_len == 0) c->max_seq_len = be->n_ctx;
+    if (c->max_batch_size < 1 || c->max_batch_size > (1 << 16))
+        return tl__errorf(TL_ERR_INVALID_ARG, "max_batch_size %d is not in [1, 65536]",
+                          c->max_batch_size);
+    if (c->max_tokens_per_step < 1 || c->max_tokens_per_step > (1 << 20))
+        return tl__errorf(TL_ERR_INVALID_ARG, "max_tokens_per_step %d is not in [1, 1048576]",
+                          c->max_tokens_per_step);
+    if (c->kv_block_size < 1 || c->kv_block_size > 4096)
+        return tl__errorf(TL_ERR_INVALID_ARG, "kv_block_size %d is not in [1, 4096]",
+                          c->kv_block_size);
+    if (c->max_seq_len < 2)
+        return tl__errorf(TL_ERR_INVALID_ARG, "max_seq_len %d is too small (at least 2)",
+                          c->max_seq_len);
+    if (c->kv_type != TL_KV_F16 && c->kv_type != TL_KV_F32)
+        return tl__errorf(TL_ERR_INVALID_ARG, "kv_type %d is not f16 or f32", (int)c->kv_type);
+    if (c->kv_blocks < 0 || c->kv_bytes < 0 || c->n_threads < 0 || c->max_waiting < 0)
+        return tl__errorf(TL_ERR_INVALID_ARG, "kv_blocks, kv_bytes, n_threads and max_waiting "
+                                              "must not be negative");
+    if (be->n_ctx > 0 && c->max_seq_len > be->n_ctx)
+        TL_LOGW("max_seq_len %d exceeds the model's training context %d", c->max_seq_len,
+                be->n_ctx);
+    if (c->max_tokens_per_step < c->max_batch_size)
+        TL_LOGW("max_tokens_per_step %d < max_batch_size %d: not every running sequence can "
+                "decode in each step",
+                c->max_tokens_per_step, c->max_batch_size);
+    return TL_OK;
+}
+
+static tl_status size_pool(const struct tl_engine_backend *be, struct tl_engine_config *c,
+                           size_t block_bytes)
+{
+    int64_t per_seq = ((int64_t)c->max_seq_len + c->kv_block_size - 1) / c->kv_block_size;
+    if (c->kv_blocks > 0) {
+        // as given
+    } else if (c->kv_bytes > 0) {
+        c->kv_blocks = block_bytes ? c->kv_bytes / (int64_t)block_bytes : c->kv_bytes;
+        if (c->kv_blocks < 1)
+            return tl__errorf(TL_ERR_INVALID_ARG,
+                              "kv_bytes %lld is smaller than one KV block (%zu bytes)",
+                              (long long)c->kv_bytes, block_bytes);
+    } else {
+        int64_t want = per_seq * c->max_batch_size, ram = physical_ram_bytes();
+        int64_t cap = block_bytes && ram > 0 ? ram / 4 / (int64_t)block_bytes : want;
+        c->kv_blocks = want < cap ? want : cap;
+        if (c->kv_blocks < 1) c->kv_blocks = 1;
+        TL_LOGI("kv cache: %lld blocks of %d positions (%.1f MiB%s) for %d sequences of %d "
+                "tokens",
+                (long long)c->kv_blocks, c->kv_block_size,
+                (double)c->kv_blocks * (double)block_bytes / (1024.0 * 1024.0),
+                want > cap ? ", capped at 1/4 of RAM" : "", c->max_batch_size, c->max_seq_len);
+    }
+    if (c->kv_blocks > INT32_MAX - 1)
+        return tl__errorf(TL_ERR_INVALID_ARG, "kv pool of %lld blocks is too large",
+                          (long long)c->kv_blocks);
+    c->kv_bytes = (int64_t)block_bytes * c->kv_blocks;
+    (void)be;
+    return TL_OK;
+}
+
+tl_status tl__engine_create_with(const struct tl_engine_backend *be,
+                                 const struct tl_engine_config *config, tl_engine **out)
+{
+    *out = NULL;
+    tl_status rc;
+    tl_engine *e = tl_malloc(sizeof(*e));
+    if (!e) {
+        if (be->destroy) be->destroy(be->ctx);
+        return tl__errorf(TL_ERR_NOMEM, "engine: out of memory");
+    }
+    memset(e, 0, sizeof(*e));
+    e->be = *be;
+    pthread_mutex_init(&e->mu, NULL);
+    pthread_cond_init(&e->cv, NULL);
+    e->next_id = 1;
+    if (config) e->cfg = *config;
+    else tl_engine_config_default(&e->cfg);
+    struct tl_engine_config *c = &e->cfg;
+    if ((rc = resolve_config(be, c))) goto out_destroy;
+    e->block_size = c->kv_block_size;
+
+    struct tl_kv_cache_config kc = {
+        .block_size = c->kv_block_size,
+        .n_layer = be->n_layer,
+        .n_kv_head = be->n_kv_head,
+        .head_dim = be->head_dim,
+        .type = c->kv_type == TL_KV_F32 ? TL_DTYPE_F32 : TL_DTYPE_F16,
+    };
+    if ((rc = size_pool(be, c, tl_kv_cache_block_bytes(&kc)))) goto out_destroy;
+    kc.n_blocks = c->kv_blocks;
+    e->kv = tl_kv_cache_create(&kc);
+    if (!e->kv) {
+        rc = tl__error_prefix(TL_ERR_NOMEM, "engine");
+        goto out_destroy;
+    }
+    e->sampler = tl_sampler_create(be->n_vocab);
+    if (!e->sampler) {
+        rc = TL_ERR_NOMEM;
+        goto out_destroy;
+    }
+    size_t nt = (size_t)c->max_tokens_per_step, ns = (size_t)c->max_batch_size;
+    e->max_out = c->max_batch_size < c->max_tokens_per_step ? c->max_batch_size
+                                                            : c->max_tokens_per_step;
+    e->b_token = tl_malloc_array(nt, sizeof(int32_t));
+    e->b_pos = tl_malloc_array(nt, sizeof(int32_t));
+    e->b_seq = tl_malloc_array(nt, sizeof(int32_t));
+    e->b_out = tl_malloc_array(nt, sizeof(int32_t));
+    e->b_tables = tl_malloc_array(ns, sizeof(*e->b_tables));
+    e->b_seqs = tl_malloc_array(ns, sizeof(*e->b_seqs));
+    e->running = tl_malloc_array(ns, sizeof(*e->running));
+    size_t n_logits;
+    e->logits = tl_mul_size((size_t)e->max_out, (size_t)be->n_vocab, &n_logits)
+                    ? tl_malloc_array(n_logits, sizeof(float))
+                    : NULL;
+    if (!e->b_token || !e->b_pos || !e->b_seq || !e->b_out || !e->b_tables || !e->b_seqs ||
+        !e->running || !e->logits) {
+        rc = tl__errorf(TL_ERR_NOMEM, "engine: out of memory for step buffers");
+        goto out_destroy;
+    }
+    if (be->prepare &&
+        (rc = be->prepare(be->ctx, c->max_tokens_per_step, c->max_seq_len, c->n_threads)))
+        goto out_destroy;
+    e->stats.kv_block_size = c->kv_block_size;
+    static const int64_t le[TL_STEP_HIST_BUCKETS] = {1,   2,   4,    8,    16,   32,
+                                                     64,  128, 256,  512,  1024, INT64_MAX};
+    memcpy(e->stats.step_hist_le, le, sizeof(le));
+    e->stats.kv_blocks_total = c->kv_blocks;
+    e->stats.kv_blocks_free = c->kv_blocks;
+    e->snapshot = e->stats;
+    *out = e;
+    return TL_OK;
+
+out_destroy:
+    tl_engine_destroy(e);
+    return rc;
+}
+
+void tl_engine_destroy(tl_engine *e)
+{
+    if (!e) return;
+    pthread_mutex_lock(&e->mu);
+    e->shutting_down = true;
+    pthread_mutex_unlock(&e->mu);
+    for (size_t i = 0; i < e->n_inbox; i++) seq_free(e->inbox[i]);
+    for (size_t i = 0; i < e->n_waiting; i++) seq_free(e->waiting[i]);
+    for (int64_t i = 0; i < e->n_running; i++) seq_free(e->running[i]);
+    free(e->inbox);
+    free(e->waiting);
+    free(e->running);
+    free(e->live.keys);
+    free(e->live.vals);
+    free(e->b_token);
+    free(e->b_pos);
+    free(e->b_seq);
+    free(e->b_out);
+    free(e->b_tables);
+    free(e->b_seqs);
+    free(e->logits);
+    tl_sampler_destroy(e->sampler);
+    tl_kv_cache_destroy(e->kv);
+    if (e->be.destroy) e->be.destroy(e->be.ctx);
+    pthread_cond_destroy(&e->cv);
+    pthread_mutex_destroy(&e->mu);
+    free(e);
+}
+
+tl_status tl_engine_create(const tl_model *m, const struct tl_engine_config *c, tl_engine **out)
+{
+    *out = NULL;
+    if (!m) return tl__errorf(TL_ERR_INVALID_ARG, "engine: no model");
+    struct tl_engine_backend be;
+    tl_status rc = tl__engine_backend_model(m, &be);
+    if (rc) return rc;
+    return tl__engine_create_with(&be, c, out);
+}
+
+struct tl_kv_cache *tl__engine_kv(tl_engine *e)
+{
+    return e->kv;
+}
+
+bool tl__engine_check(const tl_engine *e)
+{
+    int64_t n = tl_kv_cache_n_blocks(e->kv);
+    int32_t *refs = tl_calloc_array((size_t)n, sizeof(int32_t));
+    if (!refs) {
+        tl__errorf(TL_ERR_NOMEM, "check: out of memory");
+        return false;
+    }
+    bool ok = true;
+    for (int64_t i = 0; i < e->n_running && ok; i++) {
+        const struct tl_seq *s = e->running[i];
+        for (int32_t j = 0; j < s->n_blocks; j++) refs[s->block_table[j]]++;
+        if (s->n_blocks != (s->n_computed + e->block_size - 1) / e->block_size) {
+            tl__errorf(TL_ERR_STATE, "check: request %llu holds %d blocks for %lld positions",
+                       (unsigned long long)s->id, s->n_blocks, (long long)s->n_computed);
+            ok = false;
+        }
+    }
+    for (size_t i = 0; i < e->n_waiting && ok; i++)
+        if (e->waiting[i]->n_blocks) {
+            tl__errorf(TL_ERR_STATE, "check: waiting request %llu holds blocks",
+                       (unsigned long long)e->waiting[i]->id);
+            ok = false;
+        }
+    if (ok) ok = tl_kv_cache_check(e->kv, refs);
+    free(refs);
+    return ok;
+}
+
+// ---- submission, cancellation, waiting (any thread) -----------------------------------------
+
+static tl_status validate_request(const tl_engine *e, const struct tl_request *r)
+{
+    if (!r) return tl__errorf(TL_ERR_INVALID_ARG, "request is NULL");
+    if (!r->on_event) return tl__errorf(TL_ERR_INVALID_ARG, "request has no event callback");
+    if (r->max_tokens < 1)
+        return tl__errorf(TL_ERR_INVALID_ARG, "max_tokens must be at least 1 (got %d)",
+                          r->max_tokens);
+    tl_status rc = tl_sampling_validate(&r->sampling);
+    if (rc) return rc;
+    if (r->n_stop_tokens < 0 || r->n_stop_tokens > 1024 || (r->n_stop_tokens && !r->stop_tokens))
+        return tl__errorf(TL_ERR_INVALID_ARG, "bad stop token list (%d ids)", r->n_stop_tokens);
+    for (int32_t i = 0; i < r->n_stop_tokens; i++)
+        if (r->stop_tokens[i] < 0 || r->stop_tokens[i] >= e->be.n_vocab)
+            return tl__errorf(TL_ERR_INVALID_ARG, "stop token %d is not in the vocabulary (0..%d)",
+                              r->stop_tokens[i], e->be.n_vocab - 1);
+    if (r->timeout_ms < 0)
+        return tl__errorf(TL_ERR_INVALID_ARG, "timeout_ms must not be negative");
+    if (r->n_stop < 0 || (r->n_stop > 0 && !r->stop))
+        return tl__errorf(TL_ERR_INVALID_ARG, "bad stop string list");
+    return TL_OK;
+}
 
 tl_status tl_engine_submit(tl_engine *e, const struct tl_request *r, uint64_t *id)
 {
-    (void)e;
-    (void)r;
-    (void)id;
-    return tl__errorf(TL_ERR_UNSUPPORTED, "engine: not built yet");
+    if (id) *id = 0;
+    if (!e) return tl__errorf(TL_ERR_INVALID_ARG, "engine is NULL");
+    tl_status rc = validate_request(e, r);
+    if (rc) return rc;
+
+    int32_t *owned = NULL;
+    const int32_t *prompt = r->prompt_tokens;
+    int64_t n_prompt = r->n_prompt_tokens;
+    if (prompt) {
+        if (n_prompt < 1) return tl__errorf(TL_ERR_INVALID_ARG, "prompt has no tokens");
+        if (n_prompt > e->cfg.max_seq_len)
+            return tl__errorf(TL_ERR_TOO_LONG,
+                              "prompt of %lld tokens exceeds the maximum sequence length %d",
+                              (long long)n_prompt, e->cfg.max_seq_len);
+        for (int64_t i = 0; i < n_prompt; i++)
+            if (prompt[i] < 0 || prompt[i] >= e->be.n_vocab)
+                return tl__errorf(TL_ERR_INVALID_ARG,
+                                  "prompt token %lld (id %d) is not in the vocabulary (0..%d)",
+                                  (long long)i, prompt[i], e->be.n_vocab - 1);
+    } else {
+        if (!r->prompt) return tl__errorf(TL_ERR_INVALID_ARG, "request has no prompt");
+        if (!e->be.tokenize)
+            return tl__errorf(TL_ERR_UNSUPPORTED, "this engine takes token prompts only");
+        size_t len = r->prompt_len ? r->prompt_len : strlen(r->prompt);
+        rc = e->be.tokenize(e->be.ctx, r->prompt, len, r->add_special, r->parse_special, &owned,
+                            &n_prompt);
+        if (rc) return rc;
+        if (n_prompt < 1) {
+            free(owned);
+            return tl__errorf(TL_ERR_INVALID_ARG, "prompt is empty");
+        }
+        prompt = owned;
+    }
+    int64_t total = n_prompt + r->max_tokens;
+    if (total > e->cfg.max_seq_len) {
+        free(owned);
+        return tl__errorf(TL_ERR_TOO_LONG,
+                          "prompt of %lld tokens + max_tokens %d = %lld exceeds the maximum "
+                          "sequence length %d",
+                          (long long)n_prompt, r->max_tokens, (long long)total,
+                          e->cfg.max_seq_len);
+    }
+    // The last generated token is never fed back, so K/V is needed for total - 1 positions.
+    int64_t need = (total - 1 + e->block_size - 1) / e->block_size;
+    if (need > tl_kv_cache_n_blocks(e->kv)) {
+        free(owned);
+        return tl__errorf(TL_ERR_TOO_LONG,
+                          "prompt of %lld tokens + max_tokens %d needs %lld KV blocks; the "
+                          "whole pool has %lld",
+                          (long long)n_prompt, r->max_tokens, (long long)need,
+                          (long long)tl_kv_cache_n_blocks(e->kv));
+    }
+    struct tl_seq *s = NULL;
+    rc = seq_create(e, r, prompt, n_prompt, &s);
+    free(owned);
+    if (rc) return rc;
+
+    pthread_mutex_lock(&e->mu);
+    if (e->shutting_down) {
+        rc = tl__errorf(TL_ERR_STATE, "engine is shutting down");
+    } else if (e->cfg.max_waiting > 0 && e->n_unadmitted >= e->cfg.max_waiting) {
+        rc = tl__errorf(TL_ERR_FULL, "%lld requests are already waiting (max_waiting %d)",
+                        (long long)e->n_unadmitted, e->cfg.max_waiting);
+    } else if (!tl_grow((void **)&e->inbox, &e->cap_inbox, e->n_inbox + 1, sizeof(*e->inbox)) ||
+               !id_map_put(&e->live, e->next_id, s)) {
+        rc = tl__errorf(TL_ERR_NOMEM, "submit: out of memory");
+    } else {
+        s->id = s->arrival = e->next_id++;
+        e->inbox[e->n_inbox++] = s;
+        e->n_unadmitted++;
+        e->wake_flag = true;
+        pthread_cond_broadcast(&e->cv);
+        if (id) *id = s->id;
+        s = NULL;
+    }
+    pthread_mutex_unlock(&e->mu);
+    seq_free(s);
+    return rc;
 }
 
 tl_status tl_engine_cancel(tl_engine *e, uint64_t id)
 {
-    (void)e;
-    (void)id;
-    return tl__errorf(TL_ERR_UNSUPPORTED, "engine: not built yet");
-}
-
-tl_status tl_engine_step(tl_engine *e, int64_t *n_pending)
-{
-    (void)e;
-    if (n_pending) *n_pending = 0;
-    return tl__errorf(TL_ERR_UNSUPPORTED, "engine: not built yet");
+    if (!e) return tl__errorf(TL_ERR_INVALID_ARG, "engine is NULL");
+    tl_status rc = TL_OK;
+    pthread_mutex_lock(&e->mu);
+    struct tl_seq *s = id_map_get(&e->live, id);
+    if (s) {
+        atomic_store(&s->cancel, true);
+        e->wake_flag = true;
+        pthread_cond_broadcast(&e->cv);
+    } else {
+        rc = tl__errorf(TL_ERR_NOT_FOUND, "request %llu is not pending", (unsigned long long)id);
+    }
+    pthread_mutex_unlock(&e->mu);
+    return rc;
 }
 
 void tl_engine_wait(tl_engine *e, int timeout_ms)
 {
-    (void)e;
-    (void)timeout_ms;
+    if (!e) return;
+    pthread_mutex_lock(&e->mu);
+    // Pending requests are work too: the caller should step rather than sleep.
+    if (!e->wake_flag && e->live.n == 0 && timeout_ms > 0) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_sec += timeout_ms / 1000;
+        ts.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
+        if (ts.tv_nsec >= 1000000000L) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000L;
+        }
+        while (!e->wake_flag && e->live.n == 0)
+            if (pthread_cond_timedwait(&e->cv, &e->mu, &ts) == ETIMEDOUT) break;
+    }
+    e->wake_flag = false;
+    pthread_mutex_unlock(&e->mu);
 }
 
-void tl_engine_wake(tl_engine *e) { (void)e; }
+void tl_engine_wake(tl_engine *e)
+{
+    if (!e) return;
+    pthread_mutex_lock(&e->mu);
+    e->wake_flag = true;
+    pthread_cond_broadcast(&e->cv);
+    pthread_mutex_unlock(&e->mu);
+}
 
 void tl_engine_get_stats(tl_engine *e, struct tl_engine_stats *out)
 {
-    (void)e;
-    memset(out, 0, sizeof(*out));
+    if (!e) {
+        memset(out, 0, sizeof(*out));
+        return;
+    }
+    pthread_mutex_lock(&e->mu);
+    *out = e->snapshot;
+    pthread_mutex_unlock(&e->mu);
+}
+
+// ---- events ---------------------------------------------------------------------------------
+
+static bool text_reserve(struct tl_seq *s, size_t extra)
+{
+    return tl_grow((void **)&s->text, &s->text_cap, s->text_len + extra + 1, 1);
+}
+
+// Calls the callback with text[from, to) NUL-terminated in place.
+static void deliver(struct tl_seq *s, struct tl_event *ev, size_t from, size_t to)
+{
+    char saved = s->text[to];
+    s->text[to] = '\0';
+    ev->request_id = s->id;
+    ev->text = s->text + from;
+    ev->text_len = to - from;
+    s->on_event(s->user, ev);
+    s->text[to] = saved;
+}
+
+// Ends s: removes it from its queue and the live map, releases its blocks, delivers DONE with
+// whatever text is still held (unless a stop string ended it), frees it.
+static void finish(tl_engine *e, struct tl_seq *s, enum tl_finish_reason why, const char *error)
+{
+    tl__sched_remove(e, s);
+    tl__seq_release_blocks(e, s);
+    pthread_mutex_lock(&e->mu);
+    id_map_del(&e->live, s->id);
+    pthread_mutex_unlock(&e->mu);
+
+    if (!s->stop_string_hit && e->be.detok_flush && text_reserve(s, 8)) {
+        e->be.detok_flush(e->be.ctx, s->detok, &s->text, &s->text_len, &s->text_cap);
+        if (!text_reserve(s, 0)) s->text_len = s->text_released; // keep room for the NUL
+    }
+    size_t end = s->stop_string_hit ? s->text_released : s->text_len;
+    int64_t now = tl_time_us();
+    struct tl_event ev = {0};
+    ev.type = TL_EVENT_DONE;
+    ev.finish = why;
+    ev.n_prompt_tokens = s->n_prompt;
+    ev.n_cached_tokens = s->n_cached_tokens;
+    ev.n_generated = s->n_generated;
+    ev.n_preempted = s->n_preempted;
+    ev.queue_us = s->t_first_sched_us ? s->t_first_sched_us - s->t_submit_us : now - s->t_submit_us;
+    ev.ttft_us = s->t_first_token_us ? s->t_first_token_us - s->t_submit_us : 0;
+    ev.total_us = now - s->t_submit_us;
+    ev.error = why == TL_FINISH_ERROR ? (error ? error : "internal error") : NULL;
+    e->stats.finished_total[why]++;
+    deliver(s, &ev, s->text_released, end);
+    seq_free(s);
+}
+
+static bool is_stop_token(const tl_engine *e, const struct tl_seq *s, int32_t t)
+{
+    if (!s->ignore_eos && e->be.is_eog && e->be.is_eog(e->be.ctx, t)) return true;
+    for (int32_t i = 0; i < s->n_stop_tokens; i++)
+        if (s->stop_tokens[i] == t) return true;
+    return false;
+}
+
+// Appends a sampled token to s, delivers its TOKEN event; returns the finish reason (NONE to
+// go on).
+static enum tl_finish_reason accept_token(tl_engine *e, struct tl_seq *s,
+                                          const struct tl_sample_result *res)
+{
+    int32_t t = res->token;
+    s->tokens[s->n_tokens++] = t;
+    s->n_generated++;
+    e->stats.generation_tokens_total++;
+    if (!s->t_first_token_us) s->t_first_token_us = tl_time_us();
+
+    enum tl_finish_reason why = TL_FINISH_NONE;
+    size_t release = s->text_released;
+    if (is_stop_token(e, s, t)) {
+        why = TL_FINISH_STOP; // its own text is not part of the output
+    } else {
+        if (!text_reserve(s, 64) ||
+            !e->be.detok_push(e->be.ctx, s->detok, t, &s->text, &s->text_len, &s->text_cap) ||
+            !text_reserve(s, 0))
+            return TL_FINISH_ERROR;
+        size_t end;
+        if (tl_stop_scan(&s->stop, s->text, s->text_len, s->text_released, &end)) {
+            why = TL_FINISH_STOP;
+            s->stop_string_hit = true;
+            s->text_len = end;
+        }
+        release = end;
+    }
+    if (!why && (s->n_generated >= s->max_tokens || s->n_tokens >= e->cfg.max_seq_len))
+        why = TL_FINISH_LENGTH;
+
+    struct tl_event ev = {0};
+    ev.type = TL_EVENT_TOKEN;
+    ev.token = t;
+    ev.logprob = res->logprob;
+    ev.top = res->top;
+    ev.n_top = res->n_top;
+    size_t from = s->text_released;
+    s->text_released = release;
+    deliver(s, &ev, from, release);
+    return why;
+}
+
+// ---- the step -------------------------------------------------------------------------------
+
+static void drain_inbox(tl_engine *e)
+{
+    pthread_mutex_lock(&e->mu);
+    size_t i = 0;
+    // Enqueueing fails only if the waiting array cannot grow; the rest then waits a step.
+    while (i < e->n_inbox && tl__sched_enqueue(e, e->inbox[i])) i++;
+    if (i < e->n_inbox)
+        memmove(e->inbox, e->inbox + i, (e->n_inbox - i) * sizeof(*e->inbox));
+    e->n_inbox -= i;
+    pthread_mutex_unlock(&e->mu);
+}
+
+// Ends cancelled and expired requests.
+static void reap(tl_engine *e, int64_t now)
+{
+    for (int pass = 0; pass < 2; pass++) {
+        size_t n = pass ? (size_t)e->n_running : e->n_waiting;
+        for (size_t i = n; i-- > 0;) {
+            struct tl_seq *s = pass ? e->running[i] : e->waiting[i];
+            if (atomic_load(&s->cancel)) finish(e, s, TL_FINISH_CANCELLED, NULL);
+            else if (s->deadline_us && now >= s->deadline_us) finish(e, s, TL_FINISH_DEADLINE, NULL);
+        }
+    }
+}
+
+static void publish_stats(tl_engine *e)
+{
+    struct tl_kv_counts kc;
+    tl_kv_cache_counts(e->kv, &kc);
+    e->stats.n_running = e->n_running;
+    e->stats.kv_blocks_total = tl_kv_cache_n_blocks(e->kv);
+    e->stats.kv_blocks_free = kc.n_free;
+    e->stats.kv_blocks_used = kc.n_used;
+    e->stats.kv_blocks_cached = kc.n_cached;
+    pthread_mutex_lock(&e->mu);
+    e->n_unadmitted = (int64_t)(e->n_waiting + e->n_inbox);
+    e->stats.n_waiting = e->n_unadmitted;
+    e->snapshot = e->stats;
+    pthread_mutex_unlock(&e->mu);
+}
+
+tl_status tl_engine_step(tl_engine *e, int64_t *n_pending)
+{
+    if (!e) return tl__errorf(TL_ERR_INVALID_ARG, "engine is NULL");
+    int64_t t0 = tl_time_us();
+    drain_inbox(e);
+    reap(e, t0);
+
+    tl__sched_plan(e);
+    const struct tl_batch *b = &e->batch;
+    if (b->n_tok > 0) {
+        int64_t tf = tl_time_us();
+        tl_status rc = e->be.forward(e->be.ctx, b, tl_kv_cache_pages(e->kv), e->logits);
+        e->stats.forward_us_total += tl_time_us() - tf;
+        if (rc) {
+            // The batch's requests fail; the engine goes on. Their blocks were never published
+            // for the positions of this step, so no half-written K/V can be reused.
+            char msg[512];
+            snprintf(msg, sizeof(msg), "forward pass failed: %s", tl_last_error());
+            TL_LOGE("%s", msg);
+            for (int64_t i = 0; i < e->n_b_seqs; i++) finish(e, e->b_seqs[i], TL_FINISH_ERROR, msg);
+        } else {
+            for (int64_t i = 0; i < e->n_b_seqs; i++) {
+                struct tl_seq *s = e->b_seqs[i];
+                // Prompt tokens computed: this step's positions below n_prompt.
+                int64_t end = s->n_computed + s->sched_n;
+                if (s->n_computed < s->n_prompt)
+                    e->stats.prompt_tokens_total +=
+                        (end < s->n_prompt ? end : s->n_prompt) - s->n_computed;
+                s->n_computed = end;
+                tl__sched_publish(e, s);
+                if (s->out_row < 0) continue;
+                struct tl_sample_result res;
+                tl_sampler_sample(e->sampler, e->logits + s->out_row * (int64_t)e->be.n_vocab,
+                                  &s->sampling, s->tokens, s->n_prompt, s->n_tokens, &s->rng,
+                                  &res);
+                enum tl_finish_reason why = accept_token(e, s, &res);
+                if (why == TL_FINISH_ERROR) finish(e, s, why, "out of memory for output text");
+                else if (why) finish(e, s, why, NULL);
+            }
+        }
+        e->stats.steps_total++;
+        e->stats.step_tokens_sum += b->n_tok;
+        for (int i = 0; i < TL_STEP_HIST_BUCKETS; i++)
+            if (b->n_tok <= e->stats.step_hist_le[i]) {
+                e->stats.step_hist_count[i]++;
+                break;
+            }
+        e->stats.step_us_total += tl_time_us() - t0;
+    }
+    publish_stats(e);
+    if (n_pending) {
+        pthread_mutex_lock(&e->mu);
+        *n_pending = (int64_t)e->live.n;
+        pthread_mutex_unlock(&e->mu);
+    }
+    return TL_OK;
 }

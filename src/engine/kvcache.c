@@ -71,6 +71,15 @@ struct tl_kv_cache *tl_kv_cache_create(const struct tl_kv_cache_config *c)
                    (long long)c->n_blocks, c->block_size, c->n_layer, c->n_kv_head, c->head_dim);
         return NULL;
     }
+    size_t total = 0;
+    if (c->n_layer > 0) {
+        size_t per_block = tl_kv_cache_block_bytes(c);
+        if (!per_block || !tl_mul_size(per_block, (size_t)c->n_blocks, &total)) {
+            tl__errorf(TL_ERR_TOO_LONG, "kv cache: %lld blocks overflow the address space",
+                       (long long)c->n_blocks);
+            return NULL;
+        }
+    }
     struct tl_kv_cache *kv = tl_malloc(sizeof(*kv));
     if (!kv) goto out_nomem;
     memset(kv, 0, sizeof(*kv));
@@ -94,12 +103,6 @@ struct tl_kv_cache *tl_kv_cache_create(const struct tl_kv_cache_config *c)
     kv->n_free = c->n_blocks;
 
     if (c->n_layer > 0) {
-        size_t per_block = tl_kv_cache_block_bytes(c), total;
-        if (!per_block || !tl_mul_size(per_block, nb, &total)) {
-            tl__errorf(TL_ERR_TOO_LONG, "kv cache: %lld blocks overflow the address space",
-                       (long long)c->n_blocks);
-            goto out_err;
-        }
         kv->mem = tl_aligned_alloc(total);
         kv->layers = tl_calloc_array((size_t)c->n_layer, sizeof(*kv->layers));
         if (!kv->mem || !kv->layers) {

@@ -1,0 +1,179 @@
+/*
+ * Internals of the engine shared by engine.c (public API, inbox, step, events, stats), sched.c
+ * (admission, chunked prefill, preemption, batch building) and the backends (backend_model.c:
+ * the real model; tests plug in fakes through the same struct).
+ *
+ * Ownership and threads: everything below `mu` in struct tl_engine belongs to the thread that
+ * calls tl_engine_step and is touched without locks; the fields guarded by `mu` are shared with
+ * submitters and cancellers. A tl_seq is created by tl_engine_submit (any thread), handed over
+ * through the inbox, and from then on owned by the engine thread until it is freed after its
+ * DONE event. Its `cancel` flag is the only field other threads write (under `mu`, while the
+ * seq is in the live map, which it leaves before being freed).
+ */
+#ifndef TL_ENGINE_IMPL_H
+#define TL_ENGINE_IMPL_H
+
+#include <tokenloom.h>
+
+#include "engine/kvcache.h"
+#include "engine/sampler.h"
+#include "engine/stop.h"
+#include "model/model.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+// ---- backend: the model as the engine sees it -----------------------------------------------
+
+struct tl_engine_backend {
+    void *ctx;       // owned by the engine once created; freed with destroy()
+    int32_t n_vocab; // logits per sampled token
+    int32_t n_ctx;   // the model's context length (default max_seq_len)
+    int32_t n_layer, n_kv_head, head_dim; // K/V shape; n_layer 0 = the backend keeps no K/V
+    // Sizes the forward scratch for up to max_tok tokens per batch and contexts up to max_ctx.
+    tl_status (*prepare)(void *ctx, int64_t max_tok, int64_t max_ctx, int32_t n_threads);
+    // Runs the batch: writes K/V of every token into kv, logits (b->n_out, n_vocab).
+    tl_status (*forward)(void *ctx, const struct tl_batch *b, const struct tl_kv_pages *kv,
+                         float *logits);
+    // Text prompts; NULL when the backend has no tokenizer (token prompts only). Thread-safe.
+    tl_status (*tokenize)(void *ctx, const char *text, size_t len, bool add_special,
+                          bool parse_special, int32_t **ids, int64_t *n_ids);
+    bool (*is_eog)(void *ctx, int32_t id); // end-of-generation token
+    // Incremental detokenizer with detok_bytes of state per sequence; push/flush append whole
+    // UTF-8 characters to a growable buffer and return false on allocation failure.
+    size_t detok_bytes;
+    void (*detok_init)(void *ctx, void *state);
+    bool (*detok_push)(void *ctx, void *state, int32_t id, char **out, size_t *len, size_t *cap);
+    bool (*detok_flush)(void *ctx, void *state, char **out, size_t *len, size_t *cap);
+    void (*destroy)(void *ctx);
+};
+
+// Creates an engine over a backend, taking ownership of be->ctx (destroyed on failure too).
+tl_status tl__engine_create_with(const struct tl_engine_backend *be,
+                                 const struct tl_engine_config *c, tl_engine **out) TL_WARN_UNUSED;
+// The real-model backend (backend_model.c). OUT: *be.
+tl_status tl__engine_backend_model(const tl_model *m, struct tl_engine_backend *be) TL_WARN_UNUSED;
+
+// Checks the engine's block accounting: every block's refcount equals the number of live
+// sequences' block tables holding it, and free + used + cached == pool size. Engine thread.
+// Returns false with the error message set.
+bool tl__engine_check(const tl_engine *e);
+// The KV cache (tests). Engine thread.
+struct tl_kv_cache *tl__engine_kv(tl_engine *e);
+
+// ---- sequences ----------------------------------------------------------------------------
+
+enum tl_seq_state { TL_SEQ_WAITING = 0, TL_SEQ_RUNNING = 1 };
+
+struct tl_seq {
+    uint64_t id;
+    uint64_t arrival;  // submission order (ties in priority go to the earlier)
+    uint64_t admitted; // order of the latest admission (preemption victims: the latest)
+    enum tl_seq_state state;
+    atomic_bool cancel; // set by tl_engine_cancel
+
+    // The request (owned copies).
+    struct tl_sampling sampling;
+    int32_t max_tokens;
+    int32_t *stop_tokens; // owned, (n_stop_tokens)
+    int32_t n_stop_tokens;
+    struct tl_stop_set stop;
+    bool ignore_eos;
+    int32_t priority;
+    int64_t deadline_us; // tl_time_us() clock; 0 = none
+    tl_event_fn on_event;
+    void *user;
+
+    // Tokens: the prompt, then generated ones; capacity n_prompt + max_tokens.
+    int32_t *tokens; // owned
+    int64_t n_tokens;
+    int64_t n_prompt;
+    int64_t n_computed; // positions [0, n_computed) have K/V in the cache
+
+    // KV blocks: logical block j holds positions [j*bs, (j+1)*bs).
+    int32_t *block_table; // owned, (max_blocks)
+    uint64_t *block_key;  // owned, (max_blocks): prefix key of full block j, j < n_keyed
+    int32_t max_blocks;
+    int32_t n_blocks;
+    int32_t n_keyed;
+    int32_t n_published; // leading blocks already offered to the prefix table
+
+    struct tl_rng rng;
+
+    // Generated text (whole UTF-8 characters), of which [0, text_released) was delivered.
+    void *detok; // owned, backend detok state
+    char *text;  // owned
+    size_t text_len, text_cap, text_released;
+    bool stop_string_hit;
+
+    // This step.
+    int64_t sched_n; // tokens scheduled (0 = not scheduled)
+    int64_t out_row; // logits row, or -1
+
+    // Accounting.
+    int64_t n_generated, n_preempted, n_cached_tokens;
+    bool admitted_once;
+    int64_t t_submit_us, t_first_sched_us, t_first_token_us;
+};
+
+// ---- the engine -----------------------------------------------------------------------------
+
+struct tl_id_map {
+    uint64_t *keys;        // owned, (cap); 0 = empty slot
+    struct tl_seq **vals;  // owned, (cap)
+    size_t cap, n;
+};
+
+struct tl_engine {
+    struct tl_engine_config cfg; // resolved: no zeros left
+    struct tl_engine_backend be;
+    struct tl_kv_cache *kv;      // owned
+    struct tl_sampler *sampler;  // owned
+    int32_t block_size;
+
+    // Shared with other threads, guarded by mu.
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    struct tl_seq **inbox; // owned array of owned seqs
+    size_t n_inbox, cap_inbox;
+    struct tl_id_map live; // id -> seq for every request not yet done
+    uint64_t next_id;
+    int64_t n_unadmitted;  // inbox + waiting (for max_waiting)
+    bool wake_flag;
+    bool shutting_down;
+    struct tl_engine_stats snapshot;
+
+    // Engine thread only.
+    struct tl_seq **waiting; // sorted by (priority, arrival)
+    size_t n_waiting, cap_waiting;
+    struct tl_seq **running; // sorted by (priority, admitted); (max_batch_size)
+    int64_t n_running;
+    uint64_t admit_counter;
+
+    // The step's batch (sized at creation).
+    int32_t *b_token, *b_pos, *b_seq, *b_out; // (max_tokens_per_step)
+    const int32_t **b_tables;                 // (max_batch_size)
+    struct tl_seq **b_seqs;                   // (max_batch_size) scheduled, batch order
+    int64_t n_b_seqs;
+    struct tl_batch batch;
+    float *logits;  // owned, (max_out, n_vocab)
+    int64_t max_out;
+
+    struct tl_engine_stats stats; // engine thread's running copy
+};
+
+// sched.c: plans one step into e->batch (and e->b_seqs); admits, chunks, preempts.
+void tl__sched_plan(tl_engine *e);
+// Releases every block of s (last first) and forgets computed positions.
+void tl__seq_release_blocks(tl_engine *e, struct tl_seq *s);
+// Inserts s into the waiting queue at its (priority, arrival) place; false on allocation
+// failure.
+bool tl__sched_enqueue(tl_engine *e, struct tl_seq *s);
+// Removes s from whichever queue holds it.
+void tl__sched_remove(tl_engine *e, struct tl_seq *s);
+// Offers s's newly full computed blocks to the prefix table.
+void tl__sched_publish(tl_engine *e, struct tl_seq *s);
+
+#endif
