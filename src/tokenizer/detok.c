@@ -129,7 +129,7 @@ size_t tl_token_to_text(const struct tl_vocab *v, int32_t id, bool render_specia
     return w.len;
 }
 
-// ---- incremental decoding ----------------------------------------------------------------------------
+// ---- incremental decoding -----------------------------------------------------------------------
 
 void tl_detok_init(struct tl_detok *d, const struct tl_vocab *v, bool render_special)
 {
@@ -174,7 +174,8 @@ static bool feed(struct tl_detok *d, const char *b, size_t n, char **out, size_t
             continue;
         }
         int k = 1;
-        while (sl > 1 && k < sl && i + (size_t)k < n && cont_ok(c, k, (unsigned char)b[i + k])) k++;
+        while (sl > 1 && k < sl && i + (size_t)k < n && cont_ok(c, k, (unsigned char)b[i + k]))
+            k++;
         if (sl > 1 && k == sl) { // complete and valid
             i += (size_t)sl;
             continue;
@@ -222,8 +223,10 @@ bool tl_detok_push(struct tl_detok *d, int32_t id, char **out, size_t *len, size
 bool tl_detok_flush(struct tl_detok *d, char **out, size_t *len, size_t *cap)
 {
     bool ok = true;
-    if (d->n_pending > 0) ok = out_put(out, len, cap, REPLACEMENT, 3);
-    else ok = tl_grow((void **)out, cap, *len + 1, 1) && ((*out)[*len] = '\0', true);
+    if (d->n_pending > 0)
+        ok = out_put(out, len, cap, REPLACEMENT, 3);
+    else
+        ok = tl_grow((void **)out, cap, *len + 1, 1) && ((*out)[*len] = '\0', true);
     d->n_pending = 0;
     return ok;
 }

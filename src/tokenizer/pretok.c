@@ -62,24 +62,24 @@ struct re_def {
 #define MAX_RES 6
 
 struct pre_def {
-    const char *canon;         // our name for the kind
-    const char *names[12];     // tokenizer.ggml.pre values, NULL-terminated
+    const char *canon;     // our name for the kind
+    const char *names[12]; // tokenizer.ggml.pre values, NULL-terminated
     bool ignore_merges, add_bos, no_bos;
     struct re_def res[MAX_RES]; // NULL-terminated by pattern
 };
 
-// ---- the patterns ---------------------------------------------------------------------------------
+// ---- the patterns -------------------------------------------------------------------------------
 
 #define CONTR_CI "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])"
 
 #define RE_GPT2 "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)"
 
 #define RE_LLAMA3                                                                                  \
-    CONTR_CI "|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*"             \
+    CONTR_CI "|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*"           \
              "|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"
 
 #define RE_QWEN2                                                                                   \
-    CONTR_CI "|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*"                  \
+    CONTR_CI "|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*"                \
              "|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"
 
 #define RE_PORO " ?[^(\\s|.,!?\\x{2026}\\x{3002}\\x{FF0C}\\x{3001}\\x{0964}\\x{06D4}\\x{060C})]+"
@@ -92,105 +92,172 @@ struct pre_def {
     "[^\\r\\n\\p{L}\\p{N}]?" UPPERS "*" LOWERS "+|[^\\r\\n\\p{L}\\p{N}]?" UPPERS "+" LOWERS "*"    \
     "|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"
 #define RE_GPT4O                                                                                   \
-    "[^\\r\\n\\p{L}\\p{N}]?" UPPERS "*" LOWERS "+" CONTR_CI "?|[^\\r\\n\\p{L}\\p{N}]?" UPPERS "+"  \
-    LOWERS "*" CONTR_CI "?|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"
+    "[^\\r\\n\\p{L}\\p{N}]?" UPPERS "*" LOWERS "+" CONTR_CI "?|[^\\r\\n\\p{L}\\p{N}]?" UPPERS      \
+    "+" LOWERS "*" CONTR_CI                                                                        \
+    "?|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"
 
 #define RE_BAILING                                                                                 \
     "'(?:[sSdDmMtT]|[lL][lL]|[vV][eE]|[rR][eE])|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}"              \
     "| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]|\\s+(?!\\S)|\\s+"
 
 #define RE_SEED_CODER                                                                              \
-    CONTR_CI "|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1}| ?[^\\s\\p{L}\\p{N}\\r\\n]+|\\s*[\\r\\n]+"    \
+    CONTR_CI "|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1}| ?[^\\s\\p{L}\\p{N}\\r\\n]+|\\s*[\\r\\n]+"  \
              "|\\s+(?!\\S)|\\s+"
 
 // DeepSeek-V3 / AFMoE main pattern (collapsed mode: literal '~' written as U+E07E).
 #define RE_DEEPSEEK3                                                                               \
-    "[!\"#$%&'()*+,\\-./:;<=>?@\\[\\\\\\]^_`{|}\\x{E07E}][A-Za-z]+"                                 \
-    "|[^\\r\\n\\p{L}\\p{P}\\p{S}]?[\\p{L}\\p{M}]+| ?[\\p{P}\\p{S}]+[\\r\\n]*|\\s*[\\r\\n]+"          \
+    "[!\"#$%&'()*+,\\-./:;<=>?@\\[\\\\\\]^_`{|}\\x{E07E}][A-Za-z]+"                                \
+    "|[^\\r\\n\\p{L}\\p{P}\\p{S}]?[\\p{L}\\p{M}]+| ?[\\p{P}\\p{S}]+[\\r\\n]*|\\s*[\\r\\n]+"        \
     "|\\s+(?!\\S)|\\s+"
 
 #define RE_CJK_DEEPSEEK "[\\x{4E00}-\\x{9FA5}\\x{0800}-\\x{4E00}\\x{AC00}-\\x{D7FF}]+"
 
 // DeepSeek-LLM's cased-letter class.
 #define RE_DEEPSEEK_LLM_LETTERS                                                                    \
-    "\\s?[A-Za-z\\x{B5}\\x{C0}-\\x{D6}\\x{D8}-\\x{F6}\\x{F8}-\\x{1BA}\\x{1BC}-\\x{1BF}"              \
-    "\\x{1C4}-\\x{293}\\x{295}-\\x{2AF}\\x{370}-\\x{373}\\x{376}\\x{377}\\x{37B}-\\x{37D}\\x{37F}"   \
-    "\\x{386}\\x{388}-\\x{38A}\\x{38C}\\x{38E}-\\x{3A1}\\x{3A3}-\\x{3F5}\\x{3F7}-\\x{481}"           \
-    "\\x{48A}-\\x{52F}\\x{531}-\\x{556}\\x{10A0}-\\x{10C5}\\x{13A0}-\\x{13F5}\\x{13F8}-\\x{13FD}"    \
-    "\\x{1C90}-\\x{1CBA}\\x{1CBD}-\\x{1CBF}\\x{1D00}-\\x{1D2B}\\x{1D6B}-\\x{1D77}"                   \
-    "\\x{1D79}-\\x{1D9A}\\x{1E00}-\\x{1F15}\\x{1F18}-\\x{1F1D}\\x{1F20}-\\x{1F45}"                   \
-    "\\x{1F48}-\\x{1F4D}\\x{1F50}-\\x{1F57}\\x{1F59}\\x{1F5B}\\x{1F5D}\\x{1F5F}-\\x{1F7D}"          \
-    "\\x{1F80}-\\x{1FB4}\\x{1FB6}-\\x{1FBC}\\x{1FBE}\\x{1FC2}-\\x{1FC4}\\x{1FC6}-\\x{1FCC}"          \
-    "\\x{1FD0}-\\x{1FD3}\\x{1FD6}-\\x{1FDB}\\x{1FE0}-\\x{1FEC}\\x{1FF2}-\\x{1FF4}"                   \
-    "\\x{1FF6}-\\x{1FFC}\\x{2102}\\x{2107}\\x{210A}-\\x{2113}\\x{2115}\\x{2119}-\\x{211D}"          \
-    "\\x{2124}\\x{2126}\\x{2128}\\x{212A}-\\x{212D}\\x{212F}-\\x{2134}\\x{2139}"                    \
-    "\\x{213C}-\\x{213F}\\x{2145}-\\x{2149}\\x{214E}\\x{2183}\\x{2184}\\x{2C00}-\\x{2C7B}"          \
-    "\\x{2C7E}-\\x{2CE4}\\x{2CEB}-\\x{2CEE}\\x{2CF2}\\x{2CF3}\\x{A640}-\\x{A66D}"                   \
-    "\\x{A680}-\\x{A69B}\\x{A722}-\\x{A76F}\\x{A771}-\\x{A787}\\x{A78B}-\\x{A78E}"                  \
-    "\\x{AB70}-\\x{ABBF}\\x{FB00}-\\x{FB06}\\x{FB13}-\\x{FB17}\\x{FF21}-\\x{FF3A}"                  \
-    "\\x{FF41}-\\x{FF5A}\\x{10400}-\\x{1044F}\\x{104B0}-\\x{104D3}\\x{104D8}-\\x{104FB}"            \
+    "\\s?[A-Za-z\\x{B5}\\x{C0}-\\x{D6}\\x{D8}-\\x{F6}\\x{F8}-\\x{1BA}\\x{1BC}-\\x{1BF}"            \
+    "\\x{1C4}-\\x{293}\\x{295}-\\x{2AF}\\x{370}-\\x{373}\\x{376}\\x{377}\\x{37B}-\\x{37D}\\x{37F}" \
+    "\\x{386}\\x{388}-\\x{38A}\\x{38C}\\x{38E}-\\x{3A1}\\x{3A3}-\\x{3F5}\\x{3F7}-\\x{481}"         \
+    "\\x{48A}-\\x{52F}\\x{531}-\\x{556}\\x{10A0}-\\x{10C5}\\x{13A0}-\\x{13F5}\\x{13F8}-\\x{13FD}"  \
+    "\\x{1C90}-\\x{1CBA}\\x{1CBD}-\\x{1CBF}\\x{1D00}-\\x{1D2B}\\x{1D6B}-\\x{1D77}"                 \
+    "\\x{1D79}-\\x{1D9A}\\x{1E00}-\\x{1F15}\\x{1F18}-\\x{1F1D}\\x{1F20}-\\x{1F45}"                 \
+    "\\x{1F48}-\\x{1F4D}\\x{1F50}-\\x{1F57}\\x{1F59}\\x{1F5B}\\x{1F5D}\\x{1F5F}-\\x{1F7D}"         \
+    "\\x{1F80}-\\x{1FB4}\\x{1FB6}-\\x{1FBC}\\x{1FBE}\\x{1FC2}-\\x{1FC4}\\x{1FC6}-\\x{1FCC}"        \
+    "\\x{1FD0}-\\x{1FD3}\\x{1FD6}-\\x{1FDB}\\x{1FE0}-\\x{1FEC}\\x{1FF2}-\\x{1FF4}"                 \
+    "\\x{1FF6}-\\x{1FFC}\\x{2102}\\x{2107}\\x{210A}-\\x{2113}\\x{2115}\\x{2119}-\\x{211D}"         \
+    "\\x{2124}\\x{2126}\\x{2128}\\x{212A}-\\x{212D}\\x{212F}-\\x{2134}\\x{2139}"                   \
+    "\\x{213C}-\\x{213F}\\x{2145}-\\x{2149}\\x{214E}\\x{2183}\\x{2184}\\x{2C00}-\\x{2C7B}"         \
+    "\\x{2C7E}-\\x{2CE4}\\x{2CEB}-\\x{2CEE}\\x{2CF2}\\x{2CF3}\\x{A640}-\\x{A66D}"                  \
+    "\\x{A680}-\\x{A69B}\\x{A722}-\\x{A76F}\\x{A771}-\\x{A787}\\x{A78B}-\\x{A78E}"                 \
+    "\\x{AB70}-\\x{ABBF}\\x{FB00}-\\x{FB06}\\x{FB13}-\\x{FB17}\\x{FF21}-\\x{FF3A}"                 \
+    "\\x{FF41}-\\x{FF5A}\\x{10400}-\\x{1044F}\\x{104B0}-\\x{104D3}\\x{104D8}-\\x{104FB}"           \
     "\\x{10C80}-\\x{10CB2}\\x{10CC0}-\\x{10CF2}\\x{118A0}-\\x{118DF}\\x{1E900}-\\x{1E943}]+"
 
 #define RE_DEEPSEEK_LLM_PUNCT                                                                      \
     "\\s?[!-/:-~\\x{FF01}-\\x{FF0F}\\x{FF1A}-\\x{FF5E}\\x{2018}-\\x{201F}\\x{3000}-\\x{3002}]+"
 
 #define RE_AFMOE_CJK                                                                               \
-    "[\\x{4E00}-\\x{9FFF}\\x{3400}-\\x{4DBF}\\x{F900}-\\x{FAFF}\\x{3040}-\\x{309F}"                  \
-    "\\x{30A0}-\\x{30FF}\\x{FF65}-\\x{FF9F}\\x{2F00}-\\x{2FDF}\\x{0E00}-\\x{0E7F}"                   \
-    "\\x{0E80}-\\x{0EFF}\\x{1780}-\\x{17FF}\\x{1000}-\\x{109F}\\x{AA60}-\\x{AA7F}"                   \
+    "[\\x{4E00}-\\x{9FFF}\\x{3400}-\\x{4DBF}\\x{F900}-\\x{FAFF}\\x{3040}-\\x{309F}"                \
+    "\\x{30A0}-\\x{30FF}\\x{FF65}-\\x{FF9F}\\x{2F00}-\\x{2FDF}\\x{0E00}-\\x{0E7F}"                 \
+    "\\x{0E80}-\\x{0EFF}\\x{1780}-\\x{17FF}\\x{1000}-\\x{109F}\\x{AA60}-\\x{AA7F}"                 \
     "\\x{A9E0}-\\x{A9FF}\\x{AC00}-\\x{D7AF}\\x{1100}-\\x{11FF}]+"
 
 // Kimi-K2: llama.cpp's hand-written splitter, as a regex (Han runs; letter runs without Han
 // and without the upper/lower distinction, with an optional contraction; digits by 3; ...).
 #define RE_KIMI_K2                                                                                 \
-    "\\p{Han}+|[^\\r\\n\\p{L}\\p{N}]?(?:(?!\\p{Han})\\p{L})+" CONTR_CI "?|\\p{N}{1,3}"              \
+    "\\p{Han}+|[^\\r\\n\\p{L}\\p{N}]?(?:(?!\\p{Han})\\p{L})+" CONTR_CI "?|\\p{N}{1,3}"             \
     "| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"
 
-#define U(p) {p, MODE_UNICODE}
-#define C(p) {p, MODE_COLLAPSED}
-#define W(p) {p, MODE_WIDE}
+#define U(p)                                                                                       \
+    {                                                                                              \
+        p, MODE_UNICODE                                                                            \
+    }
+#define C(p)                                                                                       \
+    {                                                                                              \
+        p, MODE_COLLAPSED                                                                          \
+    }
+#define W(p)                                                                                       \
+    {                                                                                              \
+        p, MODE_WIDE                                                                               \
+    }
 
 static const struct pre_def PRE_DEFS[] = {
     // index 0 is the fallback for unknown names
-    {"default", {"default", NULL}, false, false, false,
+    {"default",
+     {"default", NULL},
+     false,
+     false,
+     false,
      {C("[\\p{P}\\$\\+<=>\\^\\x{E07E}\\|]+"), U(RE_GPT2), C("\\p{N}+"), W("[0-9][0-9][0-9]")}},
-    {"llama3", {"llama3", "llama-v3", "llama-bpe", "falcon3", "falcon-h1", "pixtral", "midm-2.0",
-                "lfm2", NULL}, true, true, false, {U(RE_LLAMA3)}},
+    {"llama3",
+     {"llama3", "llama-v3", "llama-bpe", "falcon3", "falcon-h1", "pixtral", "midm-2.0", "lfm2",
+      NULL},
+     true,
+     true,
+     false,
+     {U(RE_LLAMA3)}},
     {"dbrx", {"dbrx", "smaug-bpe", NULL}, false, false, false, {U(RE_LLAMA3)}},
-    {"deepseek-llm", {"deepseek-llm", NULL}, false, false, false,
+    {"deepseek-llm",
+     {"deepseek-llm", NULL},
+     false,
+     false,
+     false,
      {W("[\\r\\n]"), W(RE_DEEPSEEK_LLM_LETTERS), W(RE_DEEPSEEK_LLM_PUNCT), W("\\s+$"),
       W(RE_CJK_DEEPSEEK), C("\\p{N}+")}},
-    {"deepseek-v3", {"deepseek-v3", "hunyuan-dense", NULL}, false, false, false,
+    {"deepseek-v3",
+     {"deepseek-v3", "hunyuan-dense", NULL},
+     false,
+     false,
+     false,
      {C("\\p{N}{1,3}"), W("[\\x{4E00}-\\x{9FA5}\\x{3040}-\\x{309F}\\x{30A0}-\\x{30FF}]+"),
       C(RE_DEEPSEEK3)}},
-    {"deepseek-coder", {"deepseek-coder", NULL}, false, false, false,
+    {"deepseek-coder",
+     {"deepseek-coder", NULL},
+     false,
+     false,
+     false,
      {W("[\\r\\n]"), C("\\s?\\p{L}+"), C("\\s?\\p{P}+"), W(RE_CJK_DEEPSEEK), C("\\p{N}")}},
-    {"falcon", {"falcon", NULL}, false, false, false,
+    {"falcon",
+     {"falcon", NULL},
+     false,
+     false,
+     false,
      {C("[\\p{P}\\$\\+<=>\\^\\x{E07E}\\|`]+"), U(RE_GPT2), W("[0-9][0-9][0-9]")}},
-    {"starcoder", {"starcoder", "refact", "command-r", "smollm", "codeshell", "exaone",
-                   "minerva-7b", NULL}, false, false, false, {C("\\p{N}"), U(RE_GPT2)}},
-    {"gpt-2", {"gpt-2", "phi-2", "jina-es", "jina-de", "gigachat", "jina-v2-es", "jina-v2-de",
-               "a.x-4.0", "mellum", "exaone4", "jina-v1-en", NULL}, false, false, false,
+    {"starcoder",
+     {"starcoder", "refact", "command-r", "smollm", "codeshell", "exaone", "minerva-7b", NULL},
+     false,
+     false,
+     false,
+     {C("\\p{N}"), U(RE_GPT2)}},
+    {"gpt-2",
+     {"gpt-2", "phi-2", "jina-es", "jina-de", "gigachat", "jina-v2-es", "jina-v2-de", "a.x-4.0",
+      "mellum", "exaone4", "jina-v1-en", NULL},
+     false,
+     false,
+     false,
      {U(RE_GPT2)}},
-    {"gpt-2", {"jina-v2-code", "roberta-bpe", "mpt", "olmo", "jais", "trillion",
-               "granite-docling", NULL}, false, false, false, {U(RE_GPT2)}},
-    {"qwen2", {"qwen2", "deepseek-r1-qwen", "kormo", "megrez", "stablelm2", "hunyuan", "grok-2",
-               NULL}, false, false, false, {C(RE_QWEN2)}},
+    {"gpt-2",
+     {"jina-v2-code", "roberta-bpe", "mpt", "olmo", "jais", "trillion", "granite-docling", NULL},
+     false,
+     false,
+     false,
+     {U(RE_GPT2)}},
+    {"qwen2",
+     {"qwen2", "deepseek-r1-qwen", "kormo", "megrez", "stablelm2", "hunyuan", "grok-2", NULL},
+     false,
+     false,
+     false,
+     {C(RE_QWEN2)}},
     {"poro", {"poro-chat", "bloom", "gpt3-finnish", NULL}, false, false, false, {W(RE_PORO)}},
     {"chatglm4", {"glm4", "chatglm-bpe", NULL}, false, false, true, {U(RE_LLAMA3)}},
     {"viking", {"viking", NULL}, false, false, false, {W(RE_PORO), C("\\p{N}")}},
     {"tekken", {"tekken", NULL}, true, true, false, {C(RE_TEKKEN)}},
-    {"chameleon", {"chameleon", NULL}, false, true, false,
+    {"chameleon",
+     {"chameleon", NULL},
+     false,
+     true,
+     false,
      {W("<sentinel:[0-9]+>"), W("(?:IMGIMG)(?:(?:A|B|C|D|E|F|G|H|I){1,4})Z"),
       W("(?:[\\t\\n]|    |  )"), C("\\p{N}"), C("[\\p{P}!-/:-@\\[-`{-}\\x{E07E}]"), U(RE_GPT2)}},
     {"gpt-4o", {"gpt-4o", "llama4", "minimax-m2", NULL}, false, false, false, {C(RE_GPT4O)}},
     {"kimi-k2", {"kimi-k2", NULL}, false, false, false, {U(RE_KIMI_K2)}},
-    {"superbpe", {"superbpe", NULL}, false, false, false,
+    {"superbpe",
+     {"superbpe", NULL},
+     false,
+     false,
+     false,
      {C("\\p{N}+"), W("(?=(?:[0-9]{3})+(?![0-9]))")}},
-    {"bailingmoe", {"bailingmoe", "bailingmoe2", "llada-moe", NULL}, false, false, false,
+    {"bailingmoe",
+     {"bailingmoe", "bailingmoe2", "llada-moe", NULL},
+     false,
+     false,
+     false,
      {C(RE_BAILING)}},
     {"seed-coder", {"seed-coder", NULL}, false, false, false, {C(RE_SEED_CODER)}},
-    {"afmoe", {"afmoe", NULL}, false, false, false,
+    {"afmoe",
+     {"afmoe", NULL},
+     false,
+     false,
+     false,
      {{"\\p{N}+", MODE_AFMOE_DIGITS}, W(RE_AFMOE_CJK), C(RE_DEEPSEEK3)}},
 };
 
@@ -220,7 +287,7 @@ const char *tl__pretok_kind_name(int kind)
     return kind >= 0 && kind < N_PRE_DEFS ? PRE_DEFS[kind].canon : "default";
 }
 
-// ---- compiled form ----------------------------------------------------------------------------------
+// ---- compiled form ------------------------------------------------------------------------------
 
 struct tl__pretok {
     int n;
@@ -232,7 +299,8 @@ struct tl__pretok {
 void tl__pretok_destroy(struct tl__pretok *p)
 {
     if (!p) return;
-    for (int i = 0; i < p->n; i++) pcre2_code_free(p->code[i]);
+    for (int i = 0; i < p->n; i++)
+        pcre2_code_free(p->code[i]);
     free(p);
 }
 
@@ -246,9 +314,9 @@ tl_status tl__pretok_create(int kind, const char *source, struct tl__pretok **ou
     for (int i = 0; i < MAX_RES && d->res[i].pattern; i++) {
         int err;
         PCRE2_SIZE eoff;
-        pcre2_code *c = pcre2_compile((PCRE2_SPTR)d->res[i].pattern, PCRE2_ZERO_TERMINATED,
-                                      PCRE2_UTF | PCRE2_UCP | PCRE2_DOLLAR_ENDONLY, &err, &eoff,
-                                      NULL);
+        pcre2_code *c =
+            pcre2_compile((PCRE2_SPTR)d->res[i].pattern, PCRE2_ZERO_TERMINATED,
+                          PCRE2_UTF | PCRE2_UCP | PCRE2_DOLLAR_ENDONLY, &err, &eoff, NULL);
         if (!c) {
             PCRE2_UCHAR msg[256];
             pcre2_get_error_message(err, msg, sizeof(msg));
@@ -268,7 +336,7 @@ tl_status tl__pretok_create(int kind, const char *source, struct tl__pretok **ou
     return TL_OK;
 }
 
-// ---- code points --------------------------------------------------------------------------------------
+// ---- code points --------------------------------------------------------------------------------
 
 // llama.cpp's lenient UTF-8 decoding: only the lead byte's length and the continuation bytes'
 // top bits are checked; anything else is one U+FFFD per byte.
@@ -378,7 +446,7 @@ static int64_t cp_index(const int64_t *off, int64_t lo, int64_t hi, int64_t b)
     return lo;
 }
 
-// ---- splitting ------------------------------------------------------------------------------------------
+// ---- splitting ----------------------------------------------------------------------------------
 
 struct ranges {
     int64_t *v; // owned: pairs (start, end) of code point indices
@@ -428,7 +496,8 @@ static tl_status split_piece(const struct matcher *m, const pcre2_code *code,
             opts = 0;
             if (pos >= len) break;
             pos++;
-            while (pos < len && ((unsigned char)subj[pos] & 0xC0) == 0x80) pos++;
+            while (pos < len && ((unsigned char)subj[pos] & 0xC0) == 0x80)
+                pos++;
             continue;
         }
         if (rc < 0) return match_error(rc);
@@ -468,8 +537,8 @@ static tl_status split_afmoe(const struct matcher *m, const pcre2_code *code,
         int64_t ra = runs.v[2 * i], rb = runs.v[2 * i + 1];
         const char *subj = s->bytes + s->off[ra];
         PCRE2_SIZE len = (PCRE2_SIZE)(s->off[rb] - s->off[ra]);
-        int mr = pcre2_match(code, (PCRE2_SPTR)subj, len, 0,
-                             PCRE2_ANCHORED | PCRE2_NO_UTF_CHECK, m->md, m->mctx);
+        int mr = pcre2_match(code, (PCRE2_SPTR)subj, len, 0, PCRE2_ANCHORED | PCRE2_NO_UTF_CHECK,
+                             m->md, m->mctx);
         if (mr < 0 && mr != PCRE2_ERROR_NOMATCH) {
             free(runs.v);
             return match_error(mr);

@@ -15,7 +15,8 @@
  * SPM fragments get a leading space when the vocabulary adds a space prefix and the fragment is
  * the first one or follows a special token; spaces are then escaped as U+2581.
  *
- * Limits: texts above TL__MAX_TEXT bytes get TL_ERR_TOO_LONG (symbol indices are 32-bit).
+ * Limits: texts above TL__MAX_TEXT (32 MiB) get TL_ERR_TOO_LONG: scratch memory is tens of bytes
+ * per input byte, and no context window comes near that size.
  *
  * Threads: tl_tokenize only reads the vocabulary; all scratch memory is per call.
  */
@@ -28,7 +29,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define TL__MAX_TEXT ((size_t)256 << 20)
+#define TL__MAX_TEXT ((size_t)32 << 20)
 
 bool tl__ids_push(struct tl__ids *o, int32_t id)
 {
@@ -39,7 +40,7 @@ bool tl__ids_push(struct tl__ids *o, int32_t id)
     return true;
 }
 
-// ---- special-token partition ---------------------------------------------------------------------
+// ---- special-token partition --------------------------------------------------------------------
 
 struct frag {
     int32_t tok;     // token id, or -1 for raw text
@@ -60,8 +61,8 @@ static bool frags_push(struct frags *f, int32_t tok, size_t off, size_t len)
 
 // Cuts every occurrence of special token `id` out of the raw fragments of `in` into `out`.
 // Returns false on allocation failure.
-static bool cut_token(const struct tl_vocab *v, int32_t id, const char *text, const struct frags *in,
-                      struct frags *out)
+static bool cut_token(const struct tl_vocab *v, int32_t id, const char *text,
+                      const struct frags *in, struct frags *out)
 {
     const char *piece = tl__piece(v, id);
     size_t plen = v->tokens[id].len;
@@ -80,12 +81,14 @@ static bool cut_token(const struct tl_vocab *v, int32_t id, const char *text, co
             size_t at = (size_t)(m - text);
             size_t left = at - off;
             if (flags & TL__TOK_LSTRIP)
-                while (left > 0 && isspace((unsigned char)text[off + left - 1])) left--;
+                while (left > 0 && isspace((unsigned char)text[off + left - 1]))
+                    left--;
             if (left > 0 && !frags_push(out, -1, off, left)) return false;
             if (!frags_push(out, id, 0, 0)) return false;
             size_t roff = at + plen, rlen = off + len - roff;
             if (flags & TL__TOK_RSTRIP)
-                while (rlen > 0 && isspace((unsigned char)text[roff])) roff++, rlen--;
+                while (rlen > 0 && isspace((unsigned char)text[roff]))
+                    roff++, rlen--;
             off = roff;
             len = rlen;
         }
@@ -146,14 +149,15 @@ out:
     return rc;
 }
 
-// ---- tl_tokenize ------------------------------------------------------------------------------------
+// ---- tl_tokenize --------------------------------------------------------------------------------
 
 // SPM fragment: optional leading space, then every ' ' escaped as U+2581.
 static tl_status spm_fragment(const struct tl_vocab *v, const char *s, size_t n, bool prefix,
                               char **buf, size_t *cap, struct tl__ids *out)
 {
     size_t spaces = 0;
-    for (size_t i = 0; i < n; i++) spaces += s[i] == ' ';
+    for (size_t i = 0; i < n; i++)
+        spaces += s[i] == ' ';
     size_t need = n + 2 * spaces + (prefix ? 3 : 0) + 1;
     if (!tl_grow((void **)buf, cap, need, 1))
         return tl__errorf(TL_ERR_NOMEM, "tokenize: out of memory");

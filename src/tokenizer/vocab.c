@@ -38,8 +38,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define MAX_TOKENS (1 << 26)   // far above any real vocabulary; bounds allocations
-#define MAX_PIECE_BYTES 65536  // one piece; real ones are < 1 KiB
+#define MAX_TOKENS (1 << 26)  // far above any real vocabulary; bounds allocations
+#define MAX_PIECE_BYTES 65536 // one piece; real ones are < 1 KiB
 
 // ---- hashing ------------------------------------------------------------------------------------
 
@@ -67,7 +67,8 @@ static uint64_t hash_u64(uint64_t x)
 static uint64_t table_slots(int64_t n)
 {
     uint64_t s = 16;
-    while (s < (uint64_t)n * 2) s <<= 1;
+    while (s < (uint64_t)n * 2)
+        s <<= 1;
     return s;
 }
 
@@ -95,7 +96,7 @@ const struct tl__merge_slot *tl__vocab_merge(const struct tl_vocab *v, int32_t l
     }
 }
 
-// ---- GPT-2 byte mapping ---------------------------------------------------------------------------
+// ---- GPT-2 byte mapping -------------------------------------------------------------------------
 
 uint32_t tl__bpe_byte_cp(uint8_t b)
 {
@@ -117,7 +118,7 @@ int tl__bpe_cp_byte(uint32_t cp)
     return -1;
 }
 
-// ---- building ---------------------------------------------------------------------------------------
+// ---- building -----------------------------------------------------------------------------------
 
 static struct tl_vocab *vocab_alloc(const char *source)
 {
@@ -129,7 +130,8 @@ static struct tl_vocab *vocab_alloc(const char *source)
         return NULL;
     }
     v->bos = v->eos = v->eot = v->eom = v->unk = v->pad = -1;
-    for (int b = 0; b < 256; b++) v->byte_tok[b] = -1;
+    for (int b = 0; b < 256; b++)
+        v->byte_tok[b] = -1;
     return v;
 }
 
@@ -256,34 +258,59 @@ struct fim_ids {
 static tl_status finish_specials(struct tl_vocab *v, struct fim_ids fim, const char *model_name,
                                  const char *arch)
 {
-    static const char *const eot_texts[] = {"<|eot_id|>", "<|im_end|>", "<|end|>",
-                                            "<end_of_turn>", "<|endoftext|>", "<|end_of_text|>",
-                                            "<EOT>", "_<EOT>",
-                                            "<\xef\xbd\x9c" "end\xe2\x96\x81of\xe2\x96\x81"
+    static const char *const eot_texts[] = {"<|eot_id|>",
+                                            "<|im_end|>",
+                                            "<|end|>",
+                                            "<end_of_turn>",
+                                            "<|endoftext|>",
+                                            "<|end_of_text|>",
+                                            "<EOT>",
+                                            "_<EOT>",
+                                            "<\xef\xbd\x9c"
+                                            "end\xe2\x96\x81of\xe2\x96\x81"
                                             "sentence\xef\xbd\x9c>",
-                                            "<end_of_utterance>", NULL};
+                                            "<end_of_utterance>",
+                                            NULL};
     static const char *const eom_texts[] = {"<|eom_id|>", NULL};
-    static const char *const fim_pre_texts[] = {"<|fim_prefix|>", "<fim-prefix>", "<fim_prefix>",
-                                                "<\xef\xbd\x9c" "fim\xe2\x96\x81" "begin\xef\xbd\x9c>",
-                                                "<PRE>", "\xe2\x96\x81<PRE>", "<|code_prefix|>",
+    static const char *const fim_pre_texts[] = {"<|fim_prefix|>",
+                                                "<fim-prefix>",
+                                                "<fim_prefix>",
+                                                "<\xef\xbd\x9c"
+                                                "fim\xe2\x96\x81"
+                                                "begin\xef\xbd\x9c>",
+                                                "<PRE>",
+                                                "\xe2\x96\x81<PRE>",
+                                                "<|code_prefix|>",
                                                 NULL};
-    static const char *const fim_suf_texts[] = {"<|fim_suffix|>", "<fim-suffix>", "<fim_suffix>",
-                                                "<\xef\xbd\x9c" "fim\xe2\x96\x81" "hole\xef\xbd\x9c>",
-                                                "<SUF>", "\xe2\x96\x81<SUF>", "<|code_suffix|>",
+    static const char *const fim_suf_texts[] = {"<|fim_suffix|>",
+                                                "<fim-suffix>",
+                                                "<fim_suffix>",
+                                                "<\xef\xbd\x9c"
+                                                "fim\xe2\x96\x81"
+                                                "hole\xef\xbd\x9c>",
+                                                "<SUF>",
+                                                "\xe2\x96\x81<SUF>",
+                                                "<|code_suffix|>",
                                                 NULL};
-    static const char *const fim_mid_texts[] = {"<|fim_middle|>", "<fim-middle>", "<fim_middle>",
-                                                "<\xef\xbd\x9c" "fim\xe2\x96\x81" "end\xef\xbd\x9c>",
-                                                "<MID>", "\xe2\x96\x81<MID>", "<|code_middle|>",
+    static const char *const fim_mid_texts[] = {"<|fim_middle|>",
+                                                "<fim-middle>",
+                                                "<fim_middle>",
+                                                "<\xef\xbd\x9c"
+                                                "fim\xe2\x96\x81"
+                                                "end\xef\xbd\x9c>",
+                                                "<MID>",
+                                                "\xe2\x96\x81<MID>",
+                                                "<|code_middle|>",
                                                 NULL};
     static const char *const fim_pad_texts[] = {"<|fim_pad|>", "<fim-pad>", "<fim_pad>", "<PAD>",
                                                 NULL};
     static const char *const fim_rep_texts[] = {"<|fim_repo|>", "<|repo_name|>", "<fim-repo>",
-                                                "<REPO>", "<reponame>", NULL};
+                                                "<REPO>",       "<reponame>",    NULL};
     static const char *const fim_sep_texts[] = {"<|file_sep|>", NULL};
-    static const char *const eog_texts[] = {"<|eot_id|>", "<|im_end|>", "<|end|>", "<|return|>",
-                                            "<|call|>", "<end_of_turn>", "<|endoftext|>",
-                                            "<|eom_id|>", "<EOT>", "_<EOT>", "<|end_of_text|>",
-                                            "<end_of_utterance>", NULL};
+    static const char *const eog_texts[] = {
+        "<|eot_id|>",      "<|im_end|>",         "<|end|>",    "<|return|>", "<|call|>",
+        "<end_of_turn>",   "<|endoftext|>",      "<|eom_id|>", "<EOT>",      "_<EOT>",
+        "<|end_of_text|>", "<end_of_utterance>", NULL};
 
     // Text-based detection only when the file did not name the token; detected ones are control.
     if (v->eot < 0 && (v->eot = find_any(v, eot_texts)) >= 0) force_control(v, v->eot);
@@ -304,7 +331,8 @@ static tl_status finish_specials(struct tl_vocab *v, struct fim_ids fim, const c
     do {                                                                                           \
         int32_t id_ = (x);                                                                         \
         bool seen_ = false;                                                                        \
-        for (int k_ = 0; k_ < n_eog; k_++) seen_ |= eog[k_] == id_;                                \
+        for (int k_ = 0; k_ < n_eog; k_++)                                                         \
+            seen_ |= eog[k_] == id_;                                                               \
         if (id_ >= 0 && !seen_ && n_eog < 32) eog[n_eog++] = id_;                                  \
     } while (0)
     ADD_EOG(fim.pad);
@@ -364,7 +392,8 @@ static tl_status finish_specials(struct tl_vocab *v, struct fim_ids fim, const c
     char lname[256];
     size_t ln = strlen(model_name);
     if (ln >= sizeof(lname)) ln = sizeof(lname) - 1;
-    for (size_t i = 0; i < ln; i++) lname[i] = (char)tolower((unsigned char)model_name[i]);
+    for (size_t i = 0; i < ln; i++)
+        lname[i] = (char)tolower((unsigned char)model_name[i]);
     lname[ln] = '\0';
     const char *pre = v->pre ? v->pre : "";
     if (strstr(pre, "jina-v2-de") || strstr(pre, "jina-v2-es") || strstr(pre, "jina-v2-code") ||
@@ -372,7 +401,8 @@ static tl_status finish_specials(struct tl_vocab *v, struct fim_ids fim, const c
         int32_t id = find_cstr(v, "<mask>");
         if (id >= 0) v->tokens[id].flags |= TL__TOK_LSTRIP;
     } else if (strstr(lname, "phi-3") || strstr(lname, "phi3")) {
-        for (int32_t i = 0; i < n_sp; i++) v->tokens[v->specials[i]].flags |= TL__TOK_RSTRIP;
+        for (int32_t i = 0; i < n_sp; i++)
+            v->tokens[v->specials[i]].flags |= TL__TOK_RSTRIP;
         int32_t id = find_cstr(v, "</s>");
         if (id >= 0) v->tokens[id].flags |= TL__TOK_RSTRIP;
         static const char *const keep[] = {"<unk>", "<s>", "<|endoftext|>", NULL};
@@ -410,7 +440,7 @@ static void build_byte_table(struct tl_vocab *v)
     }
 }
 
-// ---- GGUF -------------------------------------------------------------------------------------------
+// ---- GGUF ---------------------------------------------------------------------------------------
 
 static tl_status get_flag(struct tl_vocab *v, const struct tl_gguf *g, const char *key, bool *flag)
 {
@@ -430,8 +460,9 @@ static tl_status get_id(struct tl_vocab *v, const struct tl_gguf *g, const char 
         return tl__errorf(TL_ERR_FORMAT, "%s: %s is not an integer", v->source, key);
     if (x == -1 || x == (int64_t)UINT32_MAX) return TL_OK;
     if (x < 0 || x >= v->n_tokens)
-        return tl__errorf(TL_ERR_FORMAT, "%s: %s = %lld is out of range (the vocabulary has %d tokens)",
-                          v->source, key, (long long)x, v->n_tokens);
+        return tl__errorf(TL_ERR_FORMAT,
+                          "%s: %s = %lld is out of range (the vocabulary has %d tokens)", v->source,
+                          key, (long long)x, v->n_tokens);
     *id = (int32_t)x;
     return TL_OK;
 }
@@ -452,7 +483,8 @@ static tl_status load_merges(struct tl_vocab *v, const struct tl_gguf *g)
     uint64_t slots = table_slots(n);
     v->merges = tl_malloc_array(slots, sizeof(*v->merges));
     if (!v->merges) return tl__errorf(TL_ERR_NOMEM, "%s: out of memory for %s", v->source, key);
-    for (uint64_t i = 0; i < slots; i++) v->merges[i].key = UINT64_MAX;
+    for (uint64_t i = 0; i < slots; i++)
+        v->merges[i].key = UINT64_MAX;
     v->merge_mask = slots - 1;
     v->n_merges = n;
     for (int64_t r = 0; r < n; r++) {
@@ -466,12 +498,14 @@ static tl_status load_merges(struct tl_vocab *v, const struct tl_gguf *g)
         size_t ll = (size_t)(sp - s.ptr), rl = s.len - ll - 1;
         int32_t a = tl__vocab_find(v, s.ptr, ll), b = tl__vocab_find(v, sp + 1, rl);
         if (a < 0 || b < 0)
-            return tl__errorf(TL_ERR_FORMAT, "%s: %s[%lld] '%.*s' names a piece that is not in "
-                              "tokenizer.ggml.tokens", v->source, key, (long long)r,
-                              (int)(s.len > 80 ? 80 : s.len), s.ptr);
+            return tl__errorf(TL_ERR_FORMAT,
+                              "%s: %s[%lld] '%.*s' names a piece that is not in "
+                              "tokenizer.ggml.tokens",
+                              v->source, key, (long long)r, (int)(s.len > 80 ? 80 : s.len), s.ptr);
         uint64_t k = (uint64_t)(uint32_t)a << 32 | (uint32_t)b;
         uint64_t h = hash_u64(k) & v->merge_mask;
-        while (v->merges[h].key != UINT64_MAX && v->merges[h].key != k) h = (h + 1) & v->merge_mask;
+        while (v->merges[h].key != UINT64_MAX && v->merges[h].key != k)
+            h = (h + 1) & v->merge_mask;
         if (v->merges[h].key == k) continue; // first rank wins, as in llama.cpp
         // The merged piece (usually present; when not, the merged symbol falls back to bytes).
         int32_t res = -1;
@@ -540,9 +574,8 @@ static tl_status load_gguf(struct tl_vocab *v, const struct tl_gguf *g)
     const char *skey = "tokenizer.ggml.scores";
     const struct tl_gguf_value *scores = tl_gguf_get(g, skey);
     if (scores) {
-        if (scores->type != TL_GGUF_TYPE_ARRAY ||
-            (scores->arr.elem_type != TL_GGUF_TYPE_FLOAT32 &&
-             scores->arr.elem_type != TL_GGUF_TYPE_FLOAT64))
+        if (scores->type != TL_GGUF_TYPE_ARRAY || (scores->arr.elem_type != TL_GGUF_TYPE_FLOAT32 &&
+                                                   scores->arr.elem_type != TL_GGUF_TYPE_FLOAT64))
             return tl__errorf(TL_ERR_FORMAT, "%s: %s is not an array of floats", v->source, skey);
         if (scores->arr.n != (uint64_t)n)
             return tl__errorf(TL_ERR_FORMAT, "%s: %s has %llu entries, %s has %d", v->source, skey,
@@ -581,11 +614,12 @@ static tl_status load_gguf(struct tl_vocab *v, const struct tl_gguf *g)
         v->add_space_prefix = true;
         v->pre_kind = 0;
     } else {
-        bool known = tl__pretok_lookup(v->pre, &v->pre_kind, &v->ignore_merges, &v->add_bos,
-                                       &no_bos);
+        bool known =
+            tl__pretok_lookup(v->pre, &v->pre_kind, &v->ignore_merges, &v->add_bos, &no_bos);
         if (!known)
             TL_LOGW("%s: unknown pre-tokenizer type '%s' (tokenizer.ggml.pre); using the default "
-                    "regexes", v->source, v->pre);
+                    "regexes",
+                    v->source, v->pre);
         else if (!has_pre)
             TL_LOGW("%s: missing tokenizer.ggml.pre; using the default pre-tokenizer", v->source);
     }
@@ -650,7 +684,7 @@ tl_status tl_vocab_load_gguf(const struct tl_gguf *g, struct tl_vocab **out)
     return TL_OK;
 }
 
-// ---- llama2.c tokenizer.bin -----------------------------------------------------------------------
+// ---- llama2.c tokenizer.bin ---------------------------------------------------------------------
 //
 // Layout: int32 max_token_length, then for each token: float32 score, int32 length, the bytes.
 // The token count is not stored: it is whatever the file holds. Pieces use ' ' where
@@ -803,7 +837,7 @@ tl_status tl_vocab_load_llama2c(const char *path, struct tl_vocab **out)
     return TL_OK;
 }
 
-// ---- accessors --------------------------------------------------------------------------------------
+// ---- accessors ----------------------------------------------------------------------------------
 
 enum tl_vocab_type tl_vocab_type(const struct tl_vocab *v)
 {

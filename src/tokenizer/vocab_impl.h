@@ -21,11 +21,11 @@
 #define TL__TOK_RSTRIP 0x02
 
 struct tl__token {
-    uint32_t off;   // piece bytes at vocab->blob + off (NUL-terminated there)
-    uint32_t len;   // piece length in bytes
-    float score;    // SPM merge priority (higher first); 0 when the file has no scores
-    uint8_t type;   // enum tl_token_attr, or 0 for an undefined/unknown type value
-    uint8_t flags;  // TL__TOK_*
+    uint32_t off;  // piece bytes at vocab->blob + off (NUL-terminated there)
+    uint32_t len;  // piece length in bytes
+    float score;   // SPM merge priority (higher first); 0 when the file has no scores
+    uint8_t type;  // enum tl_token_attr, or 0 for an undefined/unknown type value
+    uint8_t flags; // TL__TOK_*
 };
 
 // One merge rule of a byte-level BPE vocabulary: (left id, right id) -> rank, result id.
@@ -39,17 +39,17 @@ struct tl__pretok; // compiled pre-tokenizer regexes (pretok.c)
 
 struct tl_vocab {
     enum tl_vocab_type type;
-    char *source;                // owned: file name for messages
-    char *pre;                   // owned: tokenizer.ggml.pre as given ("default" if none)
-    int pre_kind;                // pretok.c's index of the pre-tokenizer definition
+    char *source; // owned: file name for messages
+    char *pre;    // owned: tokenizer.ggml.pre as given ("default" if none)
+    int pre_kind; // pretok.c's index of the pre-tokenizer definition
 
     int32_t n_tokens;
-    struct tl__token *tokens;    // owned, (n_tokens)
-    char *blob;                  // owned: every piece, NUL-terminated, back to back
+    struct tl__token *tokens; // owned, (n_tokens)
+    char *blob;               // owned: every piece, NUL-terminated, back to back
     size_t blob_len;
 
-    int32_t *piece_index;        // owned: open-addressing hash of pieces -> id, -1 = empty
-    uint64_t piece_mask;         // slots - 1 (power of two)
+    int32_t *piece_index; // owned: open-addressing hash of pieces -> id, -1 = empty
+    uint64_t piece_mask;  // slots - 1 (power of two)
 
     struct tl__merge_slot *merges; // owned (BPE only), open addressing
     uint64_t merge_mask;
@@ -57,26 +57,25 @@ struct tl_vocab {
 
     int32_t bos, eos, eot, eom, unk, pad; // -1 when absent
     bool add_bos, add_eos;
-    bool add_space_prefix;       // SPM: prepend " " to the text (and after special tokens)
-    bool ignore_merges;          // BPE: a pre-token that is a whole token is not merged
+    bool add_space_prefix; // SPM: prepend " " to the text (and after special tokens)
+    bool ignore_merges;    // BPE: a pre-token that is a whole token is not merged
 
-    int32_t *eog;                // owned: sorted end-of-generation ids
+    int32_t *eog; // owned: sorted end-of-generation ids
     int32_t n_eog;
 
-    int32_t *specials;           // owned: control/user-defined/unknown ids, longest piece first
+    int32_t *specials; // owned: control/user-defined/unknown ids, longest piece first
     int32_t n_specials;
 
-    int32_t byte_tok[256];       // SPM: id of <0xXX> (or the raw byte), -1 if none
-                                 // BPE: id of the piece of the byte's GPT-2 character, -1
-    struct tl__pretok *pretok;   // owned (BPE only)
+    int32_t byte_tok[256];     // SPM: id of <0xXX> (or the raw byte), -1 if none
+                               // BPE: id of the piece of the byte's GPT-2 character, -1
+    struct tl__pretok *pretok; // owned (BPE only)
 };
 
 // Id of an exact piece, or -1.
 int32_t tl__vocab_find(const struct tl_vocab *v, const char *piece, size_t len);
 
 // Merge rule for a pair of ids, or NULL.
-const struct tl__merge_slot *tl__vocab_merge(const struct tl_vocab *v, int32_t left,
-                                             int32_t right);
+const struct tl__merge_slot *tl__vocab_merge(const struct tl_vocab *v, int32_t left, int32_t right);
 
 static inline const char *tl__piece(const struct tl_vocab *v, int32_t id)
 {

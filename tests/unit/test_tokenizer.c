@@ -20,7 +20,7 @@
 
 #include <dirent.h>
 
-// ---- helpers ---------------------------------------------------------------------------------------
+// ---- helpers ------------------------------------------------------------------------------------
 
 static char *read_file(const char *path, size_t *len)
 {
@@ -115,11 +115,13 @@ static void assert_ids(const int32_t *got, int64_t n_got, const int32_t *want, i
                        const char *what)
 {
     bool same = n_got == n_want;
-    for (int64_t i = 0; same && i < n_got; i++) same = got[i] == want[i];
+    for (int64_t i = 0; same && i < n_got; i++)
+        same = got[i] == want[i];
     if (!same) {
         char buf[1024];
         int o = snprintf(buf, sizeof(buf), "%s: got", what);
-        for (int64_t i = 0; i < n_got && o < 900; i++) o += snprintf(buf + o, sizeof(buf) - (size_t)o, " %d", got[i]);
+        for (int64_t i = 0; i < n_got && o < 900; i++)
+            o += snprintf(buf + o, sizeof(buf) - (size_t)o, " %d", got[i]);
         o += snprintf(buf + o, sizeof(buf) - (size_t)o, " want");
         for (int64_t i = 0; i < n_want && o < 1000; i++)
             o += snprintf(buf + o, sizeof(buf) - (size_t)o, " %d", want[i]);
@@ -155,7 +157,7 @@ static void check_cases(const struct tl_vocab *v, const struct cases *c, const c
     }
 }
 
-// ---- published vectors ---------------------------------------------------------------------------------
+// ---- published vectors --------------------------------------------------------------------------
 
 static void test_llama_cpp_vectors(void **state)
 {
@@ -238,7 +240,7 @@ static void test_stories_prompt_ids(void **state)
     tl_vocab_destroy(b);
 }
 
-// ---- ids, flags, attributes -----------------------------------------------------------------------------
+// ---- ids, flags, attributes ---------------------------------------------------------------------
 
 static void test_special_ids_and_flags(void **state)
 {
@@ -267,7 +269,7 @@ static void test_special_ids_and_flags(void **state)
     assert_int_equal(tl_vocab_type(v), TL_VOCAB_BPE);
     assert_string_equal(tl_vocab_pre(v), "gpt-2");
     assert_int_equal(tl_vocab_bos(v), 50256);
-    assert_false(tl_vocab_add_bos(v)); // GPT-2 adds no BOS
+    assert_false(tl_vocab_add_bos(v));        // GPT-2 adds no BOS
     assert_int_equal(tl_vocab_eot(v), 50256); // found by its text <|endoftext|>
     assert_true(tl_vocab_is_eog(v, 50256));
     tl_vocab_destroy(v);
@@ -319,7 +321,7 @@ static void test_token_to_text(void **state)
     tl_vocab_destroy(v);
 }
 
-// ---- round trips and detokenization ----------------------------------------------------------------------
+// ---- round trips and detokenization -------------------------------------------------------------
 
 // detokenize(tokenize(s)) == s for every test string of every shared vocabulary, with and
 // without BOS (the SPM space prefix is removed again). See docs/internals/tokenizer.md for what
@@ -414,7 +416,9 @@ static void test_incremental_detok_split_characters(void **state)
     tl_detok_init(&d, v, false);
     push_expect(&d, byte_tok(v, 0xFF), "\xef\xbf\xbd");
     push_expect(&d, byte_tok(v, 0xE2), "");
-    push_expect(&d, byte_tok(v, 'A'), "\xef\xbf\xbd" "A");
+    push_expect(&d, byte_tok(v, 'A'),
+                "\xef\xbf\xbd"
+                "A");
     push_expect(&d, byte_tok(v, 0xF0), "");
     push_expect(&d, byte_tok(v, 0x9F), "");
     flush_expect(&d, "\xef\xbf\xbd");
@@ -450,7 +454,7 @@ static void test_incremental_detok_split_characters(void **state)
     tl_vocab_destroy(v);
 }
 
-// ---- special tokens -------------------------------------------------------------------------------------
+// ---- special tokens -----------------------------------------------------------------------------
 
 static bool contains(const int32_t *ids, int64_t n, int32_t id)
 {
@@ -511,7 +515,7 @@ static void test_parse_special(void **state)
     tl_vocab_destroy(v);
 }
 
-// ---- pre-tokenizers without shared vectors -----------------------------------------------------------
+// ---- pre-tokenizers without shared vectors ------------------------------------------------------
 
 // Splits `text` with pre-tokenizer `pre` and compares with '|'-separated expected pieces.
 static void expect_split(const char *pre, const char *text, const char *want)
@@ -590,14 +594,24 @@ static void test_unknown_pre_falls_back(void **state)
     assert_true(im && ab); // Llama 3 ignores merges for whole tokens and adds BOS
 }
 
-// ---- hand-built vocabularies ------------------------------------------------------------------------------
+// ---- hand-built vocabularies --------------------------------------------------------------------
 
 // Writes a small GGUF vocabulary. Callers pass key/value setters through the writer.
 static struct tl_gguf_writer *bpe_writer(const char *pre, const char *const *merges, int n_merges)
 {
     // Byte characters for "a".."d" and space (Ġ), plus merged pieces.
-    static const char *const toks[] = {"a", "b", "c", "d", "\xc4\xa0", "ab", "abc", "cd",
-                                       "abcd", "\xc4\xa0" "a", "<|eot|>"};
+    static const char *const toks[] = {"a",
+                                       "b",
+                                       "c",
+                                       "d",
+                                       "\xc4\xa0",
+                                       "ab",
+                                       "abc",
+                                       "cd",
+                                       "abcd",
+                                       "\xc4\xa0"
+                                       "a",
+                                       "<|eot|>"};
     const int32_t types[] = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 3};
     struct tl_gguf_writer *w = tl_gguf_writer_create();
     assert_non_null(w);
@@ -608,9 +622,9 @@ static struct tl_gguf_writer *bpe_writer(const char *pre, const char *const *mer
         tl_gguf_writer_set_arr(w, "tokenizer.ggml.token_type", TL_GGUF_TYPE_INT32, types, 11),
         TL_OK);
     if (merges)
-        assert_int_equal(tl_gguf_writer_set_arr_str(w, "tokenizer.ggml.merges", merges,
-                                                    (uint64_t)n_merges),
-                         TL_OK);
+        assert_int_equal(
+            tl_gguf_writer_set_arr_str(w, "tokenizer.ggml.merges", merges, (uint64_t)n_merges),
+            TL_OK);
     return w;
 }
 
@@ -696,8 +710,7 @@ static void test_bad_vocabularies(void **state)
     w = bpe_writer("gpt-2", merges, 1);
     const float scores[] = {0, 0, 0};
     assert_int_equal(
-        tl_gguf_writer_set_arr(w, "tokenizer.ggml.scores", TL_GGUF_TYPE_FLOAT32, scores, 3),
-        TL_OK);
+        tl_gguf_writer_set_arr(w, "tokenizer.ggml.scores", TL_GGUF_TYPE_FLOAT32, scores, 3), TL_OK);
     write_and_load(w, TL_ERR_FORMAT, "tokenizer.ggml.scores"); // 3 scores for 11 tokens
 
     w = bpe_writer("gpt-2", merges, 1);
@@ -768,7 +781,7 @@ static void test_bad_vocabularies(void **state)
     free(bin);
 }
 
-// ---- robustness --------------------------------------------------------------------------------------
+// ---- robustness ---------------------------------------------------------------------------------
 
 static uint64_t rng_next(uint64_t *s)
 {
@@ -793,7 +806,8 @@ static void test_random_bytes(void **state)
         for (int iter = 0; iter < 400; iter++) {
             char text[64];
             size_t n = rng_next(&seed) % sizeof(text);
-            for (size_t i = 0; i < n; i++) text[i] = pool[rng_next(&seed) % (sizeof(pool) - 1)];
+            for (size_t i = 0; i < n; i++)
+                text[i] = pool[rng_next(&seed) % (sizeof(pool) - 1)];
             int32_t *ids;
             int64_t n_ids;
             bool special = rng_next(&seed) & 1;
@@ -820,7 +834,8 @@ static void test_long_and_too_long_inputs(void **state)
     // 200 KB without a single space or newline: one huge pre-token, merged in O(n log n).
     size_t n = 200 * 1024;
     char *text = malloc(n);
-    for (size_t i = 0; i < n; i++) text[i] = "abcdefgh"[i % 8];
+    for (size_t i = 0; i < n; i++)
+        text[i] = "abcdefgh"[i % 8];
     int32_t *ids;
     int64_t n_ids;
     assert_int_equal(tl_tokenize(v, text, n, false, false, &ids, &n_ids), TL_OK);
@@ -830,12 +845,14 @@ static void test_long_and_too_long_inputs(void **state)
     free(back);
     free(ids);
     // Long runs of spaces (lookahead regex branches) and of one emoji.
-    for (size_t i = 0; i < n; i++) text[i] = ' ';
+    for (size_t i = 0; i < n; i++)
+        text[i] = ' ';
     assert_int_equal(tl_tokenize(v, text, n, false, false, &ids, &n_ids), TL_OK);
     free(ids);
     tl_vocab_destroy(v);
     v = load_shared("vocab/ggml-vocab-llama-spm.gguf");
-    for (size_t i = 0; i + 4 <= n; i += 4) memcpy(text + i, "\xf0\x9f\x98\x81", 4);
+    for (size_t i = 0; i + 4 <= n; i += 4)
+        memcpy(text + i, "\xf0\x9f\x98\x81", 4);
     assert_int_equal(tl_tokenize(v, text, n, true, false, &ids, &n_ids), TL_OK);
     free(ids);
     // Past the limit: a clear error before anything is read (the buffer is smaller).
@@ -902,12 +919,14 @@ static void test_allocation_failures(void **state)
     }
 }
 
-TL_TEST_MAIN(cmocka_unit_test(test_llama_cpp_vectors), cmocka_unit_test(test_llama2c_tokenizer_bin_vectors),
-             cmocka_unit_test(test_stories_prompt_ids), cmocka_unit_test(test_special_ids_and_flags),
-             cmocka_unit_test(test_token_to_text), cmocka_unit_test(test_round_trip),
+TL_TEST_MAIN(cmocka_unit_test(test_llama_cpp_vectors),
+             cmocka_unit_test(test_llama2c_tokenizer_bin_vectors),
+             cmocka_unit_test(test_stories_prompt_ids),
+             cmocka_unit_test(test_special_ids_and_flags), cmocka_unit_test(test_token_to_text),
+             cmocka_unit_test(test_round_trip),
              cmocka_unit_test(test_incremental_detok_split_characters),
              cmocka_unit_test(test_parse_special), cmocka_unit_test(test_pretokenizer_splits),
-             cmocka_unit_test(test_unknown_pre_falls_back), cmocka_unit_test(test_bpe_merges_by_rank),
-             cmocka_unit_test(test_bad_vocabularies), cmocka_unit_test(test_random_bytes),
-             cmocka_unit_test(test_long_and_too_long_inputs),
+             cmocka_unit_test(test_unknown_pre_falls_back),
+             cmocka_unit_test(test_bpe_merges_by_rank), cmocka_unit_test(test_bad_vocabularies),
+             cmocka_unit_test(test_random_bytes), cmocka_unit_test(test_long_and_too_long_inputs),
              cmocka_unit_test(test_allocation_failures))
