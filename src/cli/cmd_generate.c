@@ -74,8 +74,7 @@ static void usage(FILE *f)
 }
 
 // "--name value" or "--name=value" for either spelling; 1 matched, 0 not it, -1 missing value.
-static int flag(const char *name, const char *alt, int argc, char **argv, int *i,
-                const char **val)
+static int flag(const char *name, const char *alt, int argc, char **argv, int *i, const char **val)
 {
     const char *names[2] = {name, alt};
     for (int k = 0; k < 2; k++) {
@@ -103,8 +102,8 @@ static int num(const char *name, const char *s, double lo, double hi, double *ou
     errno = 0;
     double v = strtod(s, &end);
     if (errno || end == s || *end || !(v >= lo && v <= hi)) {
-        fprintf(stderr, "tokenloom generate: %s: '%s' is not a number in [%g, %g]\n", name, s,
-                lo, hi);
+        fprintf(stderr, "tokenloom generate: %s: '%s' is not a number in [%g, %g]\n", name, s, lo,
+                hi);
         return -1;
     }
     *out = v;
@@ -179,10 +178,10 @@ static int run_single(tl_engine *e, struct tl_request *r)
 // ---- batch job --------------------------------------------------------------------------------
 
 struct job {
-    long line;       // 1-based line number in the input
-    json_t *id;      // owned: the request's id (string or number), or the line number
-    char *error;     // owned: why this line failed (no request was run), or NULL
-    char *text;      // owned: generated text
+    long line;   // 1-based line number in the input
+    json_t *id;  // owned: the request's id (string or number), or the line number
+    char *error; // owned: why this line failed (no request was run), or NULL
+    char *text;  // owned: generated text
     size_t len, cap;
     bool done;
     struct tl_event result; // the DONE event (pointers cleared)
@@ -192,7 +191,7 @@ struct job {
 struct batch {
     struct job *jobs; // owned, (n_jobs)
     size_t n_jobs, cap_jobs;
-    size_t next_out;  // results written so far (in order)
+    size_t next_out; // results written so far (in order)
     size_t n_done, n_failed;
     int64_t gen_tokens, prompt_tokens;
     FILE *out;
@@ -217,7 +216,8 @@ static void batch_event(void *user, const struct tl_event *ev)
     if (ev->text_len) {
         if (j->len + ev->text_len + 1 > j->cap) {
             size_t ncap = j->cap ? j->cap * 2 : 256;
-            while (ncap < j->len + ev->text_len + 1) ncap *= 2;
+            while (ncap < j->len + ev->text_len + 1)
+                ncap *= 2;
             char *t = realloc(j->text, ncap);
             if (!t) return; // keep what we have; reported as truncated text
             j->text = t;
@@ -263,12 +263,23 @@ static int get_num(json_t *o, const char *key, double lo, double hi, bool integr
 static int parse_line(json_t *o, const struct tl_request *defaults, struct tl_request *r,
                       const char ***stops, int32_t **tokens, char **err)
 {
-    static const char *known[] = {"prompt",      "id",          "custom_id",
-                                  "max_tokens",  "temperature", "top_p",
-                                  "top_k",       "min_p",       "seed",
-                                  "stop",        "ignore_eos",  "presence_penalty",
-                                  "frequency_penalty", "repetition_penalty", "priority",
-                                  "logprobs",    "n_logprobs"};
+    static const char *known[] = {"prompt",
+                                  "id",
+                                  "custom_id",
+                                  "max_tokens",
+                                  "temperature",
+                                  "top_p",
+                                  "top_k",
+                                  "min_p",
+                                  "seed",
+                                  "stop",
+                                  "ignore_eos",
+                                  "presence_penalty",
+                                  "frequency_penalty",
+                                  "repetition_penalty",
+                                  "priority",
+                                  "logprobs",
+                                  "n_logprobs"};
     *r = *defaults;
     if (!json_is_object(o)) {
         *err = dupf("a line must be a JSON object");
@@ -276,9 +287,11 @@ static int parse_line(json_t *o, const struct tl_request *defaults, struct tl_re
     }
     const char *key;
     json_t *val;
-    json_object_foreach(o, key, val) {
+    json_object_foreach(o, key, val)
+    {
         bool ok = false;
-        for (size_t k = 0; k < sizeof(known) / sizeof(known[0]); k++) ok |= !strcmp(key, known[k]);
+        for (size_t k = 0; k < sizeof(known) / sizeof(known[0]); k++)
+            ok |= !strcmp(key, known[k]);
         if (!ok) {
             *err = dupf("unknown field '%s'", key);
             return -1;
@@ -311,8 +324,7 @@ static int parse_line(json_t *o, const struct tl_request *defaults, struct tl_re
         r->prompt_tokens = *tokens;
         r->n_prompt_tokens = (int64_t)n;
     } else {
-        *err = dupf(p ? "'prompt' must be a string or an array of token ids"
-                      : "missing 'prompt'");
+        *err = dupf(p ? "'prompt' must be a string or an array of token ids" : "missing 'prompt'");
         return -1;
     }
     double d;
@@ -437,7 +449,8 @@ static void show_progress(struct batch *b, bool final)
     if (!final && now - b->t_progress_us < 100000) return;
     b->t_progress_us = now;
     size_t done = 0;
-    for (size_t i = 0; i < b->n_jobs; i++) done += b->jobs[i].done || b->jobs[i].error;
+    for (size_t i = 0; i < b->n_jobs; i++)
+        done += b->jobs[i].done || b->jobs[i].error;
     int width = 30, fill = b->n_jobs ? (int)((double)done / (double)b->n_jobs * width) : width;
     double secs = (double)(now - b->t_start_us) / 1e6;
     fprintf(stderr, "\r[%.*s%*s] %zu/%zu  %.1f tok/s  %.1fs", fill,
@@ -475,7 +488,8 @@ static int run_batch(tl_engine *e, const struct tl_request *defaults, const char
     while ((n = getline(&line, &line_cap, in)) >= 0) {
         line_no++;
         size_t k = 0;
-        while (k < (size_t)n && strchr(" \t\r\n", line[k])) k++;
+        while (k < (size_t)n && strchr(" \t\r\n", line[k]))
+            k++;
         if (k == (size_t)n) continue; // blank lines are not requests
         if (b.n_jobs == b.cap_jobs) {
             size_t nc = b.cap_jobs ? b.cap_jobs * 2 : 64;
@@ -597,66 +611,98 @@ int tl_cmd_generate(int argc, char **argv)
         int ef = tl_cli_engine_flag(&cfg, argc, argv, &i);
         if (ef < 0) return 2;
         if (ef > 0) continue;
-#define TRY(name, alt) if ((m = flag(name, alt, argc, argv, &i, &v)) < 0) return 2; else if (m)
-        TRY("--model", "-m") { model_path = v; continue; }
-        TRY("--tokenizer", NULL) { mp.tokenizer_path = v; continue; }
-        TRY("--prompt", "-p") { prompt = v; continue; }
-        TRY("--input", NULL) { input = v; continue; }
-        TRY("--output", NULL) { output = v; continue; }
-        TRY("--max-tokens", "-n") {
+        if ((m = flag("--model", "-m", argc, argv, &i, &v)) < 0) return 2;
+        if (m) {
+            model_path = v;
+            continue;
+        }
+        if ((m = flag("--tokenizer", NULL, argc, argv, &i, &v)) < 0) return 2;
+        if (m) {
+            mp.tokenizer_path = v;
+            continue;
+        }
+        if ((m = flag("--prompt", "-p", argc, argv, &i, &v)) < 0) return 2;
+        if (m) {
+            prompt = v;
+            continue;
+        }
+        if ((m = flag("--input", NULL, argc, argv, &i, &v)) < 0) return 2;
+        if (m) {
+            input = v;
+            continue;
+        }
+        if ((m = flag("--output", NULL, argc, argv, &i, &v)) < 0) return 2;
+        if (m) {
+            output = v;
+            continue;
+        }
+        if ((m = flag("--max-tokens", "-n", argc, argv, &i, &v)) < 0) return 2;
+        if (m) {
             if (integer("--max-tokens", v, 1, INT32_MAX, &d)) return 2;
             r.max_tokens = (int32_t)d;
             continue;
         }
-        TRY("--temp", "--temperature") {
+        if ((m = flag("--temp", "--temperature", argc, argv, &i, &v)) < 0) return 2;
+        if (m) {
             if (num("--temp", v, 0, 1e6, &d)) return 2;
             r.sampling.temperature = (float)d;
             continue;
         }
-        TRY("--top-k", NULL) {
+        if ((m = flag("--top-k", NULL, argc, argv, &i, &v)) < 0) return 2;
+        if (m) {
             if (integer("--top-k", v, 0, INT32_MAX, &d)) return 2;
             r.sampling.top_k = (int32_t)d;
             continue;
         }
-        TRY("--top-p", NULL) {
+        if ((m = flag("--top-p", NULL, argc, argv, &i, &v)) < 0) return 2;
+        if (m) {
             if (num("--top-p", v, 1e-9, 1, &d)) return 2;
             r.sampling.top_p = (float)d;
             continue;
         }
-        TRY("--min-p", NULL) {
+        if ((m = flag("--min-p", NULL, argc, argv, &i, &v)) < 0) return 2;
+        if (m) {
             if (num("--min-p", v, 0, 1, &d)) return 2;
             r.sampling.min_p = (float)d;
             continue;
         }
-        TRY("--seed", "-s") {
+        if ((m = flag("--seed", "-s", argc, argv, &i, &v)) < 0) return 2;
+        if (m) {
             char *end;
             errno = 0;
             unsigned long long s = strtoull(v, &end, 10);
             if (errno || end == v || *end || v[0] == '-') {
-                fprintf(stderr, "tokenloom generate: --seed: '%s' is not a 64-bit unsigned "
-                                "integer\n", v);
+                fprintf(stderr,
+                        "tokenloom generate: --seed: '%s' is not a 64-bit unsigned "
+                        "integer\n",
+                        v);
                 return 2;
             }
             r.sampling.seed = s;
             seed_given = true;
             continue;
         }
-        TRY("--repeat-penalty", "--repetition-penalty") {
+        if ((m = flag("--repeat-penalty", "--repetition-penalty", argc, argv, &i, &v)) < 0)
+            return 2;
+        if (m) {
             if (num("--repeat-penalty", v, 1e-6, 1e6, &d)) return 2;
             r.sampling.repetition_penalty = (float)d;
             continue;
         }
-        TRY("--presence-penalty", NULL) {
+        if ((m = flag("--presence-penalty", NULL, argc, argv, &i, &v)) < 0) return 2;
+        if (m) {
             if (num("--presence-penalty", v, -2, 2, &d)) return 2;
             r.sampling.presence_penalty = (float)d;
             continue;
         }
-        TRY("--frequency-penalty", NULL) {
+        if ((m = flag("--frequency-penalty", NULL, argc, argv, &i, &v)) < 0) return 2;
+        if (m) {
             if (num("--frequency-penalty", v, -2, 2, &d)) return 2;
             r.sampling.frequency_penalty = (float)d;
             continue;
         }
-        TRY("--stop", NULL) {
+        if ((m = flag("--stop", NULL, argc, argv, &i, &v)) < 0) return 2;
+        if (m) {
             if (n_stops == 64) {
                 fprintf(stderr, "tokenloom generate: at most 64 --stop strings\n");
                 return 2;
@@ -664,7 +710,6 @@ int tl_cmd_generate(int argc, char **argv)
             stops[n_stops++] = v;
             continue;
         }
-#undef TRY
         if (!strcmp(argv[i], "--ignore-eos")) {
             r.ignore_eos = true;
         } else if (!strcmp(argv[i], "--no-special")) {

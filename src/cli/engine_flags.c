@@ -56,11 +56,28 @@ static int parse_bytes(const char *flag, const char *s, int64_t *out)
     double mul = 1;
     if (end != s) {
         switch (*end) {
-        case 'k': case 'K': mul = 1024.0; end++; break;
-        case 'm': case 'M': mul = 1024.0 * 1024; end++; break;
-        case 'g': case 'G': mul = 1024.0 * 1024 * 1024; end++; break;
-        case 't': case 'T': mul = 1024.0 * 1024 * 1024 * 1024; end++; break;
-        default: break;
+        case 'k':
+        case 'K':
+            mul = 1024.0;
+            end++;
+            break;
+        case 'm':
+        case 'M':
+            mul = 1024.0 * 1024;
+            end++;
+            break;
+        case 'g':
+        case 'G':
+            mul = 1024.0 * 1024 * 1024;
+            end++;
+            break;
+        case 't':
+        case 'T':
+            mul = 1024.0 * 1024 * 1024 * 1024;
+            end++;
+            break;
+        default:
+            break;
         }
         if (mul > 1 && *end == 'i') end++;
         if (*end == 'b' || *end == 'B') end++;
@@ -136,18 +153,17 @@ int tl_cli_engine_flag(struct tl_engine_config *c, int argc, char **argv, int *i
 
 void tl_cli_engine_flags_help(FILE *f)
 {
-    fprintf(f,
-            "engine flags:\n"
-            "  --max-batch-size N       most sequences running at once (default 64)\n"
-            "  --max-tokens-per-step N  token budget per step, decodes + prefill chunks "
-            "(default 512)\n"
-            "  --max-seq-len N          prompt + generated tokens per sequence (default: model "
-            "context)\n"
-            "  --kv-block-size N        positions per KV block (default 16)\n"
-            "  --kv-blocks N            KV pool size in blocks\n"
-            "  --kv-bytes SIZE          KV pool size in bytes (K/M/G suffixes); default: what\n"
-            "                           max-batch-size full sequences need, at most 1/4 of RAM\n"
-            "  --kv-type f16|f32        KV cache element type (default f16)\n"
-            "  --no-prefix-cache        do not reuse computed prompt blocks across requests\n"
-            "  -t, --threads N          compute threads (default: online CPUs)\n");
+    fprintf(f, "engine flags:\n"
+               "  --max-batch-size N       most sequences running at once (default 64)\n"
+               "  --max-tokens-per-step N  token budget per step, decodes + prefill chunks "
+               "(default 512)\n"
+               "  --max-seq-len N          prompt + generated tokens per sequence (default: model "
+               "context)\n"
+               "  --kv-block-size N        positions per KV block (default 16)\n"
+               "  --kv-blocks N            KV pool size in blocks\n"
+               "  --kv-bytes SIZE          KV pool size in bytes (K/M/G suffixes); default: what\n"
+               "                           max-batch-size full sequences need, at most 1/4 of RAM\n"
+               "  --kv-type f16|f32        KV cache element type (default f16)\n"
+               "  --no-prefix-cache        do not reuse computed prompt blocks across requests\n"
+               "  -t, --threads N          compute threads (default: online CPUs)\n");
 }

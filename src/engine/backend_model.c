@@ -55,8 +55,7 @@ static void mb_detok_init(void *ctx, void *state)
     tl_detok_init(state, mb->m->vocab, false);
 }
 
-static bool mb_detok_push(void *ctx, void *state, int32_t id, char **out, size_t *len,
-                          size_t *cap)
+static bool mb_detok_push(void *ctx, void *state, int32_t id, char **out, size_t *len, size_t *cap)
 {
     (void)ctx;
     return tl_detok_push(state, id, out, len, cap);

@@ -68,12 +68,18 @@ void tl_request_default(struct tl_request *r)
 const char *tl_finish_reason_str(enum tl_finish_reason r)
 {
     switch (r) {
-    case TL_FINISH_NONE: return "none";
-    case TL_FINISH_STOP: return "stop";
-    case TL_FINISH_LENGTH: return "length";
-    case TL_FINISH_CANCELLED: return "cancelled";
-    case TL_FINISH_DEADLINE: return "deadline";
-    case TL_FINISH_ERROR: return "error";
+    case TL_FINISH_NONE:
+        return "none";
+    case TL_FINISH_STOP:
+        return "stop";
+    case TL_FINISH_LENGTH:
+        return "length";
+    case TL_FINISH_CANCELLED:
+        return "cancelled";
+    case TL_FINISH_DEADLINE:
+        return "deadline";
+    case TL_FINISH_ERROR:
+        return "error";
     }
     return "unknown";
 }
@@ -100,7 +106,8 @@ static bool id_map_put(struct tl_id_map *m, uint64_t id, struct tl_seq *s)
         for (size_t i = 0; i < m->cap; i++) {
             if (!m->keys[i]) continue;
             size_t j = id_slot(m->keys[i], ncap);
-            while (keys[j]) j = (j + 1) & (ncap - 1);
+            while (keys[j])
+                j = (j + 1) & (ncap - 1);
             keys[j] = m->keys[i];
             vals[j] = m->vals[i];
         }
@@ -111,7 +118,8 @@ static bool id_map_put(struct tl_id_map *m, uint64_t id, struct tl_seq *s)
         m->cap = ncap;
     }
     size_t j = id_slot(id, m->cap);
-    while (m->keys[j]) j = (j + 1) & (m->cap - 1);
+    while (m->keys[j])
+        j = (j + 1) & (m->cap - 1);
     m->keys[j] = id;
     m->vals[j] = s;
     m->n++;
@@ -130,7 +138,8 @@ static void id_map_del(struct tl_id_map *m, uint64_t id)
 {
     if (!m->cap) return;
     size_t mask = m->cap - 1, j = id_slot(id, m->cap);
-    while (m->keys[j] && m->keys[j] != id) j = (j + 1) & mask;
+    while (m->keys[j] && m->keys[j] != id)
+        j = (j + 1) & mask;
     if (!m->keys[j]) return;
     // Backward shift: move later entries of the cluster into the hole when allowed.
     size_t hole = j;
@@ -301,8 +310,10 @@ tl_status tl__engine_create_with(const struct tl_engine_backend *be,
     pthread_mutex_init(&e->mu, NULL);
     pthread_cond_init(&e->cv, NULL);
     e->next_id = 1;
-    if (config) e->cfg = *config;
-    else tl_engine_config_default(&e->cfg);
+    if (config)
+        e->cfg = *config;
+    else
+        tl_engine_config_default(&e->cfg);
     struct tl_engine_config *c = &e->cfg;
     if ((rc = resolve_config(be, c))) goto out_destroy;
     e->block_size = c->kv_block_size;
@@ -327,8 +338,8 @@ tl_status tl__engine_create_with(const struct tl_engine_backend *be,
         goto out_destroy;
     }
     size_t nt = (size_t)c->max_tokens_per_step, ns = (size_t)c->max_batch_size;
-    e->max_out = c->max_batch_size < c->max_tokens_per_step ? c->max_batch_size
-                                                            : c->max_tokens_per_step;
+    e->max_out =
+        c->max_batch_size < c->max_tokens_per_step ? c->max_batch_size : c->max_tokens_per_step;
     e->b_token = tl_malloc_array(nt, sizeof(int32_t));
     e->b_pos = tl_malloc_array(nt, sizeof(int32_t));
     e->b_seq = tl_malloc_array(nt, sizeof(int32_t));
@@ -349,8 +360,8 @@ tl_status tl__engine_create_with(const struct tl_engine_backend *be,
         (rc = be->prepare(be->ctx, c->max_tokens_per_step, c->max_seq_len, c->n_threads)))
         goto out_destroy;
     e->stats.kv_block_size = c->kv_block_size;
-    static const int64_t le[TL_STEP_HIST_BUCKETS] = {1,   2,   4,    8,    16,   32,
-                                                     64,  128, 256,  512,  1024, INT64_MAX};
+    static const int64_t le[TL_STEP_HIST_BUCKETS] = {1,  2,   4,   8,   16,   32,
+                                                     64, 128, 256, 512, 1024, INT64_MAX};
     memcpy(e->stats.step_hist_le, le, sizeof(le));
     e->stats.kv_blocks_total = c->kv_blocks;
     e->stats.kv_blocks_free = c->kv_blocks;
@@ -369,9 +380,12 @@ void tl_engine_destroy(tl_engine *e)
     pthread_mutex_lock(&e->mu);
     e->shutting_down = true;
     pthread_mutex_unlock(&e->mu);
-    for (size_t i = 0; i < e->n_inbox; i++) seq_free(e->inbox[i]);
-    for (size_t i = 0; i < e->n_waiting; i++) seq_free(e->waiting[i]);
-    for (int64_t i = 0; i < e->n_running; i++) seq_free(e->running[i]);
+    for (size_t i = 0; i < e->n_inbox; i++)
+        seq_free(e->inbox[i]);
+    for (size_t i = 0; i < e->n_waiting; i++)
+        seq_free(e->waiting[i]);
+    for (int64_t i = 0; i < e->n_running; i++)
+        seq_free(e->running[i]);
     free(e->inbox);
     free(e->waiting);
     free(e->running);
@@ -418,7 +432,8 @@ bool tl__engine_check(const tl_engine *e)
     bool ok = true;
     for (int64_t i = 0; i < e->n_running && ok; i++) {
         const struct tl_seq *s = e->running[i];
-        for (int32_t j = 0; j < s->n_blocks; j++) refs[s->block_table[j]]++;
+        for (int32_t j = 0; j < s->n_blocks; j++)
+            refs[s->block_table[j]]++;
         if (s->n_blocks != (s->n_computed + e->block_size - 1) / e->block_size) {
             tl__errorf(TL_ERR_STATE, "check: request %llu holds %d blocks for %lld positions",
                        (unsigned long long)s->id, s->n_blocks, (long long)s->n_computed);
@@ -453,8 +468,7 @@ static tl_status validate_request(const tl_engine *e, const struct tl_request *r
         if (r->stop_tokens[i] < 0 || r->stop_tokens[i] >= e->be.n_vocab)
             return tl__errorf(TL_ERR_INVALID_ARG, "stop token %d is not in the vocabulary (0..%d)",
                               r->stop_tokens[i], e->be.n_vocab - 1);
-    if (r->timeout_ms < 0)
-        return tl__errorf(TL_ERR_INVALID_ARG, "timeout_ms must not be negative");
+    if (r->timeout_ms < 0) return tl__errorf(TL_ERR_INVALID_ARG, "timeout_ms must not be negative");
     if (r->n_stop < 0 || (r->n_stop > 0 && !r->stop))
         return tl__errorf(TL_ERR_INVALID_ARG, "bad stop string list");
     return TL_OK;
@@ -501,8 +515,7 @@ tl_status tl_engine_submit(tl_engine *e, const struct tl_request *r, uint64_t *i
         return tl__errorf(TL_ERR_TOO_LONG,
                           "prompt of %lld tokens + max_tokens %d = %lld exceeds the maximum "
                           "sequence length %d",
-                          (long long)n_prompt, r->max_tokens, (long long)total,
-                          e->cfg.max_seq_len);
+                          (long long)n_prompt, r->max_tokens, (long long)total, e->cfg.max_seq_len);
     }
     // The last generated token is never fed back, so K/V is needed for total - 1 positions.
     int64_t need = (total - 1 + e->block_size - 1) / e->block_size;
@@ -709,9 +722,9 @@ static void drain_inbox(tl_engine *e)
     pthread_mutex_lock(&e->mu);
     size_t i = 0;
     // Enqueueing fails only if the waiting array cannot grow; the rest then waits a step.
-    while (i < e->n_inbox && tl__sched_enqueue(e, e->inbox[i])) i++;
-    if (i < e->n_inbox)
-        memmove(e->inbox, e->inbox + i, (e->n_inbox - i) * sizeof(*e->inbox));
+    while (i < e->n_inbox && tl__sched_enqueue(e, e->inbox[i]))
+        i++;
+    if (i < e->n_inbox) memmove(e->inbox, e->inbox + i, (e->n_inbox - i) * sizeof(*e->inbox));
     e->n_inbox -= i;
     pthread_mutex_unlock(&e->mu);
 }
@@ -723,8 +736,10 @@ static void reap(tl_engine *e, int64_t now)
         size_t n = pass ? (size_t)e->n_running : e->n_waiting;
         for (size_t i = n; i-- > 0;) {
             struct tl_seq *s = pass ? e->running[i] : e->waiting[i];
-            if (atomic_load(&s->cancel)) finish(e, s, TL_FINISH_CANCELLED, NULL);
-            else if (s->deadline_us && now >= s->deadline_us) finish(e, s, TL_FINISH_DEADLINE, NULL);
+            if (atomic_load(&s->cancel))
+                finish(e, s, TL_FINISH_CANCELLED, NULL);
+            else if (s->deadline_us && now >= s->deadline_us)
+                finish(e, s, TL_FINISH_DEADLINE, NULL);
         }
     }
 }
@@ -764,7 +779,8 @@ tl_status tl_engine_step(tl_engine *e, int64_t *n_pending)
             char msg[512];
             snprintf(msg, sizeof(msg), "forward pass failed: %s", tl_last_error());
             TL_LOGE("%s", msg);
-            for (int64_t i = 0; i < e->n_b_seqs; i++) finish(e, e->b_seqs[i], TL_FINISH_ERROR, msg);
+            for (int64_t i = 0; i < e->n_b_seqs; i++)
+                finish(e, e->b_seqs[i], TL_FINISH_ERROR, msg);
         } else {
             for (int64_t i = 0; i < e->n_b_seqs; i++) {
                 struct tl_seq *s = e->b_seqs[i];
@@ -778,11 +794,12 @@ tl_status tl_engine_step(tl_engine *e, int64_t *n_pending)
                 if (s->out_row < 0) continue;
                 struct tl_sample_result res;
                 tl_sampler_sample(e->sampler, e->logits + s->out_row * (int64_t)e->be.n_vocab,
-                                  &s->sampling, s->tokens, s->n_prompt, s->n_tokens, &s->rng,
-                                  &res);
+                                  &s->sampling, s->tokens, s->n_prompt, s->n_tokens, &s->rng, &res);
                 enum tl_finish_reason why = accept_token(e, s, &res);
-                if (why == TL_FINISH_ERROR) finish(e, s, why, "out of memory for output text");
-                else if (why) finish(e, s, why, NULL);
+                if (why == TL_FINISH_ERROR)
+                    finish(e, s, why, "out of memory for output text");
+                else if (why)
+                    finish(e, s, why, NULL);
             }
         }
         e->stats.steps_total++;

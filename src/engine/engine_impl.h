@@ -28,9 +28,9 @@
 // ---- backend: the model as the engine sees it -----------------------------------------------
 
 struct tl_engine_backend {
-    void *ctx;       // owned by the engine once created; freed with destroy()
-    int32_t n_vocab; // logits per sampled token
-    int32_t n_ctx;   // the model's context length (default max_seq_len)
+    void *ctx;                            // owned by the engine once created; freed with destroy()
+    int32_t n_vocab;                      // logits per sampled token
+    int32_t n_ctx;                        // the model's context length (default max_seq_len)
     int32_t n_layer, n_kv_head, head_dim; // K/V shape; n_layer 0 = the backend keeps no K/V
     // Sizes the forward scratch for up to max_tok tokens per batch and contexts up to max_ctx.
     tl_status (*prepare)(void *ctx, int64_t max_tok, int64_t max_ctx, int32_t n_threads);
@@ -121,16 +121,16 @@ struct tl_seq {
 // ---- the engine -----------------------------------------------------------------------------
 
 struct tl_id_map {
-    uint64_t *keys;        // owned, (cap); 0 = empty slot
-    struct tl_seq **vals;  // owned, (cap)
+    uint64_t *keys;       // owned, (cap); 0 = empty slot
+    struct tl_seq **vals; // owned, (cap)
     size_t cap, n;
 };
 
 struct tl_engine {
     struct tl_engine_config cfg; // resolved: no zeros left
     struct tl_engine_backend be;
-    struct tl_kv_cache *kv;      // owned
-    struct tl_sampler *sampler;  // owned
+    struct tl_kv_cache *kv;     // owned
+    struct tl_sampler *sampler; // owned
     int32_t block_size;
 
     // Shared with other threads, guarded by mu.
@@ -140,7 +140,7 @@ struct tl_engine {
     size_t n_inbox, cap_inbox;
     struct tl_id_map live; // id -> seq for every request not yet done
     uint64_t next_id;
-    int64_t n_unadmitted;  // inbox + waiting (for max_waiting)
+    int64_t n_unadmitted; // inbox + waiting (for max_waiting)
     bool wake_flag;
     bool shutting_down;
     struct tl_engine_stats snapshot;
@@ -158,7 +158,7 @@ struct tl_engine {
     struct tl_seq **b_seqs;                   // (max_batch_size) scheduled, batch order
     int64_t n_b_seqs;
     struct tl_batch batch;
-    float *logits;  // owned, (max_out, n_vocab)
+    float *logits; // owned, (max_out, n_vocab)
     int64_t max_out;
 
     struct tl_engine_stats stats; // engine thread's running copy

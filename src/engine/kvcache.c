@@ -29,9 +29,9 @@ struct kv_block {
     int32_t hash_next; // next block in the same bucket, -1 ends
     int32_t lru_prev;  // LRU neighbours while cached, -1 ends
     int32_t lru_next;
-    bool hashed;       // in the prefix table
-    uint64_t hash;     // key while hashed
-    uint64_t parent;   // parent's key while hashed
+    bool hashed;     // in the prefix table
+    uint64_t hash;   // key while hashed
+    uint64_t parent; // parent's key while hashed
 };
 
 struct tl_kv_cache {
@@ -45,8 +45,8 @@ struct tl_kv_cache {
     int32_t lru_head, lru_tail; // least / most recently used cached block, -1 when none
     int32_t *buckets;           // owned, (bucket_mask + 1), -1 = empty
     uint64_t bucket_mask;
-    void *mem;                   // owned (tl_aligned_alloc): all K/V memory
-    struct tl_kv_layer *layers;  // owned, (n_layer); k/v point into mem
+    void *mem;                  // owned (tl_aligned_alloc): all K/V memory
+    struct tl_kv_layer *layers; // owned, (n_layer); k/v point into mem
     struct tl_kv_pages pages;
 };
 
@@ -90,11 +90,13 @@ struct tl_kv_cache *tl_kv_cache_create(const struct tl_kv_cache_config *c)
     kv->tokens = tl_malloc_array(nb, (size_t)c->block_size * sizeof(int32_t));
     kv->free_stack = tl_malloc_array(nb, sizeof(int32_t));
     uint64_t n_buckets = 16;
-    while (n_buckets < 2 * (uint64_t)nb) n_buckets *= 2;
+    while (n_buckets < 2 * (uint64_t)nb)
+        n_buckets *= 2;
     kv->bucket_mask = n_buckets - 1;
     kv->buckets = tl_malloc_array(n_buckets, sizeof(int32_t));
     if (!kv->blocks || !kv->tokens || !kv->free_stack || !kv->buckets) goto out_free;
-    for (uint64_t i = 0; i < n_buckets; i++) kv->buckets[i] = -1;
+    for (uint64_t i = 0; i < n_buckets; i++)
+        kv->buckets[i] = -1;
     // Stack order: block 0 on top, so allocation order is 0, 1, 2, ... on a fresh pool.
     for (int64_t i = 0; i < c->n_blocks; i++) {
         kv->free_stack[i] = (int32_t)(c->n_blocks - 1 - i);
@@ -178,10 +180,14 @@ void tl_kv_cache_counts(const struct tl_kv_cache *kv, struct tl_kv_counts *out)
 static void lru_remove(struct tl_kv_cache *kv, int32_t b)
 {
     struct kv_block *k = &kv->blocks[b];
-    if (k->lru_prev >= 0) kv->blocks[k->lru_prev].lru_next = k->lru_next;
-    else kv->lru_head = k->lru_next;
-    if (k->lru_next >= 0) kv->blocks[k->lru_next].lru_prev = k->lru_prev;
-    else kv->lru_tail = k->lru_prev;
+    if (k->lru_prev >= 0)
+        kv->blocks[k->lru_prev].lru_next = k->lru_next;
+    else
+        kv->lru_head = k->lru_next;
+    if (k->lru_next >= 0)
+        kv->blocks[k->lru_next].lru_prev = k->lru_prev;
+    else
+        kv->lru_tail = k->lru_prev;
     k->lru_prev = k->lru_next = -1;
     kv->n_cached--;
 }
@@ -191,8 +197,10 @@ static void lru_push_tail(struct tl_kv_cache *kv, int32_t b)
     struct kv_block *k = &kv->blocks[b];
     k->lru_prev = kv->lru_tail;
     k->lru_next = -1;
-    if (kv->lru_tail >= 0) kv->blocks[kv->lru_tail].lru_next = b;
-    else kv->lru_head = b;
+    if (kv->lru_tail >= 0)
+        kv->blocks[kv->lru_tail].lru_next = b;
+    else
+        kv->lru_head = b;
     kv->lru_tail = b;
     kv->n_cached++;
 }
@@ -246,8 +254,10 @@ void tl_kv_block_release(struct tl_kv_cache *kv, int32_t b)
     TL_ASSERT(b >= 0 && b < kv->cfg.n_blocks && kv->blocks[b].ref > 0);
     struct kv_block *k = &kv->blocks[b];
     if (--k->ref > 0) return;
-    if (k->hashed) lru_push_tail(kv, b);
-    else kv->free_stack[kv->n_free++] = b;
+    if (k->hashed)
+        lru_push_tail(kv, b);
+    else
+        kv->free_stack[kv->n_free++] = b;
 }
 
 int32_t tl_kv_block_refcount(const struct tl_kv_cache *kv, int32_t b)
@@ -331,7 +341,8 @@ void tl_kv_prefix_clear(struct tl_kv_cache *kv)
         k->hashed = false;
         k->hash_next = -1;
     }
-    for (uint64_t i = 0; i <= kv->bucket_mask; i++) kv->buckets[i] = -1;
+    for (uint64_t i = 0; i <= kv->bucket_mask; i++)
+        kv->buckets[i] = -1;
 }
 
 // ---- invariants -----------------------------------------------------------------------------
@@ -369,8 +380,10 @@ bool tl_kv_cache_check(const struct tl_kv_cache *kv, const int32_t *expected_ref
     for (int64_t i = 0; i < kv->n_free; i++) {
         int32_t b = kv->free_stack[i];
         if (b < 0 || b >= n || kv->blocks[b].ref != 0 || kv->blocks[b].hashed || seen[b]) {
-            tl__errorf(TL_ERR_STATE, "kv check: free stack entry %lld (block %d) is not free "
-                       "or is there twice", (long long)i, b);
+            tl__errorf(TL_ERR_STATE,
+                       "kv check: free stack entry %lld (block %d) is not free "
+                       "or is there twice",
+                       (long long)i, b);
             free(seen);
             return false;
         }

@@ -33,7 +33,8 @@ static uint64_t splitmix64(uint64_t *x)
 void tl_rng_seed(struct tl_rng *r, uint64_t seed)
 {
     uint64_t x = seed;
-    for (int i = 0; i < 4; i++) r->s[i] = splitmix64(&x);
+    for (int i = 0; i < 4; i++)
+        r->s[i] = splitmix64(&x);
 }
 
 static inline uint64_t rotl(uint64_t x, int k)
@@ -66,7 +67,8 @@ tl_status tl_sampling_validate(const struct tl_sampling *p)
     if (!(p->temperature >= 0) || !isfinite(p->temperature))
         return tl__errorf(TL_ERR_INVALID_ARG, "temperature must be >= 0 (got %g)",
                           (double)p->temperature);
-    if (p->top_k < 0) return tl__errorf(TL_ERR_INVALID_ARG, "top_k must be >= 0 (got %d)", p->top_k);
+    if (p->top_k < 0)
+        return tl__errorf(TL_ERR_INVALID_ARG, "top_k must be >= 0 (got %d)", p->top_k);
     if (!(p->top_p > 0 && p->top_p <= 1))
         return tl__errorf(TL_ERR_INVALID_ARG, "top_p must be in (0, 1] (got %g)", (double)p->top_p);
     if (!(p->min_p >= 0 && p->min_p <= 1))
@@ -171,8 +173,8 @@ static void sift_up(const float *v, int32_t *h, int64_t i)
 
 // The best k of ids cand[0..n) (or 0..n-1 when cand is NULL) by value, best first, into out.
 // Returns how many (min(k, n)).
-static int64_t select_top(const float *v, const int32_t *cand, int64_t n, int64_t k,
-                          int32_t *heap, int32_t *out)
+static int64_t select_top(const float *v, const int32_t *cand, int64_t n, int64_t k, int32_t *heap,
+                          int32_t *out)
 {
     if (k > n) k = n;
     if (k <= 0) return 0;
@@ -241,7 +243,8 @@ void tl_sampler_sample(struct tl_sampler *s, const float *logits, const struct t
     }
     double sum = 0;
     if (mx > -INFINITY)
-        for (int32_t i = 0; i < nv; i++) sum += exp((double)v[i] - (double)mx);
+        for (int32_t i = 0; i < nv; i++)
+            sum += exp((double)v[i] - (double)mx);
     const double lse = mx > -INFINITY ? (double)mx + log(sum) : 0.0;
 
     out->n_top = 0;
@@ -266,7 +269,8 @@ void tl_sampler_sample(struct tl_sampler *s, const float *logits, const struct t
 
     // Temperature, then the candidate set: top-k ranked, or everything in id order.
     float inv_t = 1.0f / p->temperature;
-    for (int32_t i = 0; i < nv; i++) v[i] *= inv_t;
+    for (int32_t i = 0; i < nv; i++)
+        v[i] *= inv_t;
     int32_t *cand;
     int64_t n_cand;
     bool ranked = false;
@@ -275,7 +279,8 @@ void tl_sampler_sample(struct tl_sampler *s, const float *logits, const struct t
         cand = s->rank;
         ranked = true;
     } else {
-        for (int32_t i = 0; i < nv; i++) s->cand[i] = i;
+        for (int32_t i = 0; i < nv; i++)
+            s->cand[i] = i;
         cand = s->cand;
         n_cand = nv;
     }
@@ -287,7 +292,8 @@ void tl_sampler_sample(struct tl_sampler *s, const float *logits, const struct t
         goto done;
     }
     double total = 0;
-    for (int64_t i = 0; i < n_cand; i++) total += (double)expf(v[cand[i]] - cmax);
+    for (int64_t i = 0; i < n_cand; i++)
+        total += (double)expf(v[cand[i]] - cmax);
 
     if (p->top_p < 1.0f) {
         double want = (double)p->top_p * total;
@@ -296,7 +302,8 @@ void tl_sampler_sample(struct tl_sampler *s, const float *logits, const struct t
             for (int64_t k = 64;; k *= 8) {
                 int64_t kk = select_top(v, cand, n_cand, k, s->heap, s->rank), i = 0;
                 double acc = 0;
-                for (; i < kk && acc < want; i++) acc += (double)expf(v[s->rank[i]] - cmax);
+                for (; i < kk && acc < want; i++)
+                    acc += (double)expf(v[s->rank[i]] - cmax);
                 if (acc >= want || kk == n_cand) {
                     n_cand = kk;
                     break;

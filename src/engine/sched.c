@@ -49,8 +49,8 @@ static uint64_t block_key(tl_engine *e, struct tl_seq *s, int32_t j)
     while (s->n_keyed <= j) {
         int32_t k = s->n_keyed;
         uint64_t parent = k ? s->block_key[k - 1] : 0;
-        s->block_key[k] = tl_kv_block_hash(parent, s->tokens + (int64_t)k * e->block_size,
-                                           e->block_size);
+        s->block_key[k] =
+            tl_kv_block_hash(parent, s->tokens + (int64_t)k * e->block_size, e->block_size);
         s->n_keyed++;
     }
     return s->block_key[j];
@@ -75,8 +75,10 @@ bool tl__sched_enqueue(tl_engine *e, struct tl_seq *s)
     size_t lo = 0, hi = e->n_waiting; // first position whose seq is not before s
     while (lo < hi) {
         size_t mid = (lo + hi) / 2;
-        if (waiting_before(e->waiting[mid], s)) lo = mid + 1;
-        else hi = mid;
+        if (waiting_before(e->waiting[mid], s))
+            lo = mid + 1;
+        else
+            hi = mid;
     }
     memmove(e->waiting + lo + 1, e->waiting + lo, (e->n_waiting - lo) * sizeof(*e->waiting));
     e->waiting[lo] = s;
@@ -125,7 +127,8 @@ void tl__sched_remove(tl_engine *e, struct tl_seq *s)
 void tl__seq_release_blocks(tl_engine *e, struct tl_seq *s)
 {
     // Last block first: in the LRU list the tail of a prefix then ages out before its head.
-    while (s->n_blocks > 0) tl_kv_block_release(e->kv, s->block_table[--s->n_blocks]);
+    while (s->n_blocks > 0)
+        tl_kv_block_release(e->kv, s->block_table[--s->n_blocks]);
     s->n_computed = 0;
     s->n_published = 0;
 }
@@ -239,7 +242,8 @@ void tl__sched_plan(tl_engine *e)
 
     // 3. Admission in (priority, arrival) order, no overtaking; none in a step that had to
     //    preempt (the pool is under pressure; the preempted come back first next step).
-    while (e->stats.preemptions_total == preempted_before && e->n_waiting > 0 && e->n_running < e->cfg.max_batch_size && budget > 0) {
+    while (e->stats.preemptions_total == preempted_before && e->n_waiting > 0 &&
+           e->n_running < e->cfg.max_batch_size && budget > 0) {
         struct tl_seq *s = e->waiting[0];
         int32_t n_looked_up, n_hit = take_cached_prefix(e, s, &n_looked_up);
         int64_t chunk = s->n_tokens - s->n_computed;

@@ -51,7 +51,8 @@ out_nomem:
 void tl_stop_set_free(struct tl_stop_set *s)
 {
     if (s->str)
-        for (int32_t i = 0; i < s->n; i++) free(s->str[i]);
+        for (int32_t i = 0; i < s->n; i++)
+            free(s->str[i]);
     free(s->str);
     free(s->len);
     memset(s, 0, sizeof(*s));

@@ -17,8 +17,8 @@
 #define TL_STOP_MAX_BYTES 1024
 
 struct tl_stop_set {
-    char **str;    // owned, (n) NUL-terminated copies
-    size_t *len;   // owned, (n)
+    char **str;  // owned, (n) NUL-terminated copies
+    size_t *len; // owned, (n)
     int32_t n;
     size_t max_len; // longest stop string
 };
