@@ -193,9 +193,10 @@ static void h_metrics(struct tl_server *s, struct evhttp_request *r, int64_t t0)
 static void h_models(struct tl_server *s, struct evhttp_request *r, int64_t t0)
 {
     if (!require_ready(s, r, t0)) return;
-    json_t *m = json_pack("{ss ss sI ss sI ss sb ss}", "id", s->model_name, "object", "model",
-                          "created", (json_int_t)s->started_s, "owned_by", "tokenloom",
-                          "max_model_len", (json_int_t)s->max_seq_len, "chat_template",
+    json_t *m = json_pack("{ss ss sI ss sI sI ss sb ss}", "id", s->model_name, "object",
+                          "model", "created", (json_int_t)s->started_s, "owned_by", "tokenloom",
+                          "max_model_len", (json_int_t)s->max_seq_len, "vocab_size",
+                          (json_int_t)s->info.n_vocab, "chat_template",
                           tl_chat_family_name(s->chat_family), "chat_template_fallback",
                           s->chat_fallback, "root", s->model_base);
     tl__srv_send_json(s, r, 200, json_pack("{ss s[o]}", "object", "list", "data", m), t0, 0, 0);

@@ -206,6 +206,20 @@ else
     notok "disconnect mid-stream cancels; KV usage back to 0" "running=$run kv=$kv aborts $aborts0 -> $aborts1 disconnects=$gone"
 fi
 
+# tokenloom bench against the server: every request completes with exact token counts.
+"$TL_BIN" bench --url "$URL_main" --concurrency 4 --requests 12 --prompt-len 8-40 --output-len 24 --json >"$TMP/bench.json" 2>"$TMP/bench.err"
+if jq -e '.completed == 12 and .failed == 0 and .output_tokens == 288 and .p99_ttft_ms > 0 and .request_throughput > 0' "$TMP/bench.json" >/dev/null 2>&1; then
+    ok "tokenloom bench: 12 streamed requests, exact token counts, latency percentiles"
+else
+    notok "tokenloom bench: 12 streamed requests, exact token counts, latency percentiles" "$(cat "$TMP/bench.json" "$TMP/bench.err")"
+fi
+"$TL_BIN" bench --url "$URL_main" --rate 50 --requests 10 --output-len 4-8 --chat --json >"$TMP/bench2.json" 2>"$TMP/bench.err"
+if jq -e '.completed == 10 and .failed == 0' "$TMP/bench2.json" >/dev/null 2>&1; then
+    ok "tokenloom bench: Poisson arrivals on the chat endpoint"
+else
+    notok "tokenloom bench: Poisson arrivals on the chat endpoint" "$(cat "$TMP/bench2.json" "$TMP/bench.err")"
+fi
+
 # ---- node: the openai package ------------------------------------------------------------------
 
 if [ ! -d "$HERE/node_modules/openai" ]; then
