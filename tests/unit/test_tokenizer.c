@@ -609,8 +609,7 @@ static struct tl_gguf_writer *bpe_writer(const char *pre, const char *const *mer
                                        "abc",
                                        "cd",
                                        "abcd",
-                                       "\xc4\xa0"
-                                       "a",
+                                       "\xc4\xa0\x61", // "Ġa"
                                        "<|eot|>"};
     const int32_t types[] = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 3};
     struct tl_gguf_writer *w = tl_gguf_writer_create();
