@@ -19,6 +19,7 @@
 #include "tokenizer/vocab_impl.h" // pre-tokenizer internals, for the split tests
 
 #include <dirent.h>
+#include <pthread.h>
 
 // ---- helpers ------------------------------------------------------------------------------------
 
@@ -870,6 +871,57 @@ static void test_long_and_too_long_inputs(void **state)
     tl_vocab_destroy(v);
 }
 
+// One vocabulary shared by several threads tokenizing at once gives the same ids as alone.
+struct thread_job {
+    const struct tl_vocab *v;
+    const struct cases *c;
+    int failures;
+};
+
+static void *thread_main(void *arg)
+{
+    struct thread_job *j = arg;
+    for (int round = 0; round < 5; round++) {
+        for (int i = 0; i < j->c->n; i++) {
+            int32_t want[512], *got;
+            int64_t n_want = parse_ids(j->c->ids[i], want, 512), n_got;
+            if (tl_tokenize(j->v, j->c->text[i], j->c->len[i], false, false, &got, &n_got)) {
+                j->failures++;
+                continue;
+            }
+            if (n_got != n_want || memcmp(got, want, (size_t)n_got * sizeof(int32_t)))
+                j->failures++;
+            free(got);
+        }
+    }
+    return NULL;
+}
+
+static void test_threads_share_a_vocabulary(void **state)
+{
+    (void)state;
+    const char *names[] = {"ggml-vocab-gpt-2.gguf", "ggml-vocab-llama-spm.gguf"};
+    for (int k = 0; k < 2; k++) {
+        char path[4096];
+        snprintf(path, sizeof(path), "%s/%s", tl_test_shared("vocab"), names[k]);
+        struct tl_vocab *v = load_path(path);
+        struct cases c;
+        cases_load(&c, path);
+        pthread_t th[4];
+        struct thread_job jobs[4];
+        for (int t = 0; t < 4; t++) {
+            jobs[t] = (struct thread_job){v, &c, 0};
+            assert_int_equal(pthread_create(&th[t], NULL, thread_main, &jobs[t]), 0);
+        }
+        for (int t = 0; t < 4; t++) {
+            pthread_join(th[t], NULL);
+            assert_int_equal(jobs[t].failures, 0);
+        }
+        cases_free(&c);
+        tl_vocab_destroy(v);
+    }
+}
+
 // Failing the Nth allocation anywhere in loading or tokenizing gives TL_ERR_NOMEM or success,
 // never a crash (leaks show up under `make check`).
 static void test_allocation_failures(void **state)
@@ -918,14 +970,12 @@ static void test_allocation_failures(void **state)
     }
 }
 
-TL_TEST_MAIN(cmocka_unit_test(test_llama_cpp_vectors),
-             cmocka_unit_test(test_llama2c_tokenizer_bin_vectors),
-             cmocka_unit_test(test_stories_prompt_ids),
-             cmocka_unit_test(test_special_ids_and_flags), cmocka_unit_test(test_token_to_text),
-             cmocka_unit_test(test_round_trip),
-             cmocka_unit_test(test_incremental_detok_split_characters),
-             cmocka_unit_test(test_parse_special), cmocka_unit_test(test_pretokenizer_splits),
-             cmocka_unit_test(test_unknown_pre_falls_back),
-             cmocka_unit_test(test_bpe_merges_by_rank), cmocka_unit_test(test_bad_vocabularies),
-             cmocka_unit_test(test_random_bytes), cmocka_unit_test(test_long_and_too_long_inputs),
-             cmocka_unit_test(test_allocation_failures))
+TL_TEST_MAIN(
+    cmocka_unit_test(test_llama_cpp_vectors), cmocka_unit_test(test_llama2c_tokenizer_bin_vectors),
+    cmocka_unit_test(test_stories_prompt_ids), cmocka_unit_test(test_special_ids_and_flags),
+    cmocka_unit_test(test_token_to_text), cmocka_unit_test(test_round_trip),
+    cmocka_unit_test(test_incremental_detok_split_characters), cmocka_unit_test(test_parse_special),
+    cmocka_unit_test(test_pretokenizer_splits), cmocka_unit_test(test_unknown_pre_falls_back),
+    cmocka_unit_test(test_bpe_merges_by_rank), cmocka_unit_test(test_bad_vocabularies),
+    cmocka_unit_test(test_random_bytes), cmocka_unit_test(test_long_and_too_long_inputs),
+    cmocka_unit_test(test_threads_share_a_vocabulary), cmocka_unit_test(test_allocation_failures))
