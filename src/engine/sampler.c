@@ -3,12 +3,15 @@
  *
  * Design. The raw logits are never modified: penalties and temperature work on a copy. Tokens
  * are ranked by (value desc, id asc), so every ordering is total and the result is the same on
- * every machine. Top-k is a bounded heap (O(V log k)); top-p without top-k would need a full
- * sort of the vocabulary, so it first ranks only the best 64 candidates and widens (x8) until
- * their mass reaches top_p -- almost always the first try. min-p needs no order. The final draw
- * walks the kept candidates in rank order (or id order when nothing needed ranking) against
- * u * total mass, with sums in double and a fixed order. Log-probabilities are computed from the
- * raw logits (as OpenAI reports them), independent of the sampling parameters.
+ * every machine. Top-k and top-p are both cuts of that ranking; instead of sorting the
+ * vocabulary, tokens are binned by their distance below the best logit (bins of 1/32 nat,
+ * ordered like the ranking) with each bin's count and probability mass, the bin holding the cut
+ * is found by walking the bins, and only that bin's members are sorted: O(V) per token even
+ * for the flat distributions of high temperatures or random models. min-p is a threshold on
+ * the probability relative to the best token (again a cut of the ranking). The draw walks the
+ * kept tokens in a fixed order (whole bins in id order, then the cut bin in rank order) against
+ * u * total mass, sums in double. Log-probabilities come from the raw logits (as OpenAI reports
+ * them), independent of the sampling parameters.
  *
  * Thread model: a tl_sampler is one thread's scratch; the functions are re-entrant otherwise.
  */
@@ -88,14 +91,26 @@ tl_status tl_sampling_validate(const struct tl_sampling *p)
 
 // ---- scratch --------------------------------------------------------------------------------
 
+// Tokens are binned by how far below the best logit they are, in steps of 1/BIN_SCALE (after
+// temperature); the last bin takes everything further down. Bins are ordered like the ranking,
+// so a top-k or top-p cut falls inside one bin, and only that bin's members need sorting.
+enum { N_BINS = 1024, BIN_SCALE = 32 };
+
+struct ranked {
+    float v;
+    int32_t id;
+};
+
 struct tl_sampler {
     int32_t n_vocab;
-    float *val;     // owned, (n_vocab): penalized, temperature-scaled logits
-    float *prob;    // owned, (n_vocab): unnormalized probabilities of candidates, by position
-    int32_t *cand;  // owned, (n_vocab): candidate ids
-    int32_t *rank;  // owned, (n_vocab): ranked ids, best first
-    int32_t *heap;  // owned, (n_vocab)
-    int32_t *count; // owned, (n_vocab): zero between calls
+    float *val;            // owned, (n_vocab): penalized, temperature-scaled logits
+    float *prob;           // owned, (n_vocab): exp(val - max)
+    int32_t *bin;          // owned, (n_vocab): each token's bin
+    struct ranked *ranked; // owned, (n_vocab): the cut bin's members, ranked
+    int32_t *heap;         // owned, (n_vocab)
+    int32_t *count;        // owned, (n_vocab): zero between calls
+    int64_t bin_count[N_BINS];
+    double bin_mass[N_BINS];
 };
 
 struct tl_sampler *tl_sampler_create(int32_t n_vocab)
@@ -106,15 +121,16 @@ struct tl_sampler *tl_sampler_create(int32_t n_vocab)
     }
     struct tl_sampler *s = tl_malloc(sizeof(*s));
     if (!s) goto out_nomem;
+    memset(s, 0, sizeof(*s));
     s->n_vocab = n_vocab;
     size_t n = (size_t)n_vocab;
     s->val = tl_malloc_array(n, sizeof(float));
     s->prob = tl_malloc_array(n, sizeof(float));
-    s->cand = tl_malloc_array(n, sizeof(int32_t));
-    s->rank = tl_malloc_array(n, sizeof(int32_t));
+    s->bin = tl_malloc_array(n, sizeof(int32_t));
+    s->ranked = tl_malloc_array(n, sizeof(struct ranked));
     s->heap = tl_malloc_array(n, sizeof(int32_t));
     s->count = tl_calloc_array(n, sizeof(int32_t));
-    if (!s->val || !s->prob || !s->cand || !s->rank || !s->heap || !s->count) {
+    if (!s->val || !s->prob || !s->bin || !s->ranked || !s->heap || !s->count) {
         tl_sampler_destroy(s);
         goto out_nomem;
     }
@@ -129,8 +145,8 @@ void tl_sampler_destroy(struct tl_sampler *s)
     if (!s) return;
     free(s->val);
     free(s->prob);
-    free(s->cand);
-    free(s->rank);
+    free(s->bin);
+    free(s->ranked);
     free(s->heap);
     free(s->count);
     free(s);
@@ -197,8 +213,6 @@ static int64_t select_top(const float *v, const int32_t *cand, int64_t n, int64_
     return m;
 }
 
-// ---- sampling -------------------------------------------------------------------------------
-
 static void apply_penalties(struct tl_sampler *s, const struct tl_sampling *p,
                             const int32_t *tokens, int64_t n_prompt, int64_t n_tokens)
 {
@@ -227,6 +241,102 @@ static void apply_penalties(struct tl_sampler *s, const struct tl_sampling *p,
     }
 }
 
+// ---- sampling -------------------------------------------------------------------------------
+
+// prob[i] = e^(v[i] - m) for i < n (v[i] <= m); returns the sum, accumulated in eight fixed
+// lanes of double (vectorizable, and the same order every time).
+static double exp_sum(const float *v, float m, float *prob, int32_t n)
+{
+    double lane[8] = {0};
+    int32_t i = 0;
+    for (; i < n; i++) {
+        prob[i] = expf(v[i] - m); // -inf gives exactly 0
+    }
+    for (i = 0; i + 8 <= n; i += 8)
+        for (int j = 0; j < 8; j++)
+            lane[j] += (double)prob[i + j];
+    double sum = 0;
+    for (; i < n; i++)
+        sum += (double)prob[i];
+    for (int j = 0; j < 8; j++)
+        sum += lane[j];
+    return sum;
+}
+
+static int cmp_ranked(const void *a, const void *b)
+{
+    const struct ranked *x = a, *y = b;
+    if (x->v != y->v) return x->v > y->v ? -1 : 1;
+    return (x->id > y->id) - (x->id < y->id);
+}
+
+// Gathers the members of bin b into s->ranked, best first. Returns how many.
+static int64_t rank_bin(struct tl_sampler *s, int32_t b)
+{
+    int64_t m = 0;
+    for (int32_t i = 0; i < s->n_vocab; i++)
+        if (s->bin[i] == b) s->ranked[m++] = (struct ranked){s->val[i], i};
+    qsort(s->ranked, (size_t)m, sizeof(*s->ranked), cmp_ranked);
+    return m;
+}
+
+// The kept set of the ranking after top-k and top-p: every token of the bins before *cut_bin,
+// plus s->ranked[0..*n_cut) of bin *cut_bin (*cut_bin == N_BINS: everything).
+static void find_cut(struct tl_sampler *s, const struct tl_sampling *p, int32_t *cut_bin,
+                     int64_t *n_cut)
+{
+    const int32_t nv = s->n_vocab;
+    int32_t bk = N_BINS, ranked_bin = -1;
+    int64_t take = 0;
+    double z = 0;
+    if (p->top_k > 0 && p->top_k < nv) {
+        int64_t cum = 0;
+        for (int32_t b = 0; b < N_BINS; b++) {
+            if (cum + s->bin_count[b] >= p->top_k) {
+                bk = b;
+                take = p->top_k - cum;
+                break;
+            }
+            cum += s->bin_count[b];
+            z += s->bin_mass[b];
+        }
+        rank_bin(s, bk);
+        ranked_bin = bk;
+        for (int64_t j = 0; j < take; j++)
+            z += (double)s->prob[s->ranked[j].id];
+    } else {
+        for (int32_t b = 0; b < N_BINS; b++)
+            z += s->bin_mass[b];
+    }
+    *cut_bin = bk;
+    *n_cut = take;
+    if (p->top_p >= 1.0f) return;
+
+    // Top-p over the top-k set: the smallest ranked prefix whose mass reaches top_p * z.
+    double want = (double)p->top_p * z, acc = 0;
+    for (int32_t b = 0; b < N_BINS && b <= bk; b++) {
+        if (b < bk && acc + s->bin_mass[b] < want) {
+            acc += s->bin_mass[b];
+            continue;
+        }
+        int64_t m = take;
+        if (b < bk || ranked_bin != bk) {
+            int64_t n_in_bin = rank_bin(s, b);
+            ranked_bin = b;
+            if (b < bk) m = n_in_bin;
+        }
+        for (int64_t j = 0; j < m; j++) {
+            acc += (double)s->prob[s->ranked[j].id];
+            if (acc >= want) {
+                *cut_bin = b;
+                *n_cut = j + 1;
+                return;
+            }
+        }
+        // Rounding: the members' sum fell short of the bin's mass; go on to the next bin.
+    }
+}
+
 void tl_sampler_sample(struct tl_sampler *s, const float *logits, const struct tl_sampling *p,
                        const int32_t *tokens, int64_t n_prompt, int64_t n_tokens,
                        struct tl_rng *rng, struct tl_sample_result *out)
@@ -241,11 +351,7 @@ void tl_sampler_sample(struct tl_sampler *s, const float *logits, const struct t
         v[i] = isnan(x) ? -INFINITY : x;
         if (v[i] > mx) mx = v[i];
     }
-    double sum = 0;
-    if (mx > -INFINITY)
-        for (int32_t i = 0; i < nv; i++)
-            sum += exp((double)v[i] - (double)mx);
-    const double lse = mx > -INFINITY ? (double)mx + log(sum) : 0.0;
+    const double lse = mx > -INFINITY ? (double)mx + log(exp_sum(v, mx, s->prob, nv)) : 0.0;
 
     out->n_top = 0;
     if (p->n_logprobs > 0) {
@@ -267,81 +373,59 @@ void tl_sampler_sample(struct tl_sampler *s, const float *logits, const struct t
         goto done;
     }
 
-    // Temperature, then the candidate set: top-k ranked, or everything in id order.
-    float inv_t = 1.0f / p->temperature;
-    for (int32_t i = 0; i < nv; i++)
+    // Temperature; probabilities relative to the best token; bins.
+    float inv_t = 1.0f / p->temperature, cmax = -INFINITY;
+    for (int32_t i = 0; i < nv; i++) {
         v[i] *= inv_t;
-    int32_t *cand;
-    int64_t n_cand;
-    bool ranked = false;
-    if (p->top_k > 0 && p->top_k < nv) {
-        n_cand = select_top(v, NULL, nv, p->top_k, s->heap, s->rank);
-        cand = s->rank;
-        ranked = true;
-    } else {
-        for (int32_t i = 0; i < nv; i++)
-            s->cand[i] = i;
-        cand = s->cand;
-        n_cand = nv;
+        if (v[i] > cmax) cmax = v[i];
     }
-    float cmax = -INFINITY;
-    for (int64_t i = 0; i < n_cand; i++)
-        if (v[cand[i]] > cmax) cmax = v[cand[i]];
-    if (cmax == -INFINITY) { // every candidate impossible: fall back to the first
-        chosen = cand[0];
-        goto done;
+    if (cmax == -INFINITY) goto done; // nothing possible: token 0
+    memset(s->bin_count, 0, sizeof(s->bin_count));
+    memset(s->bin_mass, 0, sizeof(s->bin_mass));
+    exp_sum(v, cmax, s->prob, nv);
+    for (int32_t i = 0; i < nv; i++) {
+        float d = cmax - v[i]; // >= 0, +inf for impossible tokens
+        int32_t b = d < (float)N_BINS / BIN_SCALE ? (int32_t)(d * BIN_SCALE) : N_BINS - 1;
+        s->bin[i] = b;
     }
+    for (int32_t i = 0; i < nv; i++) {
+        s->bin_count[s->bin[i]]++;
+        s->bin_mass[s->bin[i]] += (double)s->prob[i];
+    }
+    int32_t cut_bin;
+    int64_t n_cut;
+    find_cut(s, p, &cut_bin, &n_cut);
+
+    // One draw over the kept set (min-p: relative to the best token, whose prob is 1), walking
+    // the whole bins in id order, then the cut bin's members in rank order.
+    const float floor_p = p->min_p;
     double total = 0;
-    for (int64_t i = 0; i < n_cand; i++)
-        total += (double)expf(v[cand[i]] - cmax);
-
-    if (p->top_p < 1.0f) {
-        double want = (double)p->top_p * total;
-        if (!ranked) {
-            // Rank only as many of the best as needed to reach the mass: 64, 512, ... all.
-            for (int64_t k = 64;; k *= 8) {
-                int64_t kk = select_top(v, cand, n_cand, k, s->heap, s->rank), i = 0;
-                double acc = 0;
-                for (; i < kk && acc < want; i++)
-                    acc += (double)expf(v[s->rank[i]] - cmax);
-                if (acc >= want || kk == n_cand) {
-                    n_cand = kk;
-                    break;
-                }
-            }
-            cand = s->rank;
-            ranked = true;
-        }
-        double acc = 0;
-        for (int64_t i = 0; i < n_cand; i++) {
-            acc += (double)expf(v[cand[i]] - cmax);
-            if (acc >= want) {
-                n_cand = i + 1;
-                break;
-            }
-        }
-    }
-
-    // Unnormalized probabilities (best candidate = 1), min-p filter, then one draw.
-    double kept = 0;
-    int64_t m = 0;
-    float floor_p = p->min_p;
-    for (int64_t i = 0; i < n_cand; i++) {
-        float pr = expf(v[cand[i]] - cmax);
-        if (floor_p > 0 && pr < floor_p) continue;
-        cand[m] = cand[i];
-        s->prob[m++] = pr;
-        kept += (double)pr;
-    }
-    double u = tl_rng_uniform(rng) * kept, acc = 0;
-    chosen = cand[m - 1]; // rounding can leave u just past the last sum
-    for (int64_t i = 0; i < m; i++) {
+    int32_t last = -1;
+    for (int32_t i = 0; i < nv; i++)
+        if (s->bin[i] < cut_bin && s->prob[i] >= floor_p) total += (double)s->prob[i];
+    for (int64_t j = 0; j < n_cut; j++)
+        if (s->prob[s->ranked[j].id] >= floor_p) total += (double)s->prob[s->ranked[j].id];
+    double u = tl_rng_uniform(rng) * total, acc = 0;
+    for (int32_t i = 0; i < nv; i++) {
+        if (s->bin[i] >= cut_bin || s->prob[i] < floor_p) continue;
         acc += (double)s->prob[i];
+        last = i;
         if (u < acc) {
-            chosen = cand[i];
-            break;
+            chosen = i;
+            goto done;
         }
     }
+    for (int64_t j = 0; j < n_cut; j++) {
+        int32_t id = s->ranked[j].id;
+        if (s->prob[id] < floor_p) continue;
+        acc += (double)s->prob[id];
+        last = id;
+        if (u < acc) {
+            chosen = id;
+            goto done;
+        }
+    }
+    chosen = last >= 0 ? last : 0; // rounding left u just past the last sum
 
 done:
     out->token = chosen;
