@@ -8,7 +8,12 @@
  * single-token matmul reads from DRAM rather than from this machine's large L3, as it would in
  * a real model whose layers do not fit in cache. --hot reuses one copy (cache-resident).
  *
- * Usage: bench_kernels [--quick] [--hot] [--isa NAME] [--type NAME] [--threads N] [--shape i]
+ * Usage: bench_kernels [--quick] [--hot] [--no-ceilings] [--isa NAME] [--type NAME] [--threads N]
+ * [--shape i]
+ *                      [--tok N]
+ * Each configuration is timed in 5 rounds and the fastest round is reported (other processes
+ * on a shared machine can only make a round slower); single-thread runs are timed in thread CPU
+ * time, which excludes time slices taken by other processes.
  */
 #include "core/alloc.h"
 #include "core/clock.h"
@@ -20,6 +25,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #if defined(__x86_64__)
 #include <immintrin.h>
 #endif
@@ -36,6 +42,14 @@ static float rnd(void)
 static double now_s(void)
 {
     return (double)tl_time_us() * 1e-6;
+}
+
+// CPU time of the calling thread: with one thread it excludes time stolen by other processes.
+static double thread_cpu_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
 // ---- ceilings ---------------------------------------------------------------------------------
@@ -80,16 +94,19 @@ static double stream_read_gbs(struct tl_pool *pool, const void *buf, size_t byte
 __attribute__((target("avx512f"))) static double peak_fma512(void)
 {
     __m512 a[16];
-    for (int i = 0; i < 16; i++) a[i] = _mm512_set1_ps((float)i);
+    for (int i = 0; i < 16; i++)
+        a[i] = _mm512_set1_ps((float)i);
     const __m512 m = _mm512_set1_ps(0.999999f), c = _mm512_set1_ps(1e-7f);
     const long iters = 20000000;
     double t0 = now_s();
     for (long it = 0; it < iters; it++)
 #pragma GCC unroll 16
-        for (int i = 0; i < 16; i++) a[i] = _mm512_fmadd_ps(a[i], m, c);
+        for (int i = 0; i < 16; i++)
+            a[i] = _mm512_fmadd_ps(a[i], m, c);
     double dt = now_s() - t0;
     float s = 0;
-    for (int i = 0; i < 16; i++) s += _mm512_reduce_add_ps(a[i]);
+    for (int i = 0; i < 16; i++)
+        s += _mm512_reduce_add_ps(a[i]);
     if (s == 12345.f) puts("");
     return (double)iters * 16 * 16 * 2 / dt / 1e9; // GFLOP/s
 }
@@ -97,13 +114,15 @@ __attribute__((target("avx512f"))) static double peak_fma512(void)
 __attribute__((target("avx2,fma"))) static double peak_fma256(void)
 {
     __m256 a[12];
-    for (int i = 0; i < 12; i++) a[i] = _mm256_set1_ps((float)i);
+    for (int i = 0; i < 12; i++)
+        a[i] = _mm256_set1_ps((float)i);
     const __m256 m = _mm256_set1_ps(0.999999f), c = _mm256_set1_ps(1e-7f);
     const long iters = 20000000;
     double t0 = now_s();
     for (long it = 0; it < iters; it++)
 #pragma GCC unroll 16
-        for (int i = 0; i < 12; i++) a[i] = _mm256_fmadd_ps(a[i], m, c);
+        for (int i = 0; i < 12; i++)
+            a[i] = _mm256_fmadd_ps(a[i], m, c);
     double dt = now_s() - t0;
     float s = 0;
     for (int i = 0; i < 12; i++) {
@@ -118,16 +137,19 @@ __attribute__((target("avx2,fma"))) static double peak_fma256(void)
 __attribute__((target("avx512f,avx512vnni"))) static double peak_vnni512(void)
 {
     __m512i a[16];
-    for (int i = 0; i < 16; i++) a[i] = _mm512_set1_epi32(i);
+    for (int i = 0; i < 16; i++)
+        a[i] = _mm512_set1_epi32(i);
     const __m512i u = _mm512_set1_epi8(3), s8 = _mm512_set1_epi8(-2);
     const long iters = 20000000;
     double t0 = now_s();
     for (long it = 0; it < iters; it++)
 #pragma GCC unroll 16
-        for (int i = 0; i < 16; i++) a[i] = _mm512_dpbusd_epi32(a[i], u, s8);
+        for (int i = 0; i < 16; i++)
+            a[i] = _mm512_dpbusd_epi32(a[i], u, s8);
     double dt = now_s() - t0;
     int s = 0;
-    for (int i = 0; i < 16; i++) s += _mm512_reduce_add_epi32(a[i]);
+    for (int i = 0; i < 16; i++)
+        s += _mm512_reduce_add_epi32(a[i]);
     if (s == 12345) puts("");
     return (double)iters * 16 * 64 * 2 / dt / 1e9; // int8 GOP/s (a MAC = 2 ops)
 }
@@ -145,7 +167,8 @@ static void make_weight(struct tl_weight *w, enum tl_dtype type, int64_t n_out, 
     if (!tl_dtype_row_bytes(type, n_in, &rb)) abort();
     float *row = malloc(sizeof(float) * (size_t)n_in);
     for (int64_t r = 0; r < n_out; r++) {
-        for (int64_t i = 0; i < n_in; i++) row[i] = rnd();
+        for (int64_t i = 0; i < n_in; i++)
+            row[i] = rnd();
         tl_quantize_row(type, row, (char *)data + rb * (size_t)r, n_in);
     }
     free(row);
@@ -158,7 +181,8 @@ static int check_correctness(struct tl_pool *pool)
     const int64_t n_in = 352, n_out = 75, n_tok = 19;
     float *x = malloc(sizeof(float) * n_in * n_tok);
     float *y = malloc(sizeof(float) * n_out * n_tok), *ref = malloc(sizeof(float) * n_out * n_tok);
-    for (int64_t i = 0; i < n_in * n_tok; i++) x[i] = rnd();
+    for (int64_t i = 0; i < n_in * n_tok; i++)
+        x[i] = rnd();
     void *data = tl_aligned_alloc((size_t)n_in * n_out * 4);
     void *work = tl_aligned_alloc((size_t)n_tok * tl__xq_row_bytes(n_in));
     printf("correctness vs scalar reference (n_in %lld, n_out %lld, n_tok %lld):\n",
@@ -194,25 +218,37 @@ struct shape {
     int64_t n_out, n_in;
 };
 static const struct shape shapes[] = {
-    {"110M qkvo", 768, 768},   {"110M ffn up", 2048, 768}, {"110M ffn down", 768, 2048},
-    {"110M logits", 32000, 768}, {"1B attn", 2048, 2048},   {"1B ffn up", 5632, 2048},
+    {"110M qkvo", 768, 768},     {"110M ffn up", 2048, 768}, {"110M ffn down", 768, 2048},
+    {"110M logits", 32000, 768}, {"1B attn", 2048, 2048},    {"1B ffn up", 5632, 2048},
 };
 static const int64_t toks[] = {1, 4, 16, 32, 64, 128};
 
 int main(int argc, char **argv)
 {
-    int quick = 0, hot = 0, only_threads = 0, only_shape = -1;
+    int quick = 0, hot = 0, no_ceil = 0, only_threads = 0, only_shape = -1, only_tok = 0;
     const char *only_isa = NULL, *only_type = NULL;
     for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--quick")) quick = 1;
-        else if (!strcmp(argv[i], "--hot")) hot = 1;
-        else if (!strcmp(argv[i], "--isa") && i + 1 < argc) only_isa = argv[++i];
-        else if (!strcmp(argv[i], "--type") && i + 1 < argc) only_type = argv[++i];
-        else if (!strcmp(argv[i], "--threads") && i + 1 < argc) only_threads = atoi(argv[++i]);
-        else if (!strcmp(argv[i], "--shape") && i + 1 < argc) only_shape = atoi(argv[++i]);
+        if (!strcmp(argv[i], "--quick"))
+            quick = 1;
+        else if (!strcmp(argv[i], "--hot"))
+            hot = 1;
+        else if (!strcmp(argv[i], "--no-ceilings"))
+            no_ceil = 1;
+        else if (!strcmp(argv[i], "--isa") && i + 1 < argc)
+            only_isa = argv[++i];
+        else if (!strcmp(argv[i], "--type") && i + 1 < argc)
+            only_type = argv[++i];
+        else if (!strcmp(argv[i], "--threads") && i + 1 < argc)
+            only_threads = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--shape") && i + 1 < argc)
+            only_shape = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--tok") && i + 1 < argc)
+            only_tok = atoi(argv[++i]);
         else {
-            fprintf(stderr, "usage: %s [--quick] [--hot] [--isa NAME] [--type NAME] "
-                            "[--threads N] [--shape i]\n", argv[0]);
+            fprintf(stderr,
+                    "usage: %s [--quick] [--hot] [--no-ceilings] [--isa NAME] [--type NAME] "
+                    "[--threads N] [--shape i] [--tok N]\n",
+                    argv[0]);
             return 2;
         }
     }
@@ -227,31 +263,36 @@ int main(int argc, char **argv)
     char *arena = tl_aligned_alloc(arena_bytes);
     if (!arena) return 1;
     memset(arena, 1, arena_bytes);
-    printf("\nceilings:\n");
-    printf("  stream read, 1 GiB: 1 thread %.1f GB/s, 2 threads %.1f GB/s\n",
-           stream_read_gbs(pools[0], arena, arena_bytes), stream_read_gbs(pools[1], arena, arena_bytes));
-    printf("  stream read, 4 MiB (cache): 1 thread %.1f GB/s\n",
-           stream_read_gbs(pools[0], arena, 4 << 20));
+    if (!no_ceil) {
+        printf("\nceilings:\n");
+        printf("  stream read, 1 GiB: 1 thread %.1f GB/s, 2 threads %.1f GB/s\n",
+               stream_read_gbs(pools[0], arena, arena_bytes),
+               stream_read_gbs(pools[1], arena, arena_bytes));
+        printf("  stream read, 4 MiB (cache): 1 thread %.1f GB/s\n",
+               stream_read_gbs(pools[0], arena, 4 << 20));
 #if defined(__x86_64__)
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
-        printf("  peak f32 FMA, 1 core, AVX2: %.1f GFLOP/s\n", peak_fma256());
-    if (__builtin_cpu_supports("avx512f"))
-        printf("  peak f32 FMA, 1 core, AVX-512: %.1f GFLOP/s\n", peak_fma512());
-    if (__builtin_cpu_supports("avx512vnni"))
-        printf("  peak int8 VNNI (vpdpbusd), 1 core: %.1f GOP/s\n", peak_vnni512());
+        if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+            printf("  peak f32 FMA, 1 core, AVX2: %.1f GFLOP/s\n", peak_fma256());
+        if (__builtin_cpu_supports("avx512f"))
+            printf("  peak f32 FMA, 1 core, AVX-512: %.1f GFLOP/s\n", peak_fma512());
+        if (__builtin_cpu_supports("avx512vnni"))
+            printf("  peak int8 VNNI (vpdpbusd), 1 core: %.1f GOP/s\n", peak_vnni512());
 #endif
+    }
 
     int64_t max_tok = toks[sizeof(toks) / sizeof(toks[0]) - 1];
     int64_t max_in = 2048;
     float *x = tl_aligned_alloc(sizeof(float) * (size_t)(max_tok * max_in));
     float *y = tl_aligned_alloc(sizeof(float) * (size_t)(max_tok * 32000));
     void *work = tl_aligned_alloc((size_t)max_tok * tl__xq_row_bytes(max_in));
-    for (int64_t i = 0; i < max_tok * max_in; i++) x[i] = rnd();
+    for (int64_t i = 0; i < max_tok * max_in; i++)
+        x[i] = rnd();
 
     printf("\nmatmul (%s weights; GFLOP/s = 2*n_in*n_out*n_tok/s; GB/s = weight bytes/s; "
-           "x1 = tokens/s relative to n_tok=1)\n", hot ? "hot" : "cold");
-    printf("%-6s %-5s %-14s %4s %3s %9s %8s %7s %10s %6s\n", "isa", "type", "shape", "tok",
-           "thr", "us/call", "GFLOP/s", "GB/s", "tok/s", "x1");
+           "x1 = tokens/s relative to n_tok=1)\n",
+           hot ? "hot" : "cold");
+    printf("%-6s %-5s %-14s %4s %3s %9s %8s %7s %10s %6s\n", "isa", "type", "shape", "tok", "thr",
+           "us/call", "GFLOP/s", "GB/s", "tok/s", "x1");
     for (size_t si = 0; si < sizeof(shapes) / sizeof(shapes[0]); si++) {
         if (only_shape >= 0 && (size_t)only_shape != si) continue;
         if (quick && si != 1 && si != 5) continue;
@@ -263,7 +304,8 @@ int main(int argc, char **argv)
             size_t mbytes = w.row_bytes * (size_t)w.n_out;
             size_t stride = (mbytes + 4095) & ~(size_t)4095;
             int copies = hot ? 1 : (int)(arena_bytes / stride);
-            for (int c = 1; c < copies; c++) memcpy(arena + (size_t)c * stride, arena, mbytes);
+            for (int c = 1; c < copies; c++)
+                memcpy(arena + (size_t)c * stride, arena, mbytes);
             for (int s = 1; s < 3; s++) {
                 if (only_isa && strcmp(only_isa, isas[s])) continue;
                 if (!tl_kernels_force_isa(isas[s])) continue;
@@ -273,16 +315,24 @@ int main(int argc, char **argv)
                     for (size_t ti = 0; ti < sizeof(toks) / sizeof(toks[0]); ti++) {
                         int64_t n_tok = toks[ti];
                         if (quick && n_tok != 1 && n_tok != 32) continue;
-                        int copy = 0, calls = 0;
-                        double t0 = now_s(), el = 0;
-                        do {
-                            w.data = arena + (size_t)copy * stride;
-                            copy = (copy + 1) % copies;
-                            tl_matmul(pools[th - 1], &w, x, n_tok, y, work);
-                            calls++;
-                            el = now_s() - t0;
-                        } while (el < (quick ? 0.1 : 0.3) || calls < 3);
-                        double per = el / calls;
+                        if (only_tok && n_tok != only_tok) continue;
+                        // The best of 5 rounds: other processes on the machine only slow
+                        // a round down, so the minimum is the most repeatable estimate.
+                        int copy = 0;
+                        double per = 1e30;
+                        for (int round = 0; round < 5; round++) {
+                            int calls = 0;
+                            double (*clock_fn)(void) = th == 1 ? thread_cpu_s : now_s;
+                            double t0 = clock_fn(), el = 0;
+                            do {
+                                w.data = arena + (size_t)copy * stride;
+                                copy = (copy + 1) % copies;
+                                tl_matmul(pools[th - 1], &w, x, n_tok, y, work);
+                                calls++;
+                                el = clock_fn() - t0;
+                            } while (el < (quick ? 0.02 : 0.06) || calls < 2);
+                            if (el / calls < per) per = el / calls;
+                        }
                         double gflops = 2.0 * sh->n_in * sh->n_out * n_tok / per / 1e9;
                         double gbs = (double)mbytes / per / 1e9;
                         double tps = n_tok / per;

@@ -109,7 +109,8 @@ static void quant_worker(void *arg, int ith, int nth)
     struct quant_job *j = arg;
     int64_t t0, t1;
     tl_pool_range(j->n_tok, 1, ith, nth, &t0, &t1);
-    for (int64_t t = t0; t < t1; t++) j->o->quantize_x(j->x + t * j->n_in, j->n_in, j->xq + t * j->stride);
+    for (int64_t t = t0; t < t1; t++)
+        j->o->quantize_x(j->x + t * j->n_in, j->n_in, j->xq + t * j->stride);
 }
 
 struct mm_job {
@@ -138,8 +139,10 @@ void tl_matmul(struct tl_pool *pool, const struct tl_weight *w, const float *x, 
         TL_ASSERT(w->n_in % TL_QK8_0 == 0 && work && ((uintptr_t)work & 63) == 0);
         struct quant_job q = {o, x, w->n_in, n_tok, work, tl__xq_row_bytes(w->n_in)};
         // A fork-join costs a few microseconds: only worth it for big batches.
-        if (n_tok * w->n_in >= (1 << 16)) tl_pool_run(pool, quant_worker, &q);
-        else quant_worker(&q, 0, 1);
+        if (n_tok * w->n_in >= (1 << 16))
+            tl_pool_run(pool, quant_worker, &q);
+        else
+            quant_worker(&q, 0, 1);
         j.mm.xq = work;
         j.mm.xq_stride = q.stride;
     }

@@ -51,8 +51,8 @@ static inline struct tl__xq_row tl__xq_view(void *base, int64_t n_in)
 // One matmul call as the ISA sees it.
 struct tl__mm {
     const struct tl_weight *w;
-    const float *x;  // (n_tok, n_in) f32 activations
-    const void *xq;  // quantized activations (Q8_0 weights only), n_tok rows of xq_stride bytes
+    const float *x; // (n_tok, n_in) f32 activations
+    const void *xq; // quantized activations (Q8_0 weights only), n_tok rows of xq_stride bytes
     size_t xq_stride;
     int64_t n_tok;
     float *y; // (n_tok, n_out)
@@ -90,8 +90,7 @@ void tl__ref_quantize_x(const float *x, int64_t n, void *dst);
 // The reference matmul, single-threaded; `work` as for tl_matmul.
 // The reference inner loop over rows [r0, r1) (the scalar variant's matmul_rows).
 void tl__ref_matmul_rows(const struct tl__mm *m, int64_t r0, int64_t r1);
-void tl__ref_matmul(const struct tl_weight *w, const float *x, int64_t n_tok, float *y,
-                    void *work);
+void tl__ref_matmul(const struct tl_weight *w, const float *x, int64_t n_tok, float *y, void *work);
 void tl__ref_rmsnorm(const float *x, const float *w, float eps, int64_t n, float *y);
 void tl__ref_rope(float *x, int n_heads, int head_dim, int64_t pos, float freq_base,
                   float freq_scale, enum tl_rope_mode mode);

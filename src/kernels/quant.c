@@ -104,12 +104,14 @@ bool tl_dequantize_row(enum tl_dtype type, const void *src, float *dst, int64_t 
         return true;
     case TL_DTYPE_F16: {
         const uint16_t *s = src;
-        for (int64_t i = 0; i < n; i++) dst[i] = tl_fp16_to_f32(s[i]);
+        for (int64_t i = 0; i < n; i++)
+            dst[i] = tl_fp16_to_f32(s[i]);
         return true;
     }
     case TL_DTYPE_BF16: {
         const uint16_t *s = src;
-        for (int64_t i = 0; i < n; i++) dst[i] = tl_bf16_to_f32(s[i]);
+        for (int64_t i = 0; i < n; i++)
+            dst[i] = tl_bf16_to_f32(s[i]);
         return true;
     }
     case TL_DTYPE_Q8_0: {
@@ -117,7 +119,8 @@ bool tl_dequantize_row(enum tl_dtype type, const void *src, float *dst, int64_t 
         const struct tl_block_q8_0 *b = src;
         for (int64_t i = 0; i < n / TL_QK8_0; i++) {
             float d = tl_fp16_to_f32(b[i].d);
-            for (int j = 0; j < TL_QK8_0; j++) dst[i * TL_QK8_0 + j] = d * (float)b[i].qs[j];
+            for (int j = 0; j < TL_QK8_0; j++)
+                dst[i * TL_QK8_0 + j] = d * (float)b[i].qs[j];
         }
         return true;
     }
@@ -145,12 +148,14 @@ bool tl_quantize_row(enum tl_dtype type, const float *src, void *dst, int64_t n)
         return true;
     case TL_DTYPE_F16: {
         uint16_t *d = dst;
-        for (int64_t i = 0; i < n; i++) d[i] = tl_f32_to_fp16(src[i]);
+        for (int64_t i = 0; i < n; i++)
+            d[i] = tl_f32_to_fp16(src[i]);
         return true;
     }
     case TL_DTYPE_BF16: {
         uint16_t *d = dst;
-        for (int64_t i = 0; i < n; i++) d[i] = tl_f32_to_bf16(src[i]);
+        for (int64_t i = 0; i < n; i++)
+            d[i] = tl_f32_to_bf16(src[i]);
         return true;
     }
     case TL_DTYPE_Q8_0: {
@@ -159,11 +164,13 @@ bool tl_quantize_row(enum tl_dtype type, const float *src, void *dst, int64_t n)
         for (int64_t i = 0; i < n / TL_QK8_0; i++) {
             const float *x = src + i * TL_QK8_0;
             float amax = 0.f;
-            for (int j = 0; j < TL_QK8_0; j++) amax = fmaxf(amax, fabsf(x[j]));
+            for (int j = 0; j < TL_QK8_0; j++)
+                amax = fmaxf(amax, fabsf(x[j]));
             float d = amax / 127.f;
             float id = d != 0.f ? 1.f / d : 0.f;
             b[i].d = tl_f32_to_fp16(d);
-            for (int j = 0; j < TL_QK8_0; j++) b[i].qs[j] = q8_clamp(x[j] * id);
+            for (int j = 0; j < TL_QK8_0; j++)
+                b[i].qs[j] = q8_clamp(x[j] * id);
         }
         return true;
     }

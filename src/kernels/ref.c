@@ -44,7 +44,8 @@ void tl__ref_quantize_x(const float *x, int64_t n, void *dst)
         }
         float d = amax / 127.f;
         float id = amax != 0.f ? 127.f / amax : 0.f;
-        for (int64_t j = 0; j < TL_QK8_0; j++) r.qs[i0 + j] = j < len ? q8_rne(x[i0 + j] * id) : 0;
+        for (int64_t j = 0; j < TL_QK8_0; j++)
+            r.qs[i0 + j] = j < len ? q8_rne(x[i0 + j] * id) : 0;
         int64_t c = b / 2, half = b % 2;
         for (int l = 0; l < 8; l++) {
             r.d[c * 16 + half * 8 + l] = d;
@@ -68,8 +69,10 @@ static float dot_f32(const float *w, const float *x, int64_t n)
     float acc[8] = {0};
     int64_t i = 0;
     for (; i + 8 <= n; i += 8)
-        for (int l = 0; l < 8; l++) acc[l] += w[i + l] * x[i + l];
-    for (int l = 0; i < n; i++, l++) acc[l] += w[i] * x[i];
+        for (int l = 0; l < 8; l++)
+            acc[l] += w[i + l] * x[i + l];
+    for (int l = 0; i < n; i++, l++)
+        acc[l] += w[i] * x[i];
     return hsum8(acc);
 }
 
@@ -78,8 +81,10 @@ static float dot_f16(const uint16_t *w, const float *x, int64_t n)
     float acc[8] = {0};
     int64_t i = 0;
     for (; i + 8 <= n; i += 8)
-        for (int l = 0; l < 8; l++) acc[l] += tl_fp16_to_f32(w[i + l]) * x[i + l];
-    for (int l = 0; i < n; i++, l++) acc[l] += tl_fp16_to_f32(w[i]) * x[i];
+        for (int l = 0; l < 8; l++)
+            acc[l] += tl_fp16_to_f32(w[i + l]) * x[i + l];
+    for (int l = 0; i < n; i++, l++)
+        acc[l] += tl_fp16_to_f32(w[i]) * x[i];
     return hsum8(acc);
 }
 
@@ -88,8 +93,10 @@ static float dot_bf16(const uint16_t *w, const float *x, int64_t n)
     float acc[8] = {0};
     int64_t i = 0;
     for (; i + 8 <= n; i += 8)
-        for (int l = 0; l < 8; l++) acc[l] += tl_bf16_to_f32(w[i + l]) * x[i + l];
-    for (int l = 0; i < n; i++, l++) acc[l] += tl_bf16_to_f32(w[i]) * x[i];
+        for (int l = 0; l < 8; l++)
+            acc[l] += tl_bf16_to_f32(w[i + l]) * x[i + l];
+    for (int l = 0; i < n; i++, l++)
+        acc[l] += tl_bf16_to_f32(w[i]) * x[i];
     return hsum8(acc);
 }
 
@@ -99,7 +106,8 @@ static float dot_q8_0(const struct tl_block_q8_0 *w, struct tl__xq_row xq, int64
     for (int64_t b = 0; b < n / TL_QK8_0; b++) {
         int32_t sumi = 0;
         const int8_t *qa = xq.qs + b * TL_QK8_0;
-        for (int j = 0; j < TL_QK8_0; j++) sumi += (int32_t)w[b].qs[j] * qa[j];
+        for (int j = 0; j < TL_QK8_0; j++)
+            sumi += (int32_t)w[b].qs[j] * qa[j];
         float da = xq.d[(b / 2) * 16 + (b % 2) * 8];
         acc += (float)sumi * (tl_fp16_to_f32(w[b].d) * da);
     }
@@ -113,17 +121,25 @@ void tl__ref_matmul_rows(const struct tl__mm *m, int64_t r0, int64_t r1)
     for (int64_t t = 0; t < m->n_tok; t++) {
         const float *x = m->x + t * n;
         struct tl__xq_row xq = {0};
-        if (w->type == TL_DTYPE_Q8_0)
-            xq = tl__xq_view((char *)m->xq + (size_t)t * m->xq_stride, n);
+        if (w->type == TL_DTYPE_Q8_0) xq = tl__xq_view((char *)m->xq + (size_t)t * m->xq_stride, n);
         for (int64_t r = r0; r < r1; r++) {
             const void *row = (const char *)w->data + (size_t)r * w->row_bytes;
             float v = 0.f;
             switch (w->type) {
-            case TL_DTYPE_F32: v = dot_f32(row, x, n); break;
-            case TL_DTYPE_F16: v = dot_f16(row, x, n); break;
-            case TL_DTYPE_BF16: v = dot_bf16(row, x, n); break;
-            case TL_DTYPE_Q8_0: v = dot_q8_0(row, xq, n); break;
-            default: TL_ASSERT(!"unsupported weight type");
+            case TL_DTYPE_F32:
+                v = dot_f32(row, x, n);
+                break;
+            case TL_DTYPE_F16:
+                v = dot_f16(row, x, n);
+                break;
+            case TL_DTYPE_BF16:
+                v = dot_bf16(row, x, n);
+                break;
+            case TL_DTYPE_Q8_0:
+                v = dot_q8_0(row, xq, n);
+                break;
+            default:
+                TL_ASSERT(!"unsupported weight type");
             }
             m->y[t * w->n_out + r] = v;
         }
@@ -147,9 +163,11 @@ void tl__ref_matmul(const struct tl_weight *w, const float *x, int64_t n_tok, fl
 void tl__ref_rmsnorm(const float *x, const float *w, float eps, int64_t n, float *y)
 {
     double ss = 0;
-    for (int64_t i = 0; i < n; i++) ss += (double)x[i] * x[i];
+    for (int64_t i = 0; i < n; i++)
+        ss += (double)x[i] * x[i];
     float s = (float)(1.0 / sqrt(ss / (double)n + eps));
-    for (int64_t i = 0; i < n; i++) y[i] = x[i] * s * w[i];
+    for (int64_t i = 0; i < n; i++)
+        y[i] = x[i] * s * w[i];
 }
 
 void tl__ref_rope(float *x, int n_heads, int head_dim, int64_t pos, float freq_base,
@@ -182,21 +200,24 @@ void tl__ref_swiglu(const float *gate, const float *up, float *out, int64_t n)
 
 void tl__ref_add(float *y, const float *x, int64_t n)
 {
-    for (int64_t i = 0; i < n; i++) y[i] += x[i];
+    for (int64_t i = 0; i < n; i++)
+        y[i] += x[i];
 }
 
 void tl__ref_softmax(float *x, int64_t n)
 {
     if (n <= 0) return;
     float mx = x[0];
-    for (int64_t i = 1; i < n; i++) mx = x[i] > mx ? x[i] : mx;
+    for (int64_t i = 1; i < n; i++)
+        mx = x[i] > mx ? x[i] : mx;
     double sum = 0;
     for (int64_t i = 0; i < n; i++) {
         x[i] = expf(x[i] - mx);
         sum += x[i];
     }
     float inv = (float)(1.0 / sum);
-    for (int64_t i = 0; i < n; i++) x[i] *= inv;
+    for (int64_t i = 0; i < n; i++)
+        x[i] *= inv;
 }
 
 // ---- attention --------------------------------------------------------------------------------
@@ -216,7 +237,8 @@ void tl__ref_attn_head(const struct tl_kv_layer *kv, const int32_t *block_table,
     for (int64_t j = 0; j < n_ctx; j++) {
         size_t base = tl__kv_index(kv, block_table, j, kv_head);
         float s = 0.f;
-        for (int d = 0; d < hd; d++) s += q[d] * kv_get(kv, kv->k, base + d);
+        for (int d = 0; d < hd; d++)
+            s += q[d] * kv_get(kv, kv->k, base + d);
         scores[j] = s * scale;
         mx = scores[j] > mx ? scores[j] : mx;
     }
@@ -225,13 +247,16 @@ void tl__ref_attn_head(const struct tl_kv_layer *kv, const int32_t *block_table,
         scores[j] = expf(scores[j] - mx);
         sum += scores[j];
     }
-    for (int d = 0; d < hd; d++) acc[d] = 0.f;
+    for (int d = 0; d < hd; d++)
+        acc[d] = 0.f;
     for (int64_t j = 0; j < n_ctx; j++) {
         size_t base = tl__kv_index(kv, block_table, j, kv_head);
-        for (int d = 0; d < hd; d++) acc[d] += scores[j] * kv_get(kv, kv->v, base + d);
+        for (int d = 0; d < hd; d++)
+            acc[d] += scores[j] * kv_get(kv, kv->v, base + d);
     }
     float inv = n_ctx > 0 ? (float)(1.0 / sum) : 0.f;
-    for (int d = 0; d < hd; d++) out[d] = acc[d] * inv;
+    for (int d = 0; d < hd; d++)
+        out[d] = acc[d] * inv;
 }
 
 // ---- the scalar variant -----------------------------------------------------------------------

@@ -39,7 +39,8 @@ static float rnd_f(void)
 
 static void fill(float *x, int64_t n, float scale)
 {
-    for (int64_t i = 0; i < n; i++) x[i] = rnd_f() * scale;
+    for (int64_t i = 0; i < n; i++)
+        x[i] = rnd_f() * scale;
 }
 
 static float bits_f(uint32_t u)
@@ -135,15 +136,15 @@ static void test_fp16_known_values(void **state)
     assert_int_equal(tl_f32_to_fp16(1e9f), 0x7c00);
     assert_int_equal(tl_f32_to_fp16(-1e9f), 0xfc00);
     assert_int_equal(tl_f32_to_fp16(INFINITY), 0x7c00);
-    assert_int_equal(tl_f32_to_fp16(0x1p-25f), 0x0000);         // tie between 0 and 2^-24: 0
-    assert_int_equal(tl_f32_to_fp16(0x1.000002p-25f), 0x0001);  // just above the tie
-    assert_int_equal(tl_f32_to_fp16(0x1.8p-24f), 0x0002);       // 1.5 ulp: tie to even (2)
+    assert_int_equal(tl_f32_to_fp16(0x1p-25f), 0x0000);        // tie between 0 and 2^-24: 0
+    assert_int_equal(tl_f32_to_fp16(0x1.000002p-25f), 0x0001); // just above the tie
+    assert_int_equal(tl_f32_to_fp16(0x1.8p-24f), 0x0002);      // 1.5 ulp: tie to even (2)
     assert_int_equal(tl_f32_to_fp16(0x1p-26f), 0x0000);
     assert_int_equal(tl_f32_to_fp16(-0.f), 0x8000);
-    assert_int_equal(tl_f32_to_fp16(0x1.ff8p-15f), 0x03ff);     // largest subnormal
+    assert_int_equal(tl_f32_to_fp16(0x1.ff8p-15f), 0x03ff); // largest subnormal
     assert_int_equal(tl_f32_to_fp16(0x1.ffap-15f), 0x03ff);
-    assert_int_equal(tl_f32_to_fp16(0x1.ffcp-15f), 0x0400); // tie: rounds up into the normals
-    assert_int_equal(tl_f32_to_fp16(1.f + 0x1p-11f), 0x3c00);   // tie: 1.0 is even
+    assert_int_equal(tl_f32_to_fp16(0x1.ffcp-15f), 0x0400);   // tie: rounds up into the normals
+    assert_int_equal(tl_f32_to_fp16(1.f + 0x1p-11f), 0x3c00); // tie: 1.0 is even
     assert_int_equal(tl_f32_to_fp16(1.f + 3 * 0x1p-11f), 0x3c02);
     assert_true((tl_f32_to_fp16(NAN) & 0x7e00) == 0x7e00);
     assert_int_equal(tl_f32_to_fp16(bits_f(0x7f800001)) & 0x7e00, 0x7e00); // sNaN -> qNaN
@@ -183,14 +184,18 @@ static void test_fp16_matches_f16c(void **state)
     if (!__builtin_cpu_supports("f16c")) skip();
     for (uint32_t h = 0; h < 65536; h++) {
         float a = tl_fp16_to_f32((uint16_t)h), b = hw_fp16_to_f32((uint16_t)h);
-        if (isnan(a)) assert_true(isnan(b));
-        else assert_int_equal(f_bits(a), f_bits(b));
+        if (isnan(a))
+            assert_true(isnan(b));
+        else
+            assert_int_equal(f_bits(a), f_bits(b));
     }
     for (int i = 0; i < 2000000; i++) {
         float f = bits_f(rnd_u32());
         uint16_t a = tl_f32_to_fp16(f), b = hw_f32_to_fp16(f);
-        if (isnan(f)) assert_true((a & 0x7c00) == 0x7c00 && (a & 0x3ff));
-        else if (a != b) fail_msg("f32 %a (0x%08x): 0x%04x vs F16C 0x%04x", f, f_bits(f), a, b);
+        if (isnan(f))
+            assert_true((a & 0x7c00) == 0x7c00 && (a & 0x3ff));
+        else if (a != b)
+            fail_msg("f32 %a (0x%08x): 0x%04x vs F16C 0x%04x", f, f_bits(f), a, b);
     }
 #else
     skip();
@@ -219,8 +224,8 @@ static void test_bf16_rounding(void **state)
         if (!isfinite(f)) continue;
         uint32_t lo = u & 0xffff0000u;
         // above the largest finite bf16 the next step would be 2^128 (IEEE overflow rule)
-        double dlo = bits_f(lo), dhi = (lo & 0x7fffffff) == 0x7f7f0000 ? copysign(0x1p128, f)
-                                                                       : bits_f(lo + 0x10000);
+        double dlo = bits_f(lo),
+               dhi = (lo & 0x7fffffff) == 0x7f7f0000 ? copysign(0x1p128, f) : bits_f(lo + 0x10000);
         double elo = fabs((double)f - dlo), ehi = fabs((double)f - dhi);
         uint16_t want = (uint16_t)(lo >> 16);
         if (ehi < elo || (ehi == elo && (want & 1))) want++;
@@ -240,10 +245,12 @@ static void test_q8_0_known_block(void **state)
     float x[64], back[64];
     struct tl_block_q8_0 b[2];
     // block 0: max 127 -> d = 1 exactly; halves round away from zero (ggml's roundf)
-    for (int i = 0; i < 32; i++) x[i] = (float)(i - 16) + 0.5f;
+    for (int i = 0; i < 32; i++)
+        x[i] = (float)(i - 16) + 0.5f;
     x[31] = 127.f;
     // block 1: all zero -> d = 0, q = 0
-    for (int i = 32; i < 64; i++) x[i] = 0.f;
+    for (int i = 32; i < 64; i++)
+        x[i] = 0.f;
     assert_true(tl_quantize_row(TL_DTYPE_Q8_0, x, b, 64));
     assert_int_equal(b[0].d, 0x3c00);
     assert_int_equal(b[0].qs[0], -16); // -15.5 -> -16
@@ -252,11 +259,13 @@ static void test_q8_0_known_block(void **state)
     assert_int_equal(b[0].qs[17], 2);  // 1.5 -> 2
     assert_int_equal(b[0].qs[31], 127);
     assert_int_equal(b[1].d, 0);
-    for (int i = 0; i < 32; i++) assert_int_equal(b[1].qs[i], 0);
+    for (int i = 0; i < 32; i++)
+        assert_int_equal(b[1].qs[i], 0);
     assert_true(tl_dequantize_row(TL_DTYPE_Q8_0, b, back, 64));
     assert_true(back[0] == -16.f && back[31] == 127.f && back[40] == 0.f);
     // negative extreme gives -127
-    for (int i = 0; i < 32; i++) x[i] = i == 5 ? -3.f : 0.01f * i;
+    for (int i = 0; i < 32; i++)
+        x[i] = i == 5 ? -3.f : 0.01f * i;
     assert_true(tl_quantize_row(TL_DTYPE_Q8_0, x, b, 32));
     assert_int_equal(b[0].qs[5], -127);
     assert_int_equal(b[0].d, tl_f32_to_fp16(3.f / 127.f));
@@ -280,13 +289,15 @@ static void test_quantize_rows_all_types(void **state)
     }
     // elementwise agreement with the scalar converters
     assert_true(tl_quantize_row(TL_DTYPE_F16, x, buf, N));
-    for (int i = 0; i < N; i++) assert_int_equal(((uint16_t *)buf)[i], tl_f32_to_fp16(x[i]));
+    for (int i = 0; i < N; i++)
+        assert_int_equal(((uint16_t *)buf)[i], tl_f32_to_fp16(x[i]));
     // Q8_0 error bound: half a step, plus the scale's own f16 rounding (2^-11 relative) times 127
     assert_true(tl_quantize_row(TL_DTYPE_Q8_0, x, buf, N));
     assert_true(tl_dequantize_row(TL_DTYPE_Q8_0, buf, back, N));
     for (int b = 0; b < N / 32; b++) {
         float d = tl_fp16_to_f32(((struct tl_block_q8_0 *)buf)[b].d);
-        for (int i = b * 32; i < b * 32 + 32; i++) TL_ASSERT_NEAR(back[i], x[i], d * (0.5 + 127 * 0x1p-11), i);
+        for (int i = b * 32; i < b * 32 + 32; i++)
+            TL_ASSERT_NEAR(back[i], x[i], d * (0.5 + 127 * 0x1p-11), i);
     }
     // bad requests fail cleanly
     assert_false(tl_quantize_row(TL_DTYPE_Q8_0, x, buf, 33));
@@ -309,8 +320,10 @@ static void test_quantize_x_same_on_every_isa(void **state)
         int64_t n = ns[k];
         float *x = malloc(sizeof(float) * (size_t)n);
         fill(x, n, 4.f);
-        for (int64_t i = 0; i < n; i += 37) x[i] = 0.5f * (float)(i % 5); // some ties
-        for (int64_t i = 64; i < n && i < 96; i++) x[i] = 0.f;             // an all-zero block
+        for (int64_t i = 0; i < n; i += 37)
+            x[i] = 0.5f * (float)(i % 5); // some ties
+        for (int64_t i = 64; i < n && i < 96; i++)
+            x[i] = 0.f; // an all-zero block
         size_t rb = tl__xq_row_bytes(n);
         void *want = tl_aligned_alloc(rb), *got = tl_aligned_alloc(rb);
         tl__ref_quantize_x(x, n, want);
@@ -325,7 +338,8 @@ static void test_quantize_x_same_on_every_isa(void **state)
 #endif
             memset(got, 0x55, rb);
             o->quantize_x(x, n, got);
-            if (memcmp(got, want, rb)) fail_msg("%s quantize_x differs at n=%lld", isas[s], (long long)n);
+            if (memcmp(got, want, rb))
+                fail_msg("%s quantize_x differs at n=%lld", isas[s], (long long)n);
         }
         tl_aligned_free(want);
         tl_aligned_free(got);
@@ -354,7 +368,8 @@ static void test_matmul_ref_vs_double(void **state)
         for (int64_t t = 0; t < n_tok; t++)
             for (int64_t r = 0; r < n_out; r++) {
                 double s = 0;
-                for (int64_t i = 0; i < n_in; i++) s += (double)tw.deq[r * n_in + i] * x[t * n_in + i];
+                for (int64_t i = 0; i < n_in; i++)
+                    s += (double)tw.deq[r * n_in + i] * x[t * n_in + i];
                 want[t * n_out + r] = (float)s;
             }
         double e = nmse(y, want, n_tok * n_out);
@@ -375,10 +390,10 @@ static void test_matmul_isa_vs_ref(void **state)
     const int64_t toks[] = {1, 2, 3, 17, 33};
     const int64_t outs[] = {1, 3, 37, 64};
     for (int k = 0; k < 4; k++) {
-        const int64_t ins_f[] = {1, 7, 16, 33, 100, 257};
-        const int64_t ins_q[] = {32, 64, 96, 160, 512};
+        const int64_t ins_f[] = {1, 7, 16, 33, 100, 257, 1100};
+        const int64_t ins_q[] = {32, 64, 96, 160, 512, 1120};
         const int64_t *ins = mm_types[k] == TL_DTYPE_Q8_0 ? ins_q : ins_f;
-        int n_ins = mm_types[k] == TL_DTYPE_Q8_0 ? 5 : 6;
+        int n_ins = mm_types[k] == TL_DTYPE_Q8_0 ? 6 : 7;
         for (int a = 0; a < n_ins; a++)
             for (int b = 0; b < 4; b++) {
                 struct test_weight tw;
@@ -399,8 +414,8 @@ static void test_matmul_isa_vs_ref(void **state)
                         double e = nmse(y, want, n_tok * n_out);
                         if (!(e <= 1e-10))
                             fail_msg("%s %s n_in=%lld n_out=%lld n_tok=%lld: nmse %g", isas[s],
-                                     tl_dtype_name(mm_types[k]), (long long)n_in,
-                                     (long long)n_out, (long long)n_tok, e);
+                                     tl_dtype_name(mm_types[k]), (long long)n_in, (long long)n_out,
+                                     (long long)n_tok, e);
                     }
                 }
                 tl_aligned_free(work);
@@ -412,47 +427,65 @@ static void test_matmul_isa_vs_ref(void **state)
 }
 
 // The determinism contract: for n_tok in 1..40 and 1..3 threads, every token's row equals its
-// n_tok = 1 result bit for bit, wherever it sits in the batch.
+// n_tok = 1 result bit for bit, wherever it sits in the batch. A second, wider shape takes the
+// blocked paths (k-blocks of the weight rows, token chunks, converted weight blocks) with a few
+// larger batches.
+static void check_deterministic(enum tl_dtype type, int64_t n_in, int64_t n_out, const int *n_toks,
+                                int n_n_toks, struct tl_pool **pools)
+{
+    int max_tok = 0;
+    for (int i = 0; i < n_n_toks; i++)
+        max_tok = n_toks[i] > max_tok ? n_toks[i] : max_tok;
+    struct test_weight tw;
+    weight_make(&tw, type, n_out, n_in);
+    float *x = malloc(sizeof(float) * (size_t)(max_tok * n_in));
+    float *xb = malloc(sizeof(float) * (size_t)(max_tok * n_in));
+    float *solo = malloc(sizeof(float) * (size_t)(max_tok * n_out));
+    float *y = malloc(sizeof(float) * (size_t)(max_tok * n_out));
+    void *work = tl_aligned_alloc(tl_matmul_work_bytes(&tw.w, max_tok) + 64);
+    fill(x, max_tok * n_in, 1.f);
+    for (int s = 0; s < N_ISA; s++) {
+        if (!tl_kernels_force_isa(isas[s])) continue;
+        for (int t = 0; t < max_tok; t++)
+            tl_matmul(NULL, &tw.w, x + t * n_in, 1, solo + t * n_out, work);
+        for (int k = 0; k < n_n_toks; k++)
+            for (int p = 0; p < 3; p++) {
+                int n_tok = n_toks[k];
+                // batch slot i holds token (i + n_tok + p) % max_tok: tokens move around
+                for (int i = 0; i < n_tok; i++)
+                    memcpy(xb + i * n_in, x + ((i + n_tok + p) % max_tok) * n_in,
+                           sizeof(float) * (size_t)n_in);
+                tl_matmul(pools[p], &tw.w, xb, n_tok, y, work);
+                for (int i = 0; i < n_tok; i++) {
+                    int t = (i + n_tok + p) % max_tok;
+                    if (memcmp(y + i * n_out, solo + t * n_out, sizeof(float) * (size_t)n_out))
+                        fail_msg("%s %s n_in %lld: token %d in slot %d of %d, %d threads differs",
+                                 isas[s], tl_dtype_name(type), (long long)n_in, t, i, n_tok, p + 1);
+                }
+            }
+    }
+    tl_aligned_free(work);
+    free(x), free(xb), free(solo), free(y);
+    weight_free(&tw);
+}
+
 static void test_matmul_deterministic_across_batch_and_threads(void **state)
 {
     (void)state;
-    enum { MAX_TOK = 40 };
     struct tl_pool *pools[3];
-    for (int p = 0; p < 3; p++) assert_non_null(pools[p] = tl_pool_create(p + 1));
+    for (int p = 0; p < 3; p++)
+        assert_non_null(pools[p] = tl_pool_create(p + 1));
+    int small[40];
+    for (int i = 0; i < 40; i++)
+        small[i] = i + 1;
+    const int wide[] = {1, 2, 3, 4, 5, 9, 47, 48, 49, 97};
     for (int k = 0; k < 4; k++) {
-        int64_t n_in = mm_types[k] == TL_DTYPE_Q8_0 ? 160 : 157, n_out = 37;
-        struct test_weight tw;
-        weight_make(&tw, mm_types[k], n_out, n_in);
-        float *x = malloc(sizeof(float) * (size_t)(MAX_TOK * n_in));
-        float *xb = malloc(sizeof(float) * (size_t)(MAX_TOK * n_in));
-        float *solo = malloc(sizeof(float) * (size_t)(MAX_TOK * n_out));
-        float *y = malloc(sizeof(float) * (size_t)(MAX_TOK * n_out));
-        void *work = tl_aligned_alloc(tl_matmul_work_bytes(&tw.w, MAX_TOK) + 64);
-        fill(x, MAX_TOK * n_in, 1.f);
-        for (int s = 0; s < N_ISA; s++) {
-            if (!tl_kernels_force_isa(isas[s])) continue;
-            for (int t = 0; t < MAX_TOK; t++)
-                tl_matmul(NULL, &tw.w, x + t * n_in, 1, solo + t * n_out, work);
-            for (int n_tok = 1; n_tok <= MAX_TOK; n_tok++)
-                for (int p = 0; p < 3; p++) {
-                    // batch slot i holds token (i + n_tok + p) % MAX_TOK: tokens move around
-                    for (int i = 0; i < n_tok; i++)
-                        memcpy(xb + i * n_in, x + ((i + n_tok + p) % MAX_TOK) * n_in,
-                               sizeof(float) * (size_t)n_in);
-                    tl_matmul(pools[p], &tw.w, xb, n_tok, y, work);
-                    for (int i = 0; i < n_tok; i++) {
-                        int t = (i + n_tok + p) % MAX_TOK;
-                        if (memcmp(y + i * n_out, solo + t * n_out, sizeof(float) * (size_t)n_out))
-                            fail_msg("%s %s: token %d in slot %d of %d, %d threads differs",
-                                     isas[s], tl_dtype_name(mm_types[k]), t, i, n_tok, p + 1);
-                    }
-                }
-        }
-        tl_aligned_free(work);
-        free(x), free(xb), free(solo), free(y);
-        weight_free(&tw);
+        int q = mm_types[k] == TL_DTYPE_Q8_0;
+        check_deterministic(mm_types[k], q ? 160 : 157, 37, small, 40, pools);
+        check_deterministic(mm_types[k], q ? 1120 : 1100, 13, wide, 10, pools);
     }
-    for (int p = 0; p < 3; p++) tl_pool_destroy(pools[p]);
+    for (int p = 0; p < 3; p++)
+        tl_pool_destroy(pools[p]);
 }
 
 // ---- row-wise ops -----------------------------------------------------------------------------
@@ -468,16 +501,20 @@ static void test_rmsnorm(void **state)
         fill(x, n, 3.f);
         fill(w, n, 1.f);
         double ss = 0;
-        for (int64_t i = 0; i < n; i++) ss += (double)x[i] * x[i];
+        for (int64_t i = 0; i < n; i++)
+            ss += (double)x[i] * x[i];
         double s = 1.0 / sqrt(ss / n + 1e-5);
-        for (int64_t i = 0; i < n; i++) want[i] = (float)(x[i] * s * w[i]);
+        for (int64_t i = 0; i < n; i++)
+            want[i] = (float)(x[i] * s * w[i]);
         for (int i = 0; i < N_ISA; i++) {
             if (!tl_kernels_force_isa(isas[i])) continue;
             tl_rmsnorm(x, w, 1e-5f, n, y);
-            for (int64_t j = 0; j < n; j++) TL_ASSERT_NEAR(y[j], want[j], 1e-5 * fabs(want[j]) + 1e-6, j);
+            for (int64_t j = 0; j < n; j++)
+                TL_ASSERT_NEAR(y[j], want[j], 1e-5 * fabs(want[j]) + 1e-6, j);
             memcpy(y, x, sizeof(float) * (size_t)n); // in place
             tl_rmsnorm(y, w, 1e-5f, n, y);
-            for (int64_t j = 0; j < n; j++) TL_ASSERT_NEAR(y[j], want[j], 1e-5 * fabs(want[j]) + 1e-6, j);
+            for (int64_t j = 0; j < n; j++)
+                TL_ASSERT_NEAR(y[j], want[j], 1e-5 * fabs(want[j]) + 1e-6, j);
         }
         free(x), free(w), free(y), free(want);
     }
@@ -547,12 +584,15 @@ static void test_swiglu_add_softmax(void **state)
             }
             memcpy(o, g, bytes);
             tl_add(o, u, n);
-            for (int64_t j = 0; j < n; j++) assert_true(o[j] == g[j] + u[j]);
+            for (int64_t j = 0; j < n; j++)
+                assert_true(o[j] == g[j] + u[j]);
             memcpy(s, g, bytes);
             tl_softmax(s, n);
             double mx = -INFINITY, sum = 0, tot = 0;
-            for (int64_t j = 0; j < n; j++) mx = g[j] > mx ? g[j] : mx;
-            for (int64_t j = 0; j < n; j++) sum += exp((double)g[j] - mx);
+            for (int64_t j = 0; j < n; j++)
+                mx = g[j] > mx ? g[j] : mx;
+            for (int64_t j = 0; j < n; j++)
+                sum += exp((double)g[j] - mx);
             for (int64_t j = 0; j < n; j++) {
                 double want = exp((double)g[j] - mx) / sum;
                 TL_ASSERT_NEAR(s[j], want, 1e-6 * want + 1e-9, j);
@@ -575,7 +615,7 @@ struct attn_fixture {
     int n_blocks;
     int32_t *tables; // (n_seq, blocks_per_seq)
     int blocks_per_seq;
-    float *kf, *vf;  // logical f32 copies as stored (after f16 rounding): (n_seq, ctx, kvh*hd)
+    float *kf, *vf; // logical f32 copies as stored (after f16 rounding): (n_seq, ctx, kvh*hd)
 };
 
 static void attn_fixture_make(struct attn_fixture *f, enum tl_dtype type, int block_size,
@@ -585,19 +625,24 @@ static void attn_fixture_make(struct attn_fixture *f, enum tl_dtype type, int bl
     f->n_blocks = n_seq * f->blocks_per_seq + 3;
     size_t elt = type == TL_DTYPE_F16 ? 2 : 4;
     size_t per_block = (size_t)block_size * n_kv_head * head_dim;
-    f->kv = (struct tl_kv_layer){type, block_size, n_kv_head, head_dim,
+    f->kv = (struct tl_kv_layer){type,
+                                 block_size,
+                                 n_kv_head,
+                                 head_dim,
                                  calloc(per_block * f->n_blocks, elt),
                                  calloc(per_block * f->n_blocks, elt)};
     // a shuffled permutation of physical blocks, so tables are not contiguous
     int *perm = malloc(sizeof(int) * (size_t)f->n_blocks);
-    for (int i = 0; i < f->n_blocks; i++) perm[i] = i;
+    for (int i = 0; i < f->n_blocks; i++)
+        perm[i] = i;
     for (int i = f->n_blocks - 1; i > 0; i--) {
         int j = (int)(rnd_u32() % (uint32_t)(i + 1)), tmp = perm[i];
         perm[i] = perm[j];
         perm[j] = tmp;
     }
     f->tables = malloc(sizeof(int32_t) * (size_t)(n_seq * f->blocks_per_seq));
-    for (int i = 0; i < n_seq * f->blocks_per_seq; i++) f->tables[i] = perm[i];
+    for (int i = 0; i < n_seq * f->blocks_per_seq; i++)
+        f->tables[i] = perm[i];
     free(perm);
     int64_t row = (int64_t)n_kv_head * head_dim;
     f->kf = malloc(sizeof(float) * (size_t)(n_seq * ctx * row));
@@ -658,11 +703,13 @@ static void test_attention(void **state)
                         for (int64_t j = 0; j < n; j++) {
                             const float *k = f.kf + (seq_of[t] * CTX + j) * row + kvh * hd;
                             double d = 0;
-                            for (int i = 0; i < hd; i++) d += (double)qv[i] * k[i];
+                            for (int i = 0; i < hd; i++)
+                                d += (double)qv[i] * k[i];
                             sc[j] = d * scale;
                             mx = sc[j] > mx ? sc[j] : mx;
                         }
-                        for (int64_t j = 0; j < n; j++) sum += (sc[j] = exp(sc[j] - mx));
+                        for (int64_t j = 0; j < n; j++)
+                            sum += (sc[j] = exp(sc[j] - mx));
                         for (int i = 0; i < hd; i++) {
                             double o = 0;
                             for (int64_t j = 0; j < n; j++)
@@ -677,8 +724,8 @@ static void test_attention(void **state)
                     tl_attention(pool, &f.kv, q, qs, N_TOK, N_HEAD, scale, out, work);
                     double e = nmse(out, want, N_TOK * N_HEAD * hd);
                     if (!(e < 1e-10))
-                        fail_msg("%s kv %s hd %d bs %d: nmse %g", isas[s],
-                                 tl_dtype_name(types[ti]), hd, block_sizes[bi], e);
+                        fail_msg("%s kv %s hd %d bs %d: nmse %g", isas[s], tl_dtype_name(types[ti]),
+                                 hd, block_sizes[bi], e);
                     // each token alone, single thread: bit-identical
                     for (int t = 0; t < N_TOK; t++) {
                         tl_attention(NULL, &f.kv, q + t * N_HEAD * hd, &qs[t], 1, N_HEAD, scale,
@@ -698,7 +745,8 @@ static void test_kv_store_layout(void **state)
     (void)state;
     // element (block b, slot s, head h, dim d) at ((b * bs + s) * n_kv + h) * hd + d
     float k[2 * 4], v[2 * 4];
-    for (int i = 0; i < 8; i++) k[i] = (float)i, v[i] = (float)(100 + i);
+    for (int i = 0; i < 8; i++)
+        k[i] = (float)i, v[i] = (float)(100 + i);
     float kb[3 * 4 * 8] = {0}, vb[3 * 4 * 8] = {0};
     struct tl_kv_layer kv = {TL_DTYPE_F32, 4, 2, 4, kb, vb};
     int32_t table[2] = {2, 0};
@@ -732,9 +780,10 @@ static void test_isa_selection(void **state)
 #endif
 }
 
-TL_TEST_MAIN(cmocka_unit_test(test_fp16_exhaustive_roundtrip), cmocka_unit_test(test_fp16_known_values),
-             cmocka_unit_test(test_fp16_all_ties_to_even), cmocka_unit_test(test_fp16_matches_f16c),
-             cmocka_unit_test(test_bf16_rounding), cmocka_unit_test(test_q8_0_known_block),
+TL_TEST_MAIN(cmocka_unit_test(test_fp16_exhaustive_roundtrip),
+             cmocka_unit_test(test_fp16_known_values), cmocka_unit_test(test_fp16_all_ties_to_even),
+             cmocka_unit_test(test_fp16_matches_f16c), cmocka_unit_test(test_bf16_rounding),
+             cmocka_unit_test(test_q8_0_known_block),
              cmocka_unit_test(test_quantize_rows_all_types),
              cmocka_unit_test(test_quantize_x_same_on_every_isa),
              cmocka_unit_test(test_matmul_ref_vs_double), cmocka_unit_test(test_matmul_isa_vs_ref),

@@ -79,7 +79,8 @@ static ALWAYS_INLINE __m256 exp256(__m256 x)
     p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.5f));
     p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.f));
     p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.f));
-    __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+    __m256i e =
+        _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
     return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
 }
 
@@ -105,7 +106,8 @@ static void quantize_x(const float *x, int64_t n, void *dst)
         float id = amax != 0.f ? 127.f / amax : 0.f;
         __m256 vid = _mm256_set1_ps(id);
         __m256i q[4];
-        for (int k = 0; k < 4; k++) q[k] = _mm256_cvtps_epi32(_mm256_mul_ps(v[k], vid)); // RNE
+        for (int k = 0; k < 4; k++)
+            q[k] = _mm256_cvtps_epi32(_mm256_mul_ps(v[k], vid)); // RNE
         // pack 32 int32 to 32 int8; packs interleave 128-bit lanes, the permute restores order
         __m256i p16a = _mm256_packs_epi32(q[0], q[1]), p16b = _mm256_packs_epi32(q[2], q[3]);
         __m256i p8 = _mm256_packs_epi16(p16a, p16b);
@@ -114,8 +116,8 @@ static void quantize_x(const float *x, int64_t n, void *dst)
         int64_t c = b / 2, half = b % 2;
         _mm256_store_ps(row.d + c * 16 + half * 8, _mm256_set1_ps(d));
         // bias: -128 * each group of four bytes (used only by the VNNI kernel, kept identical)
-        __m256i s4 = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(1), p8),
-                                       _mm256_set1_epi16(1));
+        __m256i s4 =
+            _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(1), p8), _mm256_set1_epi16(1));
         _mm256_store_si256((__m256i *)(row.bias + c * 16 + half * 8),
                            _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(s4, 7)));
     }
@@ -145,23 +147,28 @@ static ALWAYS_INLINE void ftile(const struct tl__mm *m, int64_t r, int64_t t, co
     const float *xr[TMAX];
     __m256 acc[FR][TMAX];
 #pragma GCC unroll 8
-    for (int i = 0; i < R; i++) wr[i] = (const char *)w->data + (size_t)(r + i) * w->row_bytes;
+    for (int i = 0; i < R; i++)
+        wr[i] = (const char *)w->data + (size_t)(r + i) * w->row_bytes;
 #pragma GCC unroll 8
-    for (int j = 0; j < T; j++) xr[j] = m->x + (t + j) * n;
+    for (int j = 0; j < T; j++)
+        xr[j] = m->x + (t + j) * n;
 #pragma GCC unroll 8
     for (int i = 0; i < R; i++)
 #pragma GCC unroll 8
-        for (int j = 0; j < T; j++) acc[i][j] = _mm256_setzero_ps();
+        for (int j = 0; j < T; j++)
+            acc[i][j] = _mm256_setzero_ps();
     int64_t k = 0;
     for (; k + 8 <= n; k += 8) {
         __m256 xv[TMAX];
 #pragma GCC unroll 8
-        for (int j = 0; j < T; j++) xv[j] = _mm256_loadu_ps(xr[j] + k);
+        for (int j = 0; j < T; j++)
+            xv[j] = _mm256_loadu_ps(xr[j] + k);
 #pragma GCC unroll 8
         for (int i = 0; i < R; i++) {
             __m256 wv = load_w(type, wr[i], k);
 #pragma GCC unroll 8
-            for (int j = 0; j < T; j++) acc[i][j] = _mm256_fmadd_ps(wv, xv[j], acc[i][j]);
+            for (int j = 0; j < T; j++)
+                acc[i][j] = _mm256_fmadd_ps(wv, xv[j], acc[i][j]);
         }
     }
     if (k < n) {
@@ -170,7 +177,8 @@ static ALWAYS_INLINE void ftile(const struct tl__mm *m, int64_t r, int64_t t, co
         _Alignas(32) uint8_t wt[8 * 4];
         int64_t left = n - k;
 #pragma GCC unroll 8
-        for (int j = 0; j < T; j++) _mm256_store_ps(xt[j], load_tail(xr[j] + k, left));
+        for (int j = 0; j < T; j++)
+            _mm256_store_ps(xt[j], load_tail(xr[j] + k, left));
 #pragma GCC unroll 8
         for (int i = 0; i < R; i++) {
             memset(wt, 0, sizeof(wt));
@@ -184,7 +192,8 @@ static ALWAYS_INLINE void ftile(const struct tl__mm *m, int64_t r, int64_t t, co
 #pragma GCC unroll 8
     for (int j = 0; j < T; j++)
 #pragma GCC unroll 8
-        for (int i = 0; i < R; i++) m->y[(t + j) * w->n_out + r + i] = hsum256(acc[i][j]);
+        for (int i = 0; i < R; i++)
+            m->y[(t + j) * w->n_out + r + i] = hsum256(acc[i][j]);
 }
 
 // ---- matmul: Q8_0 weights ---------------------------------------------------------------------
@@ -200,14 +209,16 @@ static ALWAYS_INLINE void qtile(const struct tl__mm *m, int64_t r, int64_t t, co
     const __m256i ones = _mm256_set1_epi16(1);
 #pragma GCC unroll 8
     for (int i = 0; i < R; i++)
-        wr[i] = (const struct tl_block_q8_0 *)((const char *)w->data +
-                                               (size_t)(r + i) * w->row_bytes);
+        wr[i] =
+            (const struct tl_block_q8_0 *)((const char *)w->data + (size_t)(r + i) * w->row_bytes);
 #pragma GCC unroll 8
-    for (int j = 0; j < T; j++) xr[j] = tl__xq_view((char *)m->xq + (size_t)(t + j) * m->xq_stride, n);
+    for (int j = 0; j < T; j++)
+        xr[j] = tl__xq_view((char *)m->xq + (size_t)(t + j) * m->xq_stride, n);
 #pragma GCC unroll 8
     for (int i = 0; i < R; i++)
 #pragma GCC unroll 8
-        for (int j = 0; j < T; j++) acc[i][j] = _mm256_setzero_ps();
+        for (int j = 0; j < T; j++)
+            acc[i][j] = _mm256_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
         __m256i wq[QR], wa[QR];
         __m256 dw[QR];
@@ -233,7 +244,8 @@ static ALWAYS_INLINE void qtile(const struct tl__mm *m, int64_t r, int64_t t, co
 #pragma GCC unroll 8
     for (int j = 0; j < T; j++)
 #pragma GCC unroll 8
-        for (int i = 0; i < R; i++) m->y[(t + j) * w->n_out + r + i] = hsum256(acc[i][j]);
+        for (int i = 0; i < R; i++)
+            m->y[(t + j) * w->n_out + r + i] = hsum256(acc[i][j]);
 }
 
 // ---- tile instances and the row driver --------------------------------------------------------
@@ -277,23 +289,29 @@ struct tileset {
 };
 
 _Static_assert(FR == 4 && FT == 3 && QR == 2 && QT == 4, "tile tables below assume these");
-static const struct tileset tiles_f32 = {4, 3, {0, f32_4x1, f32_4x2, f32_4x3, 0},
-                                         {0, f32_1x1, f32_1x2, f32_1x3, 0}};
-static const struct tileset tiles_f16 = {4, 3, {0, f16_4x1, f16_4x2, f16_4x3, 0},
-                                         {0, f16_1x1, f16_1x2, f16_1x3, 0}};
-static const struct tileset tiles_bf16 = {4, 3, {0, bf16_4x1, bf16_4x2, bf16_4x3, 0},
-                                          {0, bf16_1x1, bf16_1x2, bf16_1x3, 0}};
-static const struct tileset tiles_q8 = {2, 4, {0, q8_2x1, q8_2x2, q8_2x3, q8_2x4},
-                                        {0, q8_1x1, q8_1x2, q8_1x3, q8_1x4}};
+static const struct tileset tiles_f32 = {
+    4, 3, {0, f32_4x1, f32_4x2, f32_4x3, 0}, {0, f32_1x1, f32_1x2, f32_1x3, 0}};
+static const struct tileset tiles_f16 = {
+    4, 3, {0, f16_4x1, f16_4x2, f16_4x3, 0}, {0, f16_1x1, f16_1x2, f16_1x3, 0}};
+static const struct tileset tiles_bf16 = {
+    4, 3, {0, bf16_4x1, bf16_4x2, bf16_4x3, 0}, {0, bf16_1x1, bf16_1x2, bf16_1x3, 0}};
+static const struct tileset tiles_q8 = {
+    2, 4, {0, q8_2x1, q8_2x2, q8_2x3, q8_2x4}, {0, q8_1x1, q8_1x2, q8_1x3, q8_1x4}};
 
 static const struct tileset *tiles_for(enum tl_dtype type)
 {
     switch (type) {
-    case TL_DTYPE_F32: return &tiles_f32;
-    case TL_DTYPE_F16: return &tiles_f16;
-    case TL_DTYPE_BF16: return &tiles_bf16;
-    case TL_DTYPE_Q8_0: return &tiles_q8;
-    default: TL_ASSERT(!"unsupported weight type"); return NULL;
+    case TL_DTYPE_F32:
+        return &tiles_f32;
+    case TL_DTYPE_F16:
+        return &tiles_f16;
+    case TL_DTYPE_BF16:
+        return &tiles_bf16;
+    case TL_DTYPE_Q8_0:
+        return &tiles_q8;
+    default:
+        TL_ASSERT(!"unsupported weight type");
+        return NULL;
     }
 }
 
@@ -344,11 +362,12 @@ static void rmsnorm(const float *x, const float *w, float eps, int64_t n, float 
     float ss = hsum256(_mm256_add_ps(a0, a1));
     __m256 s = _mm256_set1_ps((float)(1.0 / sqrt((double)ss / (double)n + eps)));
     for (i = 0; i + 8 <= n; i += 8)
-        _mm256_storeu_ps(y + i, _mm256_mul_ps(_mm256_mul_ps(_mm256_loadu_ps(x + i), s),
-                                              _mm256_loadu_ps(w + i)));
+        _mm256_storeu_ps(
+            y + i, _mm256_mul_ps(_mm256_mul_ps(_mm256_loadu_ps(x + i), s), _mm256_loadu_ps(w + i)));
     if (i < n)
-        store_tail(y + i, n - i,
-                   _mm256_mul_ps(_mm256_mul_ps(load_tail(x + i, n - i), s), load_tail(w + i, n - i)));
+        store_tail(
+            y + i, n - i,
+            _mm256_mul_ps(_mm256_mul_ps(load_tail(x + i, n - i), s), load_tail(w + i, n - i)));
 }
 
 static ALWAYS_INLINE __m256 silu_mul(__m256 g, __m256 u)
@@ -371,16 +390,19 @@ static void add(float *y, const float *x, int64_t n)
     int64_t i = 0;
     for (; i + 8 <= n; i += 8)
         _mm256_storeu_ps(y + i, _mm256_add_ps(_mm256_loadu_ps(y + i), _mm256_loadu_ps(x + i)));
-    for (; i < n; i++) y[i] += x[i];
+    for (; i < n; i++)
+        y[i] += x[i];
 }
 
 static float max_of(const float *x, int64_t n)
 {
     __m256 mx = _mm256_set1_ps(-INFINITY);
     int64_t i = 0;
-    for (; i + 8 <= n; i += 8) mx = _mm256_max_ps(mx, _mm256_loadu_ps(x + i));
+    for (; i + 8 <= n; i += 8)
+        mx = _mm256_max_ps(mx, _mm256_loadu_ps(x + i));
     float m = hmax256(mx);
-    for (; i < n; i++) m = x[i] > m ? x[i] : m;
+    for (; i < n; i++)
+        m = x[i] > m ? x[i] : m;
     return m;
 }
 
@@ -410,8 +432,10 @@ static void softmax(float *x, int64_t n)
     float inv = 1.f / exp_sum(x, n, max_of(x, n));
     __m256 v = _mm256_set1_ps(inv);
     int64_t i = 0;
-    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(x + i, _mm256_mul_ps(_mm256_loadu_ps(x + i), v));
-    for (; i < n; i++) x[i] *= inv;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(x + i, _mm256_mul_ps(_mm256_loadu_ps(x + i), v));
+    for (; i < n; i++)
+        x[i] *= inv;
 }
 
 // ---- attention --------------------------------------------------------------------------------
@@ -455,8 +479,10 @@ static ALWAYS_INLINE void attn_head_t(const struct tl_kv_layer *kv, const int32_
             a = _mm256_fmadd_ps(_mm256_set1_ps(scores[j]), load_kv(f16, kv->v, base + d, left), a);
         }
         a = _mm256_mul_ps(a, inv);
-        if (left >= 8) _mm256_storeu_ps(out + d, a);
-        else store_tail(out + d, left, a);
+        if (left >= 8)
+            _mm256_storeu_ps(out + d, a);
+        else
+            store_tail(out + d, left, a);
     }
 }
 
@@ -465,8 +491,10 @@ static void attn_head(const struct tl_kv_layer *kv, const int32_t *block_table, 
                       float *acc)
 {
     (void)acc;
-    if (kv->type == TL_DTYPE_F16) attn_head_t(kv, block_table, n_ctx, kv_head, q, scale, out, scores, 1);
-    else attn_head_t(kv, block_table, n_ctx, kv_head, q, scale, out, scores, 0);
+    if (kv->type == TL_DTYPE_F16)
+        attn_head_t(kv, block_table, n_ctx, kv_head, q, scale, out, scores, 1);
+    else
+        attn_head_t(kv, block_table, n_ctx, kv_head, q, scale, out, scores, 0);
 }
 
 const struct tl__kernel_ops tl__ops_avx2 = {

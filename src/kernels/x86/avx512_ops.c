@@ -83,7 +83,8 @@ static void quantize_x(const float *x, int64_t n, void *dst)
         for (int h = 0; h < 2; h++) {
             int64_t i0 = c * 64 + h * 32;
             __m512 v0 = _mm512_maskz_loadu_ps(tail_mask16(n - i0), x + i0);
-            __m512 v1 = _mm512_maskz_loadu_ps(n - i0 > 16 ? tail_mask16(n - i0 - 16) : 0, x + i0 + 16);
+            __m512 v1 =
+                _mm512_maskz_loadu_ps(n - i0 > 16 ? tail_mask16(n - i0 - 16) : 0, x + i0 + 16);
             __m512 m = _mm512_max_ps(_mm512_andnot_ps(sign, v0), _mm512_andnot_ps(sign, v1));
             float amax = _mm512_reduce_max_ps(m);
             d[h] = amax / 127.f;
@@ -100,8 +101,8 @@ static void quantize_x(const float *x, int64_t n, void *dst)
         q = _mm512_inserti32x4(q, q8[3], 3);
         _mm512_store_si512(row.qs + c * 64, q);
         __m512i sum4 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8(1), q);
-        _mm512_store_si512(row.bias + c * 16, _mm512_sub_epi32(_mm512_setzero_si512(),
-                                                               _mm512_slli_epi32(sum4, 7)));
+        _mm512_store_si512(row.bias + c * 16,
+                           _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(sum4, 7)));
         __m512 dv = _mm512_insertf32x8(_mm512_castps256_ps512(_mm256_set1_ps(d[0])),
                                        _mm256_set1_ps(d[1]), 1);
         _mm512_store_ps(row.d + c * 16, dv);
@@ -109,12 +110,28 @@ static void quantize_x(const float *x, int64_t n, void *dst)
 }
 
 // ---- matmul: F32 / F16 / BF16 weights ---------------------------------------------------------
+//
+// One template, fk(), computes an R x T tile over one k-block: each step loads (for F16/BF16
+// converts) 16 elements of the R weight rows into registers once and uses them for T tokens.
+// Accumulators of an unfinished tile are parked in memory between k-blocks (bitwise exact), so
+// k-blocking changes no arithmetic. For F16/BF16 with more tokens than one tile, a row block's
+// k-block is first converted to an f32 buffer once and the F32 template runs on it; the values and
+// the operation sequence are the same as converting in registers.
 
-enum { FR = 4, FT = 4 };           // float tile: rows x tokens
-enum { QR = 4, QT = 4 };           // Q8_0 tile
-enum { TMAX = 4 };                 // largest T of any tile
+// Tile shape and blocking, measured on Sapphire Rapids (bench_kernels): 4 x 4 with the weight
+// vectors in registers beat 8 x 3 with the activations in registers, and 4 x 6. The -D hooks
+// let the benchmark try other shapes without editing the file.
+#ifndef TL_AVX512_FR
+#define TL_AVX512_FR 4
+#define TL_AVX512_FT 4
+#define TL_AVX512_KC 512
+#endif
+enum { FR = TL_AVX512_FR, FT = TL_AVX512_FT }; // float tile: rows x tokens (each <= 8)
+enum { KC = TL_AVX512_KC }; // k-block (elements, a multiple of 16): FR x KC f32 weights in L1
+enum { CHUNK_TOK = FT * (48 / FT) }; // tokens per chunk: their parked accumulators stay in L1
+enum { ACC_LOAD = 1, ACC_REDUCE = 2 };
 
-// 16 weights of `type` from row w at element k, converted to f32 (lanes >= valid read 0).
+// 16 weights of `type` at element k of row w, converted to f32 (lanes past `mask` read 0).
 static ALWAYS_INLINE __m512 load_w(int type, const void *w, int64_t k, __mmask16 mask, int full)
 {
     if (type == TL_DTYPE_F32) {
@@ -127,53 +144,151 @@ static ALWAYS_INLINE __m512 load_w(int type, const void *w, int64_t k, __mmask16
     return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
 }
 
-static ALWAYS_INLINE void ftile(const struct tl__mm *m, int64_t r, int64_t t, const int type,
-                                const int R, const int T)
+struct fblock {
+    const void *w;    // row 0 of the tile at the k-block start, elements of `type`
+    size_t w_stride;  // elements between rows
+    const float *x;   // token 0 of the tile at the k-block start
+    size_t x_stride;  // elements between tokens (n_in)
+    int64_t kn;       // elements in this k-block (only the last block may end in a partial step)
+    __m512 *acc;      // R x T parked accumulators (ACC_LOAD: read first; else start at 0)
+    float *y;         // (ACC_REDUCE) output of row 0, token 0
+    int64_t y_stride; // n_out
+};
+
+static ALWAYS_INLINE void fk(const struct fblock *b, int mode, const int type, const int R,
+                             const int T)
 {
-    const struct tl_weight *w = m->w;
-    const int64_t n = w->n_in;
-    const void *wr[FR];
-    const float *xr[TMAX];
-    __m512 acc[FR][TMAX];
-#pragma GCC unroll 8
-    for (int i = 0; i < R; i++) wr[i] = (const char *)w->data + (size_t)(r + i) * w->row_bytes;
-#pragma GCC unroll 8
-    for (int j = 0; j < T; j++) xr[j] = m->x + (t + j) * n;
+    const size_t esz = type == TL_DTYPE_F32 ? 4 : 2;
+    __m512 acc[8][8];
 #pragma GCC unroll 8
     for (int i = 0; i < R; i++)
 #pragma GCC unroll 8
-        for (int j = 0; j < T; j++) acc[i][j] = _mm512_setzero_ps();
+        for (int j = 0; j < T; j++)
+            acc[i][j] = (mode & ACC_LOAD) ? b->acc[i * T + j] : _mm512_setzero_ps();
     int64_t k = 0;
-    for (; k + 16 <= n; k += 16) {
-        __m512 wv[FR];
+    for (; k < b->kn; k += 16) {
+        // the partial last step uses masked loads that read zeros: the same arithmetic
+        const int full = k + 16 <= b->kn;
+        const __mmask16 mask = tail_mask16(b->kn - k);
+        __m512 wv[8];
 #pragma GCC unroll 8
-        for (int i = 0; i < R; i++) wv[i] = load_w(type, wr[i], k, 0, 1);
-#pragma GCC unroll 8
-        for (int j = 0; j < T; j++) {
-            __m512 xv = _mm512_loadu_ps(xr[j] + k);
-#pragma GCC unroll 8
-            for (int i = 0; i < R; i++) acc[i][j] = _mm512_fmadd_ps(wv[i], xv, acc[i][j]);
-        }
-    }
-    if (k < n) {
-        __mmask16 mask = tail_mask16(n - k);
-        __m512 wv[FR];
-#pragma GCC unroll 8
-        for (int i = 0; i < R; i++) wv[i] = load_w(type, wr[i], k, mask, 0);
+        for (int i = 0; i < R; i++)
+            wv[i] = load_w(type, (const char *)b->w + i * b->w_stride * esz, k, mask, full);
 #pragma GCC unroll 8
         for (int j = 0; j < T; j++) {
-            __m512 xv = _mm512_maskz_loadu_ps(mask, xr[j] + k);
+            const float *xp = b->x + j * b->x_stride + k;
+            __m512 xv = full ? _mm512_loadu_ps(xp) : _mm512_maskz_loadu_ps(mask, xp);
 #pragma GCC unroll 8
-            for (int i = 0; i < R; i++) acc[i][j] = _mm512_fmadd_ps(wv[i], xv, acc[i][j]);
+            for (int i = 0; i < R; i++)
+                acc[i][j] = _mm512_fmadd_ps(wv[i], xv, acc[i][j]);
         }
     }
+    if (mode & ACC_REDUCE) {
 #pragma GCC unroll 8
-    for (int j = 0; j < T; j++)
+        for (int j = 0; j < T; j++)
 #pragma GCC unroll 8
-        for (int i = 0; i < R; i++) m->y[(t + j) * w->n_out + r + i] = hsum512(acc[i][j]);
+            for (int i = 0; i < R; i++)
+                b->y[j * b->y_stride + i] = hsum512(acc[i][j]);
+    } else {
+#pragma GCC unroll 8
+        for (int i = 0; i < R; i++)
+#pragma GCC unroll 8
+            for (int j = 0; j < T; j++)
+                b->acc[i * T + j] = acc[i][j];
+    }
+}
+
+typedef void (*fk_fn)(const struct fblock *b, int mode);
+
+#define DEF_FK(NAME, TYPE, R, T)                                                                   \
+    static void NAME##_##R##x##T(const struct fblock *b, int mode)                                 \
+    {                                                                                              \
+        fk(b, mode, TYPE, R, T);                                                                   \
+    }
+#define DEF_FK_R(NAME, TYPE, R)                                                                    \
+    DEF_FK(NAME, TYPE, R, 1)                                                                       \
+    DEF_FK(NAME, TYPE, R, 2)                                                                       \
+    DEF_FK(NAME, TYPE, R, 3)                                                                       \
+    DEF_FK(NAME, TYPE, R, 4)                                                                       \
+    DEF_FK(NAME, TYPE, R, 5) DEF_FK(NAME, TYPE, R, 6) DEF_FK(NAME, TYPE, R, 7)                     \
+        DEF_FK(NAME, TYPE, R, 8)
+#define DEF_FK_R_(NAME, TYPE, R) DEF_FK_R(NAME, TYPE, R)
+#define FK_LIST(NAME, R)                                                                           \
+    {                                                                                              \
+        0, NAME##_##R##x1, NAME##_##R##x2, NAME##_##R##x3, NAME##_##R##x4, NAME##_##R##x5,         \
+            NAME##_##R##x6, NAME##_##R##x7, NAME##_##R##x8                                         \
+    }
+#define FK_LIST_(NAME, R) FK_LIST(NAME, R)
+DEF_FK_R_(fk_f32, TL_DTYPE_F32, TL_AVX512_FR)
+DEF_FK_R(fk_f32, TL_DTYPE_F32, 1)
+DEF_FK_R_(fk_f16, TL_DTYPE_F16, TL_AVX512_FR)
+DEF_FK_R(fk_f16, TL_DTYPE_F16, 1)
+DEF_FK_R_(fk_bf16, TL_DTYPE_BF16, TL_AVX512_FR)
+DEF_FK_R(fk_bf16, TL_DTYPE_BF16, 1)
+
+// [type][r_full][nt]: r_full 1 = FR rows, 0 = one row.
+static const fk_fn fk_table[3][2][9] = {
+    {FK_LIST(fk_f32, 1), FK_LIST_(fk_f32, TL_AVX512_FR)},
+    {FK_LIST(fk_f16, 1), FK_LIST_(fk_f16, TL_AVX512_FR)},
+    {FK_LIST(fk_bf16, 1), FK_LIST_(fk_bf16, TL_AVX512_FR)},
+};
+
+// Converts rows x kn elements of F16/BF16 (row stride `stride` elements) to f32 rows of KC.
+static void convert_block(int type, const uint16_t *src, size_t stride, int rows, int64_t kn,
+                          float *dst)
+{
+    for (int i = 0; i < rows; i++)
+        for (int64_t k = 0; k < kn; k += 16) {
+            __mmask16 m = tail_mask16(kn - k);
+            _mm512_store_ps(dst + i * KC + k, load_w(type, src + i * stride, k, m, 0));
+        }
+}
+
+static void float_rows(const struct tl__mm *m, int64_t r0, int64_t r1)
+{
+    const struct tl_weight *w = m->w;
+    const int64_t n = w->n_in;
+    const int ti = w->type == TL_DTYPE_F32 ? 0 : w->type == TL_DTYPE_F16 ? 1 : 2;
+    const size_t esz = ti == 0 ? 4 : 2, w_stride = w->row_bytes / esz;
+    _Alignas(64) float wbuf[FR * KC];
+    _Alignas(64) __m512 accbuf[(CHUNK_TOK + FT - 1) / FT * FR * FT];
+    for (int64_t c0 = 0; c0 < m->n_tok; c0 += CHUNK_TOK) {
+        const int64_t c1 = c0 + CHUNK_TOK < m->n_tok ? c0 + CHUNK_TOK : m->n_tok;
+        // With several token tiles, converting a weight block once beats converting per tile.
+        const int convert = ti != 0 && c1 - c0 > FT;
+        for (int64_t r = r0; r < r1;) {
+            const int rows = r1 - r >= FR ? FR : 1;
+            const char *wrow = (const char *)w->data + (size_t)r * w->row_bytes;
+            for (int64_t kb = 0; kb < n; kb += KC) {
+                const int64_t kn = n - kb < KC ? n - kb : KC;
+                const int mode = (kb > 0 ? ACC_LOAD : 0) | (kb + KC >= n ? ACC_REDUCE : 0);
+                struct fblock b = {.kn = kn, .x_stride = (size_t)n, .y_stride = w->n_out};
+                int tt = ti;
+                if (convert) {
+                    convert_block(w->type, (const uint16_t *)wrow + kb, w_stride, rows, kn, wbuf);
+                    b.w = wbuf;
+                    b.w_stride = KC;
+                    tt = 0;
+                } else {
+                    b.w = wrow + (size_t)kb * esz;
+                    b.w_stride = w_stride;
+                }
+                for (int64_t t = c0; t < c1; t += FT) {
+                    const int nt = c1 - t < FT ? (int)(c1 - t) : FT;
+                    b.x = m->x + t * n + kb;
+                    b.acc = accbuf + (t - c0) / FT * (FR * FT);
+                    b.y = m->y + t * w->n_out + r;
+                    fk_table[tt][rows == FR][nt](&b, mode);
+                }
+            }
+            r += rows;
+        }
+    }
 }
 
 // ---- matmul: Q8_0 weights ---------------------------------------------------------------------
+
+enum { QR = 4, QT = 4 }; // Q8_0 tile: rows x tokens
 
 // The two blocks of chunk c of a Q8_0 row: 64 weight bytes made unsigned, and their scales
 // (lanes 0-7 block 2c, lanes 8-15 block 2c+1; a missing odd block reads as zero weights).
@@ -194,24 +309,27 @@ static ALWAYS_INLINE void qtile(const struct tl__mm *m, int64_t r, int64_t t, co
     const struct tl_weight *w = m->w;
     const int64_t n = w->n_in, nb = n / TL_QK8_0;
     const struct tl_block_q8_0 *wr[QR];
-    struct tl__xq_row xr[TMAX];
-    __m512 acc[QR][TMAX];
+    struct tl__xq_row xr[QT];
+    __m512 acc[QR][QT];
 #pragma GCC unroll 8
     for (int i = 0; i < R; i++)
-        wr[i] = (const struct tl_block_q8_0 *)((const char *)w->data +
-                                               (size_t)(r + i) * w->row_bytes);
+        wr[i] =
+            (const struct tl_block_q8_0 *)((const char *)w->data + (size_t)(r + i) * w->row_bytes);
 #pragma GCC unroll 8
-    for (int j = 0; j < T; j++) xr[j] = tl__xq_view((char *)m->xq + (size_t)(t + j) * m->xq_stride, n);
+    for (int j = 0; j < T; j++)
+        xr[j] = tl__xq_view((char *)m->xq + (size_t)(t + j) * m->xq_stride, n);
 #pragma GCC unroll 8
     for (int i = 0; i < R; i++)
 #pragma GCC unroll 8
-        for (int j = 0; j < T; j++) acc[i][j] = _mm512_setzero_ps();
+        for (int j = 0; j < T; j++)
+            acc[i][j] = _mm512_setzero_ps();
     for (int64_t b = 0; b < nb; b += 2) {
         const int two = b + 1 < nb;
         __m512i wu[QR];
         __m512 dw[QR];
 #pragma GCC unroll 8
-        for (int i = 0; i < R; i++) q8_load_w(wr[i] + b, two, &wu[i], &dw[i]);
+        for (int i = 0; i < R; i++)
+            q8_load_w(wr[i] + b, two, &wu[i], &dw[i]);
         const int64_t c = b / 2;
 #pragma GCC unroll 8
         for (int j = 0; j < T; j++) {
@@ -221,121 +339,68 @@ static ALWAYS_INLINE void qtile(const struct tl__mm *m, int64_t r, int64_t t, co
 #pragma GCC unroll 8
             for (int i = 0; i < R; i++) {
                 __m512i s = _mm512_dpbusd_epi32(bias, wu[i], xq);
-                acc[i][j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(dw[i], dx),
-                                            acc[i][j]);
+                acc[i][j] =
+                    _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(dw[i], dx), acc[i][j]);
             }
         }
     }
 #pragma GCC unroll 8
     for (int j = 0; j < T; j++)
 #pragma GCC unroll 8
-        for (int i = 0; i < R; i++) m->y[(t + j) * w->n_out + r + i] = hsum512(acc[i][j]);
+        for (int i = 0; i < R; i++)
+            m->y[(t + j) * w->n_out + r + i] = hsum512(acc[i][j]);
 }
 
-// ---- tile instances and the row driver --------------------------------------------------------
+typedef void (*qk_fn)(const struct tl__mm *m, int64_t r, int64_t t);
 
-typedef void (*tile_fn)(const struct tl__mm *m, int64_t r, int64_t t);
-
-#define DEF_FTILE(NAME, TYPE, R, T)                                                                \
-    static void NAME##_##R##x##T(const struct tl__mm *m, int64_t r, int64_t t)                     \
-    {                                                                                              \
-        ftile(m, r, t, TYPE, R, T);                                                                \
-    }
-// FR/FT are enum constants, so the instance names are spelled out through a second macro level.
-#define DEF_FTILE_(NAME, TYPE, R, T) DEF_FTILE(NAME, TYPE, R, T)
-DEF_FTILE_(f32, TL_DTYPE_F32, 4, 1)
-DEF_FTILE_(f32, TL_DTYPE_F32, 4, 2)
-DEF_FTILE_(f32, TL_DTYPE_F32, 4, 3)
-DEF_FTILE_(f32, TL_DTYPE_F32, 4, 4)
-DEF_FTILE_(f32, TL_DTYPE_F32, 1, 1)
-DEF_FTILE_(f32, TL_DTYPE_F32, 1, 2)
-DEF_FTILE_(f32, TL_DTYPE_F32, 1, 3)
-DEF_FTILE_(f32, TL_DTYPE_F32, 1, 4)
-DEF_FTILE_(f16, TL_DTYPE_F16, 4, 1)
-DEF_FTILE_(f16, TL_DTYPE_F16, 4, 2)
-DEF_FTILE_(f16, TL_DTYPE_F16, 4, 3)
-DEF_FTILE_(f16, TL_DTYPE_F16, 4, 4)
-DEF_FTILE_(f16, TL_DTYPE_F16, 1, 1)
-DEF_FTILE_(f16, TL_DTYPE_F16, 1, 2)
-DEF_FTILE_(f16, TL_DTYPE_F16, 1, 3)
-DEF_FTILE_(f16, TL_DTYPE_F16, 1, 4)
-DEF_FTILE_(bf16, TL_DTYPE_BF16, 4, 1)
-DEF_FTILE_(bf16, TL_DTYPE_BF16, 4, 2)
-DEF_FTILE_(bf16, TL_DTYPE_BF16, 4, 3)
-DEF_FTILE_(bf16, TL_DTYPE_BF16, 4, 4)
-DEF_FTILE_(bf16, TL_DTYPE_BF16, 1, 1)
-DEF_FTILE_(bf16, TL_DTYPE_BF16, 1, 2)
-DEF_FTILE_(bf16, TL_DTYPE_BF16, 1, 3)
-DEF_FTILE_(bf16, TL_DTYPE_BF16, 1, 4)
-
-#define DEF_QTILE(R, T)                                                                            \
+#define DEF_QK(R, T)                                                                               \
     static void q8_##R##x##T(const struct tl__mm *m, int64_t r, int64_t t)                         \
     {                                                                                              \
         qtile(m, r, t, R, T);                                                                      \
     }
-DEF_QTILE(4, 1)
-DEF_QTILE(4, 2)
-DEF_QTILE(4, 3)
-DEF_QTILE(4, 4)
-DEF_QTILE(1, 1)
-DEF_QTILE(1, 2)
-DEF_QTILE(1, 3)
-DEF_QTILE(1, 4)
+DEF_QK(4, 1)
+DEF_QK(4, 2)
+DEF_QK(4, 3)
+DEF_QK(4, 4)
+DEF_QK(1, 1)
+DEF_QK(1, 2)
+DEF_QK(1, 3)
+DEF_QK(1, 4)
+_Static_assert(QR == 4 && QT == 4, "the instance table assumes a 4 x 4 tile");
+static const qk_fn qk_table[2][QT + 1] = {{0, q8_1x1, q8_1x2, q8_1x3, q8_1x4},
+                                          {0, q8_4x1, q8_4x2, q8_4x3, q8_4x4}};
 
-struct tileset {
-    int R, T;
-    tile_fn full[TMAX + 1]; // R rows x j tokens
-    tile_fn one[TMAX + 1];  // 1 row x j tokens (row tail)
-};
+// Bytes of quantized activations a token chunk may occupy: it stays in L2 while rows stream.
+enum { Q_CHUNK_BYTES = 512 * 1024 };
 
-static const struct tileset tiles_f32 = {4, 4, {0, f32_4x1, f32_4x2, f32_4x3, f32_4x4},
-                                         {0, f32_1x1, f32_1x2, f32_1x3, f32_1x4}};
-static const struct tileset tiles_f16 = {4, 4, {0, f16_4x1, f16_4x2, f16_4x3, f16_4x4},
-                                         {0, f16_1x1, f16_1x2, f16_1x3, f16_1x4}};
-static const struct tileset tiles_bf16 = {4, 4, {0, bf16_4x1, bf16_4x2, bf16_4x3, bf16_4x4},
-                                          {0, bf16_1x1, bf16_1x2, bf16_1x3, bf16_1x4}};
-static const struct tileset tiles_q8 = {4, 4, {0, q8_4x1, q8_4x2, q8_4x3, q8_4x4},
-                                        {0, q8_1x1, q8_1x2, q8_1x3, q8_1x4}};
-
-static const struct tileset *tiles_for(enum tl_dtype type)
+static void q8_rows(const struct tl__mm *m, int64_t r0, int64_t r1)
 {
-    switch (type) {
-    case TL_DTYPE_F32: return &tiles_f32;
-    case TL_DTYPE_F16: return &tiles_f16;
-    case TL_DTYPE_BF16: return &tiles_bf16;
-    case TL_DTYPE_Q8_0: return &tiles_q8;
-    default: TL_ASSERT(!"unsupported weight type"); return NULL;
+    int64_t chunk = (int64_t)(Q_CHUNK_BYTES / m->xq_stride) / QT * QT;
+    if (chunk < QT) chunk = QT;
+    for (int64_t c0 = 0; c0 < m->n_tok; c0 += chunk) {
+        int64_t c1 = c0 + chunk < m->n_tok ? c0 + chunk : m->n_tok;
+        for (int64_t r = r0; r < r1;) {
+            const int rows = r1 - r >= QR ? QR : 1;
+            for (int64_t t = c0; t < c1; t += QT) {
+                int nt = c1 - t < QT ? (int)(c1 - t) : QT;
+                qk_table[rows == QR][nt](m, r, t);
+            }
+            r += rows;
+        }
     }
 }
 
 static int row_align(enum tl_dtype type)
 {
-    return tiles_for(type)->R;
+    return type == TL_DTYPE_Q8_0 ? QR : FR;
 }
-
-// Bytes of activations a token chunk may occupy: chunks stay in L2 while rows stream past.
-enum { CHUNK_BYTES = 512 * 1024 };
 
 static void matmul_rows(const struct tl__mm *m, int64_t r0, int64_t r1)
 {
-    const struct tileset *ts = tiles_for(m->w->type);
-    size_t tok_bytes = m->w->type == TL_DTYPE_Q8_0 ? m->xq_stride : (size_t)m->w->n_in * 4;
-    int64_t chunk = (int64_t)(CHUNK_BYTES / tok_bytes) / ts->T * ts->T;
-    if (chunk < ts->T) chunk = ts->T;
-    for (int64_t c0 = 0; c0 < m->n_tok; c0 += chunk) {
-        int64_t c1 = c0 + chunk < m->n_tok ? c0 + chunk : m->n_tok;
-        int64_t r = r0;
-        for (; r + ts->R <= r1; r += ts->R)
-            for (int64_t t = c0; t < c1; t += ts->T) {
-                int64_t nt = c1 - t < ts->T ? c1 - t : ts->T;
-                ts->full[nt](m, r, t);
-            }
-        for (; r < r1; r++)
-            for (int64_t t = c0; t < c1; t += ts->T) {
-                int64_t nt = c1 - t < ts->T ? c1 - t : ts->T;
-                ts->one[nt](m, r, t);
-            }
-    }
+    if (m->w->type == TL_DTYPE_Q8_0)
+        q8_rows(m, r0, r1);
+    else
+        float_rows(m, r0, r1);
 }
 
 // ---- row-wise ops -----------------------------------------------------------------------------
@@ -440,7 +505,8 @@ static ALWAYS_INLINE void attn_head_t(const struct tl_kv_layer *kv, const int32_
         __m512 s = _mm512_setzero_ps();
         for (int d = 0; d < hd; d += 16) {
             __mmask16 m = tail_mask16(hd - d);
-            s = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, q + d), load_kv(f16, kv->k, base + d, m), s);
+            s = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, q + d), load_kv(f16, kv->k, base + d, m),
+                                s);
         }
         scores[j] = hsum512(s) * scale;
     }
