@@ -2,6 +2,7 @@
 // idle connections, pipelined requests. None may crash the server or stall other clients, and
 // stalled connections are closed after --http-timeout.
 // Usage: node abuse.mjs http://127.0.0.1:PORT HTTP_TIMEOUT_S
+import http from 'node:http';
 import net from 'node:net';
 import { test, eq, check, sleep } from './lib.mjs';
 
@@ -27,14 +28,28 @@ function closedWithin(s, ms) {
   });
 }
 
-async function normalRequest() {
-  const r = await fetch(`${base}/v1/completions`, {
-    method: 'POST', headers: { 'Content-Type': 'application/json' },
-    body: JSON.stringify({ prompt: 'Once upon a time', max_tokens: 10, temperature: 0 }),
+// A fresh connection each time (no keep-alive pool), so that a pooled connection the server
+// just closed for idleness cannot fail the request.
+function normalRequest() {
+  const body = JSON.stringify({ prompt: 'Once upon a time', max_tokens: 10, temperature: 0 });
+  return new Promise((resolve, reject) => {
+    const req = http.request(`${base}/v1/completions`, {
+      method: 'POST', agent: false,
+      headers: { 'Content-Type': 'application/json', 'Content-Length': Buffer.byteLength(body) },
+    }, (res) => {
+      let data = '';
+      res.on('data', (d) => { data += d; });
+      res.on('end', () => {
+        try {
+          eq(res.statusCode, 200, 'status of a normal request');
+          eq(JSON.parse(data).choices[0].text, ', there was a little girl named Lily', 'text');
+          resolve();
+        } catch (e) { reject(e); }
+      });
+    });
+    req.on('error', reject);
+    req.end(body);
   });
-  eq(r.status, 200, 'status of a normal request');
-  const j = await r.json();
-  eq(j.choices[0].text, ', there was a little girl named Lily', 'text');
 }
 
 await test('abuse: slowloris headers are cut off after the timeout; others are served meanwhile', async () => {

@@ -79,7 +79,7 @@ start_server() {
     return 1
 }
 
-start_server main --max-queued-requests 64 --http-timeout 3 || finish
+start_server main --max-queued-requests 64 || finish
 start_server auth --api-key sekrit --max-body-bytes 512 || finish
 
 # ---- case files ------------------------------------------------------------------------------
@@ -247,7 +247,7 @@ run_node() {
 
 run_node openai_client.mjs "$URL_main"
 run_node concurrency.mjs "$URL_main"
-run_node abuse.mjs "$URL_main" 3
+start_server abuse --http-timeout 2 && run_node abuse.mjs "$URL_abuse" 2
 
 start_server busy --max-queued-requests 4 --max-batch-size 1 && run_node overload.mjs "$URL_busy" 4
 
@@ -271,5 +271,21 @@ if start_server drain --shutdown-timeout 120; then
         notok "SIGTERM lets the in-flight stream finish, then exits 0" "exit=$src last=$last finished=$nfin"
     fi
 fi
+
+# ---- every server exits cleanly on SIGTERM, with no sanitizer report in its log ------------------
+
+bad=""
+for name in main auth abuse busy; do
+    eval "pid=\${PID_$name:-}"
+    [ -n "$pid" ] || continue
+    kill -TERM "$pid" 2>/dev/null
+    wait "$pid"; rc=$?
+    [ "$rc" = 0 ] || bad="$bad $name:exit=$rc"
+done
+if grep -l -E "AddressSanitizer|LeakSanitizer|runtime error:|ThreadSanitizer" "$TMP"/*.log >/dev/null 2>&1; then
+    bad="$bad sanitizer: $(grep -h -A3 -E 'AddressSanitizer|LeakSanitizer|runtime error:|ThreadSanitizer' "$TMP"/*.log | head -n 20)"
+fi
+if [ -z "$bad" ]; then ok "servers exit 0 on SIGTERM; logs free of sanitizer reports"
+else notok "servers exit 0 on SIGTERM; logs free of sanitizer reports" "$bad"; fi
 
 finish
