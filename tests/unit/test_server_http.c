@@ -18,6 +18,7 @@
 #include <math.h>
 #include <netinet/in.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <sys/socket.h>
 #include <time.h>
 
@@ -90,7 +91,7 @@ static struct fake_engine {
     pthread_cond_t cv;
     struct fake_req r[FAKE_MAX];
     uint64_t next_id;
-    int step_sleep_ms;       // per step, so that streams take a while
+    atomic_int step_sleep_ms; // per step, so that streams take a while (set by the test thread)
     int64_t n_cancel_calls;
     int64_t n_submitted;
     int64_t n_finished[6];
@@ -149,8 +150,9 @@ static void done(struct fake_req *q, enum tl_finish_reason why)
 static tl_status fake_step(tl_engine *e, int64_t *n_pending)
 {
     (void)e;
-    if (fe.step_sleep_ms) {
-        struct timespec ts = {0, fe.step_sleep_ms * 1000000L};
+    int sleep_ms = atomic_load(&fe.step_sleep_ms);
+    if (sleep_ms) {
+        struct timespec ts = {0, sleep_ms * 1000000L};
         nanosleep(&ts, NULL);
     }
     pthread_mutex_lock(&fe.mu);
@@ -408,6 +410,14 @@ static int64_t running_requests(void)
     struct tl_engine_stats st;
     fake_stats(NULL, &st);
     return st.n_running;
+}
+
+static int64_t cancel_calls(void)
+{
+    pthread_mutex_lock(&fe.mu);
+    int64_t n = fe.n_cancel_calls;
+    pthread_mutex_unlock(&fe.mu);
+    return n;
 }
 
 static bool engine_idle(void)
@@ -675,7 +685,7 @@ static void test_disconnect_cancels(void **state)
     int port = s_port = tl_server_port(sv->s);
     assert_true(wait_until(server_healthy, 5000));
     fe.step_sleep_ms = 20;
-    int64_t cancels0 = fe.n_cancel_calls;
+    int64_t cancels0 = cancel_calls();
     // A stream that is read a little and then abandoned.
     int fd = connect_to(port);
     send_request(fd, "POST", "/v1/completions",
@@ -684,16 +694,16 @@ static void test_disconnect_cancels(void **state)
     assert_true(recv(fd, buf, sizeof(buf), 0) > 0);
     close(fd);
     assert_true(wait_until(engine_idle, 5000));
-    assert_true(fe.n_cancel_calls > cancels0);
+    assert_true(cancel_calls() > cancels0);
     // A non-streaming request whose client leaves while it is being computed.
-    cancels0 = fe.n_cancel_calls;
+    cancels0 = cancel_calls();
     fd = connect_to(port);
     send_request(fd, "POST", "/v1/completions", "{\"prompt\":\"x\",\"max_tokens\":60}", NULL);
     struct timespec ts = {0, 100000000L};
     nanosleep(&ts, NULL);
     close(fd);
     assert_true(wait_until(engine_idle, 5000));
-    assert_true(fe.n_cancel_calls > cancels0);
+    assert_true(cancel_calls() > cancels0);
     struct resp r;
     request(port, "GET", "/metrics", NULL, NULL, &r);
     assert_non_null(strstr(r.body, "\ntokenloom:client_disconnects_total 2\n"));
