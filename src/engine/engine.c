@@ -720,12 +720,14 @@ static enum tl_finish_reason accept_token(tl_engine *e, struct tl_seq *s,
 static void drain_inbox(tl_engine *e)
 {
     pthread_mutex_lock(&e->mu);
-    size_t i = 0;
-    // Enqueueing fails only if the waiting array cannot grow; the rest then waits a step.
-    while (i < e->n_inbox && tl__sched_enqueue(e, e->inbox[i]))
-        i++;
-    if (i < e->n_inbox) memmove(e->inbox, e->inbox + i, (e->n_inbox - i) * sizeof(*e->inbox));
-    e->n_inbox -= i;
+    // Room in the waiting array for every sequence held, so that a preempted one always fits.
+    // If it cannot grow, the inbox waits for a later step (submitters see no failure).
+    size_t need = e->n_waiting + (size_t)e->n_running + e->n_inbox;
+    if (tl_grow((void **)&e->waiting, &e->cap_waiting, need, sizeof(*e->waiting))) {
+        for (size_t i = 0; i < e->n_inbox; i++)
+            tl__sched_enqueue(e, e->inbox[i]);
+        e->n_inbox = 0;
+    }
     pthread_mutex_unlock(&e->mu);
 }
 

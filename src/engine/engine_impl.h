@@ -146,7 +146,7 @@ struct tl_engine {
     struct tl_engine_stats snapshot;
 
     // Engine thread only.
-    struct tl_seq **waiting; // sorted by (priority, arrival)
+    struct tl_seq **waiting; // sorted by (priority, arrival); cap >= waiting + running
     size_t n_waiting, cap_waiting;
     struct tl_seq **running; // sorted by (priority, admitted); (max_batch_size)
     int64_t n_running;
@@ -168,9 +168,10 @@ struct tl_engine {
 void tl__sched_plan(tl_engine *e);
 // Releases every block of s (last first) and forgets computed positions.
 void tl__seq_release_blocks(tl_engine *e, struct tl_seq *s);
-// Inserts s into the waiting queue at its (priority, arrival) place; false on allocation
-// failure.
-bool tl__sched_enqueue(tl_engine *e, struct tl_seq *s);
+// Inserts s into the waiting queue at its (priority, arrival) place. Never allocates: the
+// waiting array always has room for every sequence the engine holds (drain_inbox reserves it),
+// so preemption cannot fail.
+void tl__sched_enqueue(tl_engine *e, struct tl_seq *s);
 // Removes s from whichever queue holds it.
 void tl__sched_remove(tl_engine *e, struct tl_seq *s);
 // Offers s's newly full computed blocks to the prefix table.

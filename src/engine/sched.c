@@ -68,11 +68,10 @@ static bool running_before(const struct tl_seq *a, const struct tl_seq *b)
     return a->priority < b->priority || (a->priority == b->priority && a->admitted < b->admitted);
 }
 
-bool tl__sched_enqueue(tl_engine *e, struct tl_seq *s)
+void tl__sched_enqueue(tl_engine *e, struct tl_seq *s)
 {
-    if (!tl_grow((void **)&e->waiting, &e->cap_waiting, e->n_waiting + 1, sizeof(*e->waiting)))
-        return false;
-    size_t lo = 0, hi = e->n_waiting; // first position whose seq is not before s
+    TL_ASSERT(e->n_waiting < e->cap_waiting); // reserved by drain_inbox for every live seq
+    size_t lo = 0, hi = e->n_waiting;         // first position whose seq is not before s
     while (lo < hi) {
         size_t mid = (lo + hi) / 2;
         if (waiting_before(e->waiting[mid], s))
@@ -84,7 +83,6 @@ bool tl__sched_enqueue(tl_engine *e, struct tl_seq *s)
     e->waiting[lo] = s;
     e->n_waiting++;
     s->state = TL_SEQ_WAITING;
-    return true;
 }
 
 static void running_insert(tl_engine *e, struct tl_seq *s)
@@ -140,9 +138,7 @@ static void preempt(tl_engine *e, struct tl_seq *s)
     tl__seq_release_blocks(e, s);
     s->n_preempted++;
     e->stats.preemptions_total++;
-    // The waiting queue had room for it before admission; enqueue can only fail on a fresh
-    // allocation, which tl_grow avoids because capacity never shrinks.
-    TL_ASSERT(tl__sched_enqueue(e, s));
+    tl__sched_enqueue(e, s); // never allocates: room for every live seq is reserved
 }
 
 // The worst running sequence at index >= min_index that is not scheduled this step, or -1.

@@ -8,6 +8,7 @@
 
 #include "engine_fake.h"
 
+#include "core/alloc.h"
 #include "core/clock.h"
 
 #include <math.h>
@@ -345,18 +346,23 @@ static void test_deadlines(void **state)
     r.on_event = collect_event;
     r.user = &c[0];
     uint64_t id;
+    int64_t t_sub = tl_time_us(); // deadlines are >= t_sub + 30 ms
     assert_int_equal(tl_engine_submit(e, &r, &id), TL_OK); // runs, then expires
     r.user = &c[1];
     assert_int_equal(tl_engine_submit(e, &r, &id), TL_OK); // waits (batch of 1), expires
-    int64_t n = 1, t0 = tl_time_us();
+    int64_t n = 1, t0 = tl_time_us(), first_step_end_us = 0;
     while (n > 0) {
         assert_int_equal(tl_engine_step(e, &n), TL_OK);
+        if (!first_step_end_us) first_step_end_us = tl_time_us();
         assert_true(tl__engine_check(e));
         usleep(1000);
-        assert_true(tl_time_us() - t0 < 5000000);
+        assert_true(tl_time_us() - t0 < 60000000);
     }
     assert_int_equal(c[0].done.finish, TL_FINISH_DEADLINE);
-    assert_true(c[0].n_tokens > 0 && c[0].n_tokens < 400);
+    assert_true(c[0].n_tokens < 400);
+    // It ran before it expired, unless this machine stalled past the deadline before the first
+    // step (no timing assumption is asserted).
+    if (first_step_end_us - t_sub < 30000) assert_true(c[0].n_tokens > 0);
     assert_int_equal(c[1].done.finish, TL_FINISH_DEADLINE);
     assert_int_equal(c[1].n_tokens, 0);
     assert_true(c[1].done.total_us >= 30000);
@@ -654,6 +660,64 @@ static void test_wait_and_wake(void **state)
     free(c);
 }
 
+// Every allocation of a submission failing in turn: a clean TL_ERR_NOMEM and no event, or
+// success; then allocations failing inside steps: requests may end with an error, nothing
+// crashes, leaks blocks or loses a DONE.
+static void test_allocation_failures(void **state)
+{
+    (void)state;
+    struct fake_model f;
+    struct tl_engine_config cfg = small_config();
+    tl_engine *e = fake_engine(&f, &cfg, V, 512);
+    f.eos_bias = -100.0f;
+    int32_t prompt[6] = {1, 2, 3, 4, 5, 6};
+    const char *stops[2] = {"zzz", "qqqq"};
+    int32_t stop_tok = 40;
+    enum { N = 60 };
+    struct collected *c = new_collected(N);
+    bool submitted[N] = {false};
+    for (int n = 1; n < N; n++) {
+        struct tl_request r;
+        tl_request_default(&r);
+        r.prompt = n % 2 ? "some text prompt" : NULL;
+        r.prompt_tokens = n % 2 ? NULL : prompt;
+        r.n_prompt_tokens = 6;
+        r.max_tokens = 20;
+        r.stop = stops;
+        r.n_stop = 2;
+        r.stop_tokens = &stop_tok;
+        r.n_stop_tokens = 1;
+        r.on_event = collect_event;
+        r.user = &c[n];
+        uint64_t id;
+        tl_alloc_fail_after(n / 2 + 1);
+        tl_status rc = tl_engine_submit(e, &r, &id);
+        tl_alloc_fail_after(0);
+        assert_true(rc == TL_OK || rc == TL_ERR_NOMEM);
+        submitted[n] = rc == TL_OK;
+    }
+    // Steps with an allocation failing early in each.
+    int64_t n_pending = 1;
+    for (int k = 0; n_pending > 0; k++) {
+        tl_alloc_fail_after(1 + k % 3);
+        tl_status rc = tl_engine_step(e, &n_pending);
+        tl_alloc_fail_after(0);
+        assert_int_equal(rc, TL_OK);
+        if (!tl__engine_check(e)) fail_msg("%s", tl_last_error());
+        assert_true(k < 100000);
+    }
+    for (int n = 1; n < N; n++) {
+        assert_int_equal(c[n].n_done, submitted[n] ? 1 : 0);
+        if (submitted[n] && c[n].done.finish == TL_FINISH_ERROR)
+            assert_non_null(c[n].done.error);
+    }
+    struct tl_kv_counts kc;
+    tl_kv_cache_counts(tl__engine_kv(e), &kc);
+    assert_int_equal(kc.n_used, 0);
+    tl_engine_destroy(e);
+    free(c);
+}
+
 TL_TEST_MAIN(cmocka_unit_test(test_greedy_run_events_and_text),
              cmocka_unit_test(test_text_prompt_and_utf8_hold_back),
              cmocka_unit_test(test_stop_token_and_eos), cmocka_unit_test(test_stop_strings),
@@ -662,4 +726,4 @@ TL_TEST_MAIN(cmocka_unit_test(test_greedy_run_events_and_text),
              cmocka_unit_test(test_bad_configs),
              cmocka_unit_test(test_forward_failure_fails_batch_only),
              cmocka_unit_test(test_stats), cmocka_unit_test(test_submit_from_threads),
-             cmocka_unit_test(test_wait_and_wake))
+             cmocka_unit_test(test_wait_and_wake), cmocka_unit_test(test_allocation_failures))
