@@ -44,6 +44,12 @@ bool tl__srv_model_ready(struct tl_server *s)
     s->max_seq_len = s->cfg.engine.max_seq_len > 0 ? s->cfg.engine.max_seq_len
                                                    : s->info.n_ctx_train;
     if (s->max_seq_len <= 0) s->max_seq_len = 2048;
+    s->max_token_bytes = 64;
+    for (int32_t id = 0; id < s->info.n_vocab && id < (1 << 20); id++) {
+        char buf[8];
+        size_t n = s->be->token_text(s->model, id, buf, sizeof(buf));
+        if (n > s->max_token_bytes) s->max_token_bytes = n;
+    }
     if (s->cfg.chat_template && *s->cfg.chat_template) {
         if (!tl_chat_family_from_name(s->cfg.chat_template, &s->chat_family)) {
             tl__errorf(TL_ERR_INVALID_ARG,
@@ -612,6 +618,16 @@ static bool prepare_prompt(struct tl_server *s, struct tl_srv_req *q, int i,
     } else {
         text = p->prompts[i].text;
         len = p->prompts[i].text_len;
+    }
+    // Tokenizing runs on the loop: refuse at once what can never fit the context.
+    if (len / s->max_token_bytes > (size_t)s->max_seq_len) {
+        free(rendered);
+        tl_oai_error_set(err, 400, "invalid_request_error", "context_length_exceeded",
+                         p->kind == TL_OAI_CHAT ? "messages" : "prompt",
+                         "This model's maximum context length is %d tokens; a prompt of %zu "
+                         "bytes is far longer",
+                         (int)s->max_seq_len, len);
+        return false;
     }
     tl_status st = s->be->tokenize(s->model, text, len, true, true, &q->prompt_tokens[i],
                                    &q->n_prompt_tokens[i]);

@@ -171,6 +171,12 @@ code=$(curl -s -o "$TMP/deep.out" -w '%{http_code}' --data-binary @"$TMP/deep.js
 if [ "$code" = 400 ] && jq -e '.error.type == "invalid_request_error"' "$TMP/deep.out" >/dev/null; then ok "deeply nested JSON gives 400"
 else notok "deeply nested JSON gives 400" "status $code"; fi
 
+# A prompt far longer than the context is refused before it is tokenized.
+awk 'BEGIN { printf "{\"prompt\":\""; for (i = 0; i < 40000; i++) printf "Once upon a time "; printf "\"}" }' >"$TMP/long.json"
+code=$(curl -s -o "$TMP/long.out" -w '%{http_code}' --data-binary @"$TMP/long.json" "$URL_main/v1/completions")
+if [ "$code" = 400 ] && jq -e '.error.code == "context_length_exceeded"' "$TMP/long.out" >/dev/null; then ok "a 680 KB prompt gives 400 context_length_exceeded"
+else notok "a 680 KB prompt gives 400 context_length_exceeded" "status $code $(head -c 300 "$TMP/long.out")"; fi
+
 # Random bytes as a body: 400 each time, server stays healthy.
 i=0; bad=""
 while [ $i -lt 20 ]; do

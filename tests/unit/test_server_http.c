@@ -713,6 +713,34 @@ static void test_disconnect_cancels(void **state)
     assert_int_equal(stop(sv), 0);
 }
 
+// GET /health on a kept-alive connection: reads exactly one response, returns its status.
+static int keepalive_health(int fd)
+{
+    const char *req = "GET /health HTTP/1.1\r\nHost: x\r\n\r\n";
+    send_all(fd, req, strlen(req));
+    char buf[2048];
+    size_t len = 0;
+    char *end = NULL;
+    while (!end && len < sizeof(buf) - 1) {
+        ssize_t k = recv(fd, buf + len, sizeof(buf) - 1 - len, 0);
+        if (k <= 0) return -1;
+        len += (size_t)k;
+        buf[len] = '\0';
+        end = strstr(buf, "\r\n\r\n");
+    }
+    if (!end) return -1;
+    const char *cl = strcasestr(buf, "Content-Length:");
+    size_t want = (size_t)(end + 4 - buf) + (cl ? strtoul(cl + 15, NULL, 10) : 0);
+    while (len < want && len < sizeof(buf) - 1) {
+        ssize_t k = recv(fd, buf + len, sizeof(buf) - 1 - len, 0);
+        if (k <= 0) break;
+        len += (size_t)k;
+    }
+    int status = 0;
+    sscanf(buf, "HTTP/1.%*d %d", &status);
+    return status;
+}
+
 struct bg_req {
     int port;
     struct resp r;
@@ -742,7 +770,12 @@ static void test_graceful_stop_finishes_in_flight(void **state)
     pthread_t th;
     pthread_create(&th, NULL, bg_request, &b);
     assert_true(wait_until(one_running, 5000));
+    int keep = connect_to(port); // a keep-alive connection, in use before the stop
+    assert_int_equal(keepalive_health(keep), 200);
     tl_server_stop(sv->s);
+    // While draining, /health on an open connection says 503.
+    assert_int_equal(keepalive_health(keep), 503);
+    close(keep);
     pthread_join(th, NULL);
     assert_int_equal(b.r.status, 200);
     json_t *j = body_json(&b.r);
