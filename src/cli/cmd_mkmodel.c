@@ -195,7 +195,7 @@ int tl_cmd_mkmodel(int argc, char **argv)
     const char *out = NULL, *size = "260K", *type_name = "f32", *tok_from = NULL, *name = NULL;
     uint64_t seed = 42;
     int ctx = 0, dim = 0, layers = 0, heads = 0, kv_heads = 0, ff = 0;
-    for (int i = 1; i < argc; i++) {
+    for (int i = 1; i < argc; i += 2) { // every option takes one value
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
         bool ok = true;
@@ -243,7 +243,6 @@ int tl_cmd_mkmodel(int argc, char **argv)
             fprintf(stderr, "tokenloom mkmodel: bad value '%s' for %s\n", v, a);
             return 2;
         }
-        i++;
     }
     if (!out) {
         fprintf(stderr, "tokenloom mkmodel: -o OUT.gguf is required\n");
