@@ -13,21 +13,20 @@
 
 static void usage(FILE *f)
 {
-    fprintf(f,
-            "usage: tokenloom bench [--url URL] [--concurrency C | --rate R] [options]\n"
-            "\n"
-            "  --url URL            server to load (default http://127.0.0.1:8000)\n"
-            "  --concurrency C      requests in flight at most (default 1; with --rate, a cap;\n"
-            "                       0 = no cap)\n"
-            "  --rate R             Poisson arrivals at R requests/s (default: all at once)\n"
-            "  --requests N         requests to send (default 100)\n"
-            "  --prompt-len DIST    prompt tokens: N, LO-HI (uniform) or exp:MEAN (default 32)\n"
-            "  --output-len DIST    generated tokens, same forms (default 64)\n"
-            "  --seed S             seed for lengths, prompts and arrivals (default 1)\n"
-            "  --chat               use /v1/chat/completions (word prompts)\n"
-            "  --api-key KEY        send 'Authorization: Bearer KEY' ($TOKENLOOM_API_KEY)\n"
-            "  --timeout S          per-request timeout in seconds (default 600)\n"
-            "  --json               print one JSON object instead of the table\n");
+    fprintf(f, "usage: tokenloom bench [--url URL] [--concurrency C | --rate R] [options]\n"
+               "\n"
+               "  --url URL            server to load (default http://127.0.0.1:8000)\n"
+               "  --concurrency C      requests in flight at most (default 1; with --rate, a cap;\n"
+               "                       0 = no cap)\n"
+               "  --rate R             Poisson arrivals at R requests/s (default: all at once)\n"
+               "  --requests N         requests to send (default 100)\n"
+               "  --prompt-len DIST    prompt tokens: N, LO-HI (uniform) or exp:MEAN (default 32)\n"
+               "  --output-len DIST    generated tokens, same forms (default 64)\n"
+               "  --seed S             seed for lengths, prompts and arrivals (default 1)\n"
+               "  --chat               use /v1/chat/completions (word prompts)\n"
+               "  --api-key KEY        send 'Authorization: Bearer KEY' ($TOKENLOOM_API_KEY)\n"
+               "  --timeout S          per-request timeout in seconds (default 600)\n"
+               "  --json               print one JSON object instead of the table\n");
 }
 
 static int num(const char *name, const char *s, double lo, double hi, double *out)
@@ -36,8 +35,7 @@ static int num(const char *name, const char *s, double lo, double hi, double *ou
     errno = 0;
     double v = strtod(s, &end);
     if (errno || end == s || *end || !(v >= lo && v <= hi)) {
-        fprintf(stderr, "tokenloom bench: %s: '%s' is not a number in [%g, %g]\n", name, s, lo,
-                hi);
+        fprintf(stderr, "tokenloom bench: %s: '%s' is not a number in [%g, %g]\n", name, s, lo, hi);
         return -1;
     }
     *out = v;
@@ -99,8 +97,7 @@ int tl_cmd_bench(int argc, char **argv)
         } else if (!strcmp(name, "--prompt-len") || !strcmp(name, "--output-len")) {
             struct tl_bench_dist *dist = name[2] == 'p' ? &c.prompt_len : &c.output_len;
             if (!tl_bench_dist_parse(v, dist)) {
-                fprintf(stderr, "tokenloom bench: %s: '%s' is not N, LO-HI or exp:MEAN\n", name,
-                        v);
+                fprintf(stderr, "tokenloom bench: %s: '%s' is not N, LO-HI or exp:MEAN\n", name, v);
                 return 2;
             }
         } else if (!strcmp(name, "--seed")) {

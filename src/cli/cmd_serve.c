@@ -15,31 +15,29 @@
 
 static void usage(FILE *f)
 {
-    fprintf(f,
-            "usage: tokenloom serve [-m MODEL] [options] [engine flags]\n"
-            "\n"
-            "  -m, --model PATH          GGUF model or llama2.c checkpoint (default: $MODEL or\n"
-            "                            ../shared/models/stories260K.gguf)\n"
-            "  --tokenizer PATH          tokenizer for llama2.c checkpoints\n"
-            "  --host ADDR               listen address (default 127.0.0.1)\n"
-            "  --port N                  listen port (default 8000; 0 = any free port)\n"
-            "  --api-key KEY             require 'Authorization: Bearer KEY' (also\n"
-            "                            $TOKENLOOM_API_KEY)\n"
-            "  --served-model-name NAME  the model id clients send (default: the model's name)\n"
-            "  --chat-template FAMILY    chatml, llama2, llama3, mistral, zephyr, gemma, phi3\n"
-            "                            (default: detected from the model)\n"
-            "  --max-body-bytes N        larger request bodies get 413 (default 8388608)\n"
-            "  --max-queued-requests N   queued engine requests before 429 (default 256)\n"
-            "  --shutdown-timeout S      seconds in-flight requests get on SIGINT/SIGTERM\n"
-            "                            (default 30)\n"
-            "  --http-timeout S          per-connection idle read/write timeout (default 60)\n"
-            "\n");
+    fprintf(f, "usage: tokenloom serve [-m MODEL] [options] [engine flags]\n"
+               "\n"
+               "  -m, --model PATH          GGUF model or llama2.c checkpoint (default: $MODEL or\n"
+               "                            ../shared/models/stories260K.gguf)\n"
+               "  --tokenizer PATH          tokenizer for llama2.c checkpoints\n"
+               "  --host ADDR               listen address (default 127.0.0.1)\n"
+               "  --port N                  listen port (default 8000; 0 = any free port)\n"
+               "  --api-key KEY             require 'Authorization: Bearer KEY' (also\n"
+               "                            $TOKENLOOM_API_KEY)\n"
+               "  --served-model-name NAME  the model id clients send (default: the model's name)\n"
+               "  --chat-template FAMILY    chatml, llama2, llama3, mistral, zephyr, gemma, phi3\n"
+               "                            (default: detected from the model)\n"
+               "  --max-body-bytes N        larger request bodies get 413 (default 8388608)\n"
+               "  --max-queued-requests N   queued engine requests before 429 (default 256)\n"
+               "  --shutdown-timeout S      seconds in-flight requests get on SIGINT/SIGTERM\n"
+               "                            (default 30)\n"
+               "  --http-timeout S          per-connection idle read/write timeout (default 60)\n"
+               "\n");
     tl_cli_engine_flags_help(f);
 }
 
 // "--name value" or "--name=value"; 1 matched (value set), 0 not this flag, -1 missing value.
-static int flag(const char *name, const char *alt, int argc, char **argv, int *i,
-                const char **val)
+static int flag(const char *name, const char *alt, int argc, char **argv, int *i, const char **val)
 {
     const char *a = argv[*i];
     const char *names[2] = {name, alt};
@@ -68,8 +66,7 @@ static int num(const char *name, const char *s, double lo, double hi, double *ou
     errno = 0;
     double v = strtod(s, &end);
     if (errno || end == s || *end || !(v >= lo && v <= hi)) {
-        fprintf(stderr, "tokenloom serve: %s: '%s' is not a number in [%g, %g]\n", name, s, lo,
-                hi);
+        fprintf(stderr, "tokenloom serve: %s: '%s' is not a number in [%g, %g]\n", name, s, lo, hi);
         return -1;
     }
     *out = v;

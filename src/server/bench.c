@@ -79,9 +79,15 @@ int64_t tl_bench_dist_draw(const struct tl_bench_dist *d, uint64_t *rng)
 {
     double v;
     switch (d->kind) {
-    case TL_DIST_UNIFORM: v = d->a + floor(tl_bench_uniform(rng) * (d->b - d->a + 1)); break;
-    case TL_DIST_EXP: v = round(tl_bench_exp(rng, d->a)); break;
-    default: v = d->a; break;
+    case TL_DIST_UNIFORM:
+        v = d->a + floor(tl_bench_uniform(rng) * (d->b - d->a + 1));
+        break;
+    case TL_DIST_EXP:
+        v = round(tl_bench_exp(rng, d->a));
+        break;
+    default:
+        v = d->a;
+        break;
     }
     return v < 1 ? 1 : (int64_t)v;
 }
@@ -120,15 +126,15 @@ void tl_bench_config_default(struct tl_bench_config *c)
 struct breq {
     struct bench *b;
     int64_t i;
-    double due_s;            // arrival time after the start
+    double due_s; // arrival time after the start
     int64_t prompt_len, output_len;
-    char *body;              // owned request JSON
+    char *body;                     // owned request JSON
     struct evhttp_connection *conn; // freed by libevent on completion
     struct tl_sse_parser sse;
     int64_t t_send_us, t_first_us, t_last_us, t_end_us;
     int64_t out_tokens, prompt_tokens;
     bool got_done, ok, finished;
-    double *itl;             // owned gaps (seconds)
+    double *itl; // owned gaps (seconds)
     int64_t n_itl, cap_itl;
 };
 
@@ -240,8 +246,10 @@ static void on_done(struct evhttp_request *req, void *arg)
     }
     b->in_flight--;
     b->n_done++;
-    if (b->n_done == b->n) event_base_loopbreak(b->base);
-    else start_due(b);
+    if (b->n_done == b->n)
+        event_base_loopbreak(b->base);
+    else
+        start_due(b);
 }
 
 static void send_one(struct bench *b, struct breq *r)
@@ -357,8 +365,8 @@ static char *make_body(struct bench *b, struct breq *r, uint64_t *rng)
     json_object_set_new(o, "model", json_string(b->model));
     if (b->c->chat) {
         // Words from a fixed list; the token count only approximates prompt_len.
-        static const char *words[] = {"the", "cat", "sat", "on", "a", "mat", "and", "dog",
-                                      "ran", "to", "park", "with", "big", "red", "ball", "sun"};
+        static const char *words[] = {"the", "cat", "sat",  "on",   "a",   "mat", "and",  "dog",
+                                      "ran", "to",  "park", "with", "big", "red", "ball", "sun"};
         struct tl_sb sb;
         tl_sb_init(&sb);
         for (int64_t k = 0; k < r->prompt_len; k++) {
@@ -372,8 +380,8 @@ static char *make_body(struct bench *b, struct breq *r, uint64_t *rng)
     } else {
         json_t *ids = json_array();
         for (int64_t k = 0; k < r->prompt_len; k++)
-            json_array_append_new(
-                ids, json_integer(3 + (json_int_t)(tl_bench_uniform(rng) * (double)(b->vocab - 3))));
+            json_array_append_new(ids, json_integer(3 + (json_int_t)(tl_bench_uniform(rng) *
+                                                                     (double)(b->vocab - 3))));
         json_object_set_new(o, "prompt", ids);
         json_object_set_new(o, "max_tokens", json_integer(r->output_len));
     }
@@ -389,7 +397,8 @@ static char *make_body(struct bench *b, struct breq *r, uint64_t *rng)
 static void summarize(double *v, int64_t n, double out[4])
 {
     double sum = 0;
-    for (int64_t i = 0; i < n; i++) sum += v[i];
+    for (int64_t i = 0; i < n; i++)
+        sum += v[i];
     out[0] = n ? sum / (double)n : NAN;
     out[1] = tl_bench_percentile(v, n, 50);
     out[2] = tl_bench_percentile(v, n, 90);
@@ -400,7 +409,8 @@ static tl_status collect(struct bench *b)
 {
     struct tl_bench_result *res = b->res;
     int64_t n_itl = 0;
-    for (int64_t i = 0; i < b->n; i++) n_itl += b->reqs[i].n_itl;
+    for (int64_t i = 0; i < b->n; i++)
+        n_itl += b->reqs[i].n_itl;
     double *ttft = tl_malloc_array((size_t)b->n + 1, sizeof(double));
     double *tpot = tl_malloc_array((size_t)b->n + 1, sizeof(double));
     double *e2e = tl_malloc_array((size_t)b->n + 1, sizeof(double));
@@ -424,7 +434,8 @@ static tl_status collect(struct bench *b)
         if (r->out_tokens > 1) tpot[n_tpot++] = (lat - first) / (double)(r->out_tokens - 1);
         res->output_tokens += r->out_tokens;
         res->prompt_tokens += r->prompt_tokens;
-        for (int64_t j = 0; j < r->n_itl; j++) itl[k++] = r->itl[j];
+        for (int64_t j = 0; j < r->n_itl; j++)
+            itl[k++] = r->itl[j];
     }
     res->n_ok = n_ok;
     summarize(ttft, n_ok, res->ttft);
@@ -524,12 +535,13 @@ void tl_bench_print(const struct tl_bench_config *c, const struct tl_bench_resul
                 "\"duration_s\":%.3f,\"prompt_tokens\":%lld,\"output_tokens\":%lld,"
                 "\"request_throughput\":%.3f,\"output_throughput\":%.2f,"
                 "\"total_token_throughput\":%.2f",
-                c->concurrency, c->rate, (long long)r->n_ok, (long long)r->n_failed,
-                r->duration_s, (long long)r->prompt_tokens, (long long)r->output_tokens,
-                r->req_per_s, r->out_tok_per_s, r->total_tok_per_s);
+                c->concurrency, c->rate, (long long)r->n_ok, (long long)r->n_failed, r->duration_s,
+                (long long)r->prompt_tokens, (long long)r->output_tokens, r->req_per_s,
+                r->out_tok_per_s, r->total_tok_per_s);
         for (int i = 0; i < 4; i++)
-            fprintf(f, ",\"mean_%s_ms\":%.3f,\"p50_%s_ms\":%.3f,\"p90_%s_ms\":%.3f,"
-                       "\"p99_%s_ms\":%.3f",
+            fprintf(f,
+                    ",\"mean_%s_ms\":%.3f,\"p50_%s_ms\":%.3f,\"p90_%s_ms\":%.3f,"
+                    "\"p99_%s_ms\":%.3f",
                     names[i], v[i][0] * 1e3, names[i], v[i][1] * 1e3, names[i], v[i][2] * 1e3,
                     names[i], v[i][3] * 1e3);
         fprintf(f, "}\n");
@@ -539,8 +551,10 @@ void tl_bench_print(const struct tl_bench_config *c, const struct tl_bench_resul
                              "Inter-token latency", "End-to-end latency"};
     fprintf(f, "============ Serving Benchmark Result ============\n");
     fprintf(f, "%-40s %d\n", "Max concurrency:", c->concurrency);
-    if (c->rate > 0) fprintf(f, "%-40s %.2f\n", "Request rate (req/s):", c->rate);
-    else fprintf(f, "%-40s %s\n", "Request rate (req/s):", "inf");
+    if (c->rate > 0)
+        fprintf(f, "%-40s %.2f\n", "Request rate (req/s):", c->rate);
+    else
+        fprintf(f, "%-40s %s\n", "Request rate (req/s):", "inf");
     fprintf(f, "%-40s %lld\n", "Successful requests:", (long long)r->n_ok);
     fprintf(f, "%-40s %lld\n", "Failed requests:", (long long)r->n_failed);
     fprintf(f, "%-40s %.2f\n", "Benchmark duration (s):", r->duration_s);

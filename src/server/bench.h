@@ -37,15 +37,15 @@ double tl_bench_exp(uint64_t *rng, double mean);
 double tl_bench_percentile(double *v, int64_t n, double p);
 
 struct tl_bench_config {
-    const char *url;          // "http://host:port"
-    int concurrency;          // requests in flight at most (0 = unlimited with a rate)
-    double rate;              // requests per second, Poisson; 0 = send as concurrency allows
+    const char *url; // "http://host:port"
+    int concurrency; // requests in flight at most (0 = unlimited with a rate)
+    double rate;     // requests per second, Poisson; 0 = send as concurrency allows
     int64_t n_requests;
     struct tl_bench_dist prompt_len, output_len;
     uint64_t seed;
-    const char *api_key;      // NULL = none
-    bool chat;                // use /v1/chat/completions instead of /v1/completions
-    double timeout_s;         // per request
+    const char *api_key; // NULL = none
+    bool chat;           // use /v1/chat/completions instead of /v1/completions
+    double timeout_s;    // per request
 };
 void tl_bench_config_default(struct tl_bench_config *c);
 
@@ -60,8 +60,7 @@ struct tl_bench_result {
 };
 
 // Runs the benchmark (blocking). TL_ERR_IO when the server cannot be reached at all.
-tl_status tl_bench_run(const struct tl_bench_config *c, struct tl_bench_result *out)
-    TL_WARN_UNUSED;
+tl_status tl_bench_run(const struct tl_bench_config *c, struct tl_bench_result *out) TL_WARN_UNUSED;
 // Prints the result as a table (milliseconds), or as one JSON object when json is set.
 void tl_bench_print(const struct tl_bench_config *c, const struct tl_bench_result *r, bool json,
                     FILE *f);

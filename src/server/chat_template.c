@@ -44,15 +44,24 @@ enum tl_chat_family tl_chat_detect(const char *tmpl, bool *fallback)
 {
     bool fb = false;
     enum tl_chat_family f = TL_CHAT_CHATML;
-    if (!tmpl || !*tmpl) fb = true;
-    else if (strstr(tmpl, "<|start_header_id|>")) f = TL_CHAT_LLAMA3;
-    else if (strstr(tmpl, "<start_of_turn>")) f = TL_CHAT_GEMMA;
-    else if (strstr(tmpl, "<|im_start|>")) f = TL_CHAT_CHATML;
-    else if (strstr(tmpl, "<|user|>") && strstr(tmpl, "<|end|>")) f = TL_CHAT_PHI3;
-    else if (strstr(tmpl, "<|user|>")) f = TL_CHAT_ZEPHYR;
-    else if (strstr(tmpl, "[INST]") && strstr(tmpl, "<<SYS>>")) f = TL_CHAT_LLAMA2;
-    else if (strstr(tmpl, "[INST]")) f = TL_CHAT_MISTRAL;
-    else fb = true;
+    if (!tmpl || !*tmpl)
+        fb = true;
+    else if (strstr(tmpl, "<|start_header_id|>"))
+        f = TL_CHAT_LLAMA3;
+    else if (strstr(tmpl, "<start_of_turn>"))
+        f = TL_CHAT_GEMMA;
+    else if (strstr(tmpl, "<|im_start|>"))
+        f = TL_CHAT_CHATML;
+    else if (strstr(tmpl, "<|user|>") && strstr(tmpl, "<|end|>"))
+        f = TL_CHAT_PHI3;
+    else if (strstr(tmpl, "<|user|>"))
+        f = TL_CHAT_ZEPHYR;
+    else if (strstr(tmpl, "[INST]") && strstr(tmpl, "<<SYS>>"))
+        f = TL_CHAT_LLAMA2;
+    else if (strstr(tmpl, "[INST]"))
+        f = TL_CHAT_MISTRAL;
+    else
+        fb = true;
     if (fallback) *fallback = fb;
     return f;
 }
@@ -60,14 +69,26 @@ enum tl_chat_family tl_chat_detect(const char *tmpl, bool *fallback)
 int tl_chat_stop_texts(enum tl_chat_family f, const char *out[2])
 {
     switch (f) {
-    case TL_CHAT_CHATML: out[0] = "<|im_end|>"; return 1;
-    case TL_CHAT_LLAMA3: out[0] = "<|eot_id|>"; out[1] = "<|end_of_text|>"; return 2;
-    case TL_CHAT_GEMMA: out[0] = "<end_of_turn>"; return 1;
-    case TL_CHAT_PHI3: out[0] = "<|end|>"; return 1;
+    case TL_CHAT_CHATML:
+        out[0] = "<|im_end|>";
+        return 1;
+    case TL_CHAT_LLAMA3:
+        out[0] = "<|eot_id|>";
+        out[1] = "<|end_of_text|>";
+        return 2;
+    case TL_CHAT_GEMMA:
+        out[0] = "<end_of_turn>";
+        return 1;
+    case TL_CHAT_PHI3:
+        out[0] = "<|end|>";
+        return 1;
     case TL_CHAT_LLAMA2:
     case TL_CHAT_MISTRAL:
-    case TL_CHAT_ZEPHYR: out[0] = "</s>"; return 1;
-    case TL_CHAT_COUNT: break;
+    case TL_CHAT_ZEPHYR:
+        out[0] = "</s>";
+        return 1;
+    case TL_CHAT_COUNT:
+        break;
     }
     return 0;
 }
@@ -75,7 +96,8 @@ int tl_chat_stop_texts(enum tl_chat_family f, const char *out[2])
 // Adds content with leading and trailing ASCII whitespace removed (as Jinja's `| trim`).
 static void add_trimmed(struct tl_sb *sb, const char *s, size_t n)
 {
-    while (n && (*s == ' ' || *s == '\n' || *s == '\t' || *s == '\r')) s++, n--;
+    while (n && (*s == ' ' || *s == '\n' || *s == '\t' || *s == '\r'))
+        s++, n--;
     while (n && (s[n - 1] == ' ' || s[n - 1] == '\n' || s[n - 1] == '\t' || s[n - 1] == '\r'))
         n--;
     tl_sb_add(sb, s, n);
@@ -116,16 +138,21 @@ static void render_turns(struct tl_sb *sb, enum tl_chat_family f, const struct t
         }
     }
     switch (f) {
-    case TL_CHAT_LLAMA3: tl_sb_adds(sb, "<|start_header_id|>assistant<|end_header_id|>\n\n"); break;
+    case TL_CHAT_LLAMA3:
+        tl_sb_adds(sb, "<|start_header_id|>assistant<|end_header_id|>\n\n");
+        break;
     case TL_CHAT_ZEPHYR:
-    case TL_CHAT_PHI3: tl_sb_adds(sb, "<|assistant|>\n"); break;
-    default: tl_sb_adds(sb, "<|im_start|>assistant\n"); break;
+    case TL_CHAT_PHI3:
+        tl_sb_adds(sb, "<|assistant|>\n");
+        break;
+    default:
+        tl_sb_adds(sb, "<|im_start|>assistant\n");
+        break;
     }
 }
 
 // Llama 2, Mistral and Gemma: user/assistant alternate; system text joins the next user turn.
-static void render_inst(struct tl_sb *sb, enum tl_chat_family f, const struct tl_chat_msg *m,
-                        int n)
+static void render_inst(struct tl_sb *sb, enum tl_chat_family f, const struct tl_chat_msg *m, int n)
 {
     struct tl_sb sys;
     tl_sb_init(&sys);

@@ -87,8 +87,10 @@ static void queue_push(struct tl_srv_queue *q, struct tl_srv_msg *m)
     m->next = NULL;
     pthread_mutex_lock(&q->mu);
     bool was_empty = q->head == NULL;
-    if (q->tail) q->tail->next = m;
-    else q->head = m;
+    if (q->tail)
+        q->tail->next = m;
+    else
+        q->head = m;
     q->tail = m;
     pthread_mutex_unlock(&q->mu);
     if (was_empty) {
@@ -138,8 +140,8 @@ void tl__srv_on_event(void *user, const struct tl_event *ev)
         return;
     }
     int n_top = ev->n_top > 0 && ev->top ? ev->n_top : 0;
-    size_t size = sizeof(struct tl_srv_msg) + (size_t)n_top * sizeof(struct tl_token_logprob) +
-                  text_len + 1;
+    size_t size =
+        sizeof(struct tl_srv_msg) + (size_t)n_top * sizeof(struct tl_token_logprob) + text_len + 1;
     struct tl_srv_msg *m = malloc(size);
     if (!m) {
         atomic_store(&c->dropped, true); // the request ends with an error at DONE
@@ -241,33 +243,59 @@ static void *engine_main(void *arg)
 static const char *reason_phrase(int status)
 {
     switch (status) {
-    case 200: return "OK";
-    case 400: return "Bad Request";
-    case 401: return "Unauthorized";
-    case 404: return "Not Found";
-    case 405: return "Method Not Allowed";
-    case 413: return "Payload Too Large";
-    case 429: return "Too Many Requests";
-    case 500: return "Internal Server Error";
-    case 503: return "Service Unavailable";
-    default: return "Error";
+    case 200:
+        return "OK";
+    case 400:
+        return "Bad Request";
+    case 401:
+        return "Unauthorized";
+    case 404:
+        return "Not Found";
+    case 405:
+        return "Method Not Allowed";
+    case 413:
+        return "Payload Too Large";
+    case 429:
+        return "Too Many Requests";
+    case 500:
+        return "Internal Server Error";
+    case 503:
+        return "Service Unavailable";
+    default:
+        return "Error";
     }
 }
 
 void tl__srv_access_log(struct evhttp_request *r, int status, int64_t t_start_us, int64_t n_in,
-                       int64_t n_out)
+                        int64_t n_out)
 {
     if (!tl_log_enabled(TL_LOG_INFO)) return;
     const char *m;
     switch (evhttp_request_get_command(r)) {
-    case EVHTTP_REQ_GET: m = "GET"; break;
-    case EVHTTP_REQ_POST: m = "POST"; break;
-    case EVHTTP_REQ_HEAD: m = "HEAD"; break;
-    case EVHTTP_REQ_PUT: m = "PUT"; break;
-    case EVHTTP_REQ_DELETE: m = "DELETE"; break;
-    case EVHTTP_REQ_OPTIONS: m = "OPTIONS"; break;
-    case EVHTTP_REQ_PATCH: m = "PATCH"; break;
-    default: m = "?"; break;
+    case EVHTTP_REQ_GET:
+        m = "GET";
+        break;
+    case EVHTTP_REQ_POST:
+        m = "POST";
+        break;
+    case EVHTTP_REQ_HEAD:
+        m = "HEAD";
+        break;
+    case EVHTTP_REQ_PUT:
+        m = "PUT";
+        break;
+    case EVHTTP_REQ_DELETE:
+        m = "DELETE";
+        break;
+    case EVHTTP_REQ_OPTIONS:
+        m = "OPTIONS";
+        break;
+    case EVHTTP_REQ_PATCH:
+        m = "PATCH";
+        break;
+    default:
+        m = "?";
+        break;
     }
     const char *uri = evhttp_request_get_uri(r);
     double ms = t_start_us ? (double)(tl_time_us() - t_start_us) / 1000.0 : 0.0;
@@ -296,12 +324,13 @@ void tl__srv_send_json(struct tl_server *s, struct evhttp_request *r, int status
         text = strdup("{\"error\":{\"message\":\"out of memory\",\"type\":\"server_error\","
                       "\"param\":null,\"code\":null}}");
     }
-    if (status == 429)
-        evhttp_add_header(evhttp_request_get_output_headers(r), "Retry-After", "1");
+    if (status == 429) evhttp_add_header(evhttp_request_get_output_headers(r), "Retry-After", "1");
     // Log first: sending may free an orphaned request.
     tl__srv_access_log(r, status, t_start_us, n_in, n_out);
-    if (text) tl__srv_send_text(s, r, status, "application/json", text, strlen(text));
-    else evhttp_send_reply(r, 500, "Internal Server Error", NULL);
+    if (text)
+        tl__srv_send_text(s, r, status, "application/json", text, strlen(text));
+    else
+        evhttp_send_reply(r, 500, "Internal Server Error", NULL);
     free(text);
 }
 
@@ -386,8 +415,10 @@ void tl__srv_req_link(struct tl_server *s, struct tl_srv_req *q)
 
 void tl__srv_req_unlink(struct tl_server *s, struct tl_srv_req *q)
 {
-    if (q->prev) q->prev->next = q->next;
-    else if (s->reqs == q) s->reqs = q->next;
+    if (q->prev)
+        q->prev->next = q->next;
+    else if (s->reqs == q)
+        s->reqs = q->next;
     if (q->next) q->next->prev = q->prev;
     q->prev = q->next = NULL;
 }
@@ -410,7 +441,8 @@ static void begin_drain(struct tl_server *s)
     }
     s->drain_deadline_us = tl_time_us() + (int64_t)(s->cfg.shutdown_timeout_s * 1e6);
     int n = 0;
-    for (struct tl_srv_req *q = s->reqs; q; q = q->next) n++;
+    for (struct tl_srv_req *q = s->reqs; q; q = q->next)
+        n++;
     TL_LOGI("serve: stopping: %d request(s) in flight, up to %.0f s to finish", n,
             s->cfg.shutdown_timeout_s);
 }
@@ -426,7 +458,8 @@ static void check_drained(struct tl_server *s)
     if (now < s->drain_deadline_us) return;
     if (!s->drain_cancelled) {
         TL_LOGW("serve: shutdown timeout: cancelling the requests still running");
-        for (struct tl_srv_req *q = s->reqs; q; q = q->next) tl__srv_req_cancel(q);
+        for (struct tl_srv_req *q = s->reqs; q; q = q->next)
+            tl__srv_req_cancel(q);
         s->drain_cancelled = true;
         s->drain_deadline_us = now + 2000000; // cancellations land within a step or two
         return;
@@ -543,7 +576,8 @@ struct tl_server *tl_server_create(const struct tl_server_config *c)
     socklen_t sl = sizeof(ss);
     s->port = c->port;
     if (getsockname(lfd, (struct sockaddr *)&ss, &sl) == 0) {
-        if (ss.ss_family == AF_INET) s->port = ntohs(((struct sockaddr_in *)&ss)->sin_port);
+        if (ss.ss_family == AF_INET)
+            s->port = ntohs(((struct sockaddr_in *)&ss)->sin_port);
         else if (ss.ss_family == AF_INET6)
             s->port = ntohs(((struct sockaddr_in6 *)&ss)->sin6_port);
     }

@@ -34,22 +34,25 @@ void tl_hist_init(struct tl_hist *h, const double *le, int n_le)
 void tl_hist_observe(struct tl_hist *h, double v)
 {
     int i = 0;
-    while (i < h->n_le && v > h->le[i]) i++;
-    if (i < h->n_le) h->count[i]++;
-    else h->n_inf++;
+    while (i < h->n_le && v > h->le[i])
+        i++;
+    if (i < h->n_le)
+        h->count[i]++;
+    else
+        h->n_inf++;
     h->sum += v;
     h->n++;
 }
 
 void tl_metrics_init(struct tl_metrics *m)
 {
-    static const double ttft[] = {0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25,
+    static const double ttft[] = {0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1,  0.25,
                                   0.5,   0.75,  1.0,  2.5,  5.0,  7.5,  10.0, 20.0, 40.0};
-    static const double itl[] = {0.001, 0.005, 0.01, 0.015, 0.02, 0.025, 0.03, 0.04, 0.05,
-                                 0.075, 0.1,   0.15, 0.2,   0.3,  0.4,   0.5,  0.75, 1.0, 2.5};
-    static const double e2e[] = {0.01, 0.05, 0.1, 0.3,  0.5,  0.8,  1.0,   2.5,   5.0,  10.0,
+    static const double itl[] = {0.001, 0.005, 0.01, 0.015, 0.02, 0.025, 0.03, 0.04, 0.05, 0.075,
+                                 0.1,   0.15,  0.2,  0.3,   0.4,  0.5,   0.75, 1.0,  2.5};
+    static const double e2e[] = {0.01, 0.05, 0.1,  0.3,  0.5,  0.8,  1.0,   2.5,   5.0,  10.0,
                                  15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0, 240.0, 480.0};
-    static const double len[] = {1,   2,   5,    10,   20,   50,   100,  200,
+    static const double len[] = {1,   2,    5,    10,   20,    50,    100,  200,
                                  500, 1000, 2000, 5000, 10000, 20000, 50000};
     memset(m, 0, sizeof(*m));
     tl_hist_init(&m->ttft, ttft, (int)(sizeof(ttft) / sizeof(ttft[0])));
@@ -86,8 +89,7 @@ static void head(struct tl_sb *o, const char *name, const char *type, const char
     tl_sb_printf(o, "# HELP " P "%s %s\n# TYPE " P "%s %s\n", name, help, name, type);
 }
 
-static void scalar(struct tl_sb *o, const char *name, const char *type, const char *help,
-                   double v)
+static void scalar(struct tl_sb *o, const char *name, const char *type, const char *help, double v)
 {
     head(o, name, type, help);
     tl_sb_printf(o, P "%s %.17g\n", name, v);
@@ -119,9 +121,8 @@ void tl_metrics_render(const struct tl_metrics *m, const struct tl_engine_stats 
            (double)es->n_running);
     scalar(o, "num_requests_waiting", "gauge", "Requests waiting to be scheduled.",
            (double)es->n_waiting);
-    double usage = es->kv_blocks_total > 0
-                       ? (double)es->kv_blocks_used / (double)es->kv_blocks_total
-                       : 0.0;
+    double usage =
+        es->kv_blocks_total > 0 ? (double)es->kv_blocks_used / (double)es->kv_blocks_total : 0.0;
     scalar(o, "kv_cache_usage_perc", "gauge",
            "Fraction of KV cache blocks held by running requests (0 to 1).", usage);
     scalar(o, "kv_cache_blocks_total", "gauge", "KV cache blocks in the pool.",
@@ -132,18 +133,17 @@ void tl_metrics_render(const struct tl_metrics *m, const struct tl_engine_stats 
            "KV cache blocks kept only by the prefix cache (reusable, evictable).",
            (double)es->kv_blocks_cached);
     scalar(o, "prompt_tokens_total", "counter",
-           "Prompt tokens computed (prefix-cache hits excluded).",
-           (double)es->prompt_tokens_total);
+           "Prompt tokens computed (prefix-cache hits excluded).", (double)es->prompt_tokens_total);
     scalar(o, "generation_tokens_total", "counter", "Tokens generated.",
            (double)es->generation_tokens_total);
 
     head(o, "request_success_total", "counter", "Engine requests finished, by finish reason.");
     for (int r = TL_FINISH_STOP; r <= TL_FINISH_ERROR; r++) {
-        const char *name = r == TL_FINISH_STOP       ? "stop"
-                           : r == TL_FINISH_LENGTH   ? "length"
+        const char *name = r == TL_FINISH_STOP        ? "stop"
+                           : r == TL_FINISH_LENGTH    ? "length"
                            : r == TL_FINISH_CANCELLED ? "abort"
-                           : r == TL_FINISH_DEADLINE ? "timeout"
-                                                     : "error";
+                           : r == TL_FINISH_DEADLINE  ? "timeout"
+                                                      : "error";
         tl_sb_printf(o, P "request_success_total{finished_reason=\"%s\"} %lld\n", name,
                      (long long)es->finished_total[r]);
     }
@@ -151,15 +151,14 @@ void tl_metrics_render(const struct tl_metrics *m, const struct tl_engine_stats 
            (double)es->preemptions_total);
     scalar(o, "prefix_cache_queries_total", "counter",
            "Prompt tokens looked up in the prefix cache.", (double)es->prefix_queries_total);
-    scalar(o, "prefix_cache_hits_total", "counter",
-           "Prompt tokens found in the prefix cache.", (double)es->prefix_hits_total);
+    scalar(o, "prefix_cache_hits_total", "counter", "Prompt tokens found in the prefix cache.",
+           (double)es->prefix_hits_total);
     scalar(o, "engine_steps_total", "counter", "Engine steps (forward passes) run.",
            (double)es->steps_total);
     scalar(o, "engine_step_seconds_total", "counter", "Wall time spent inside engine steps.",
            (double)es->step_us_total / 1e6);
 
-    hist(o, "time_to_first_token_seconds", "Time from submission to the first token.",
-         &m->ttft);
+    hist(o, "time_to_first_token_seconds", "Time from submission to the first token.", &m->ttft);
     hist(o, "inter_token_latency_seconds", "Time between consecutive tokens of one request.",
          &m->itl);
     hist(o, "e2e_request_latency_seconds", "Time from submission to the end of a request.",
@@ -168,14 +167,14 @@ void tl_metrics_render(const struct tl_metrics *m, const struct tl_engine_stats 
          &m->queue);
     hist(o, "request_prompt_tokens", "Prompt length of finished requests, in tokens.",
          &m->prompt_len);
-    hist(o, "request_generation_tokens", "Tokens generated by finished requests.",
-         &m->output_len);
+    hist(o, "request_generation_tokens", "Tokens generated by finished requests.", &m->output_len);
 
     // The engine's tokens-per-step histogram, made cumulative. Buckets with a zero bound past
     // the first are unused slots.
     head(o, "iteration_tokens_total", "histogram", "Tokens (prefill + decode) per engine step.");
     int64_t cum = 0, n_steps = 0;
-    for (int i = 0; i < TL_STEP_HIST_BUCKETS; i++) n_steps += es->step_hist_count[i];
+    for (int i = 0; i < TL_STEP_HIST_BUCKETS; i++)
+        n_steps += es->step_hist_count[i];
     for (int i = 0; i < TL_STEP_HIST_BUCKETS; i++) {
         if (i > 0 && es->step_hist_le[i] <= es->step_hist_le[i - 1]) break;
         cum += es->step_hist_count[i];

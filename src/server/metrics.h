@@ -35,12 +35,12 @@ void tl_hist_observe(struct tl_hist *h, double v);
 #define TL_METRICS_N_CODES 10
 
 struct tl_metrics {
-    struct tl_hist ttft;        // seconds, submission to first token
-    struct tl_hist itl;         // seconds between consecutive tokens of one choice
-    struct tl_hist e2e;         // seconds, submission to done
-    struct tl_hist queue;       // seconds, submission to first scheduled
-    struct tl_hist prompt_len;  // prompt tokens per engine request
-    struct tl_hist output_len;  // generated tokens per engine request
+    struct tl_hist ttft;       // seconds, submission to first token
+    struct tl_hist itl;        // seconds between consecutive tokens of one choice
+    struct tl_hist e2e;        // seconds, submission to done
+    struct tl_hist queue;      // seconds, submission to first scheduled
+    struct tl_hist prompt_len; // prompt tokens per engine request
+    struct tl_hist output_len; // generated tokens per engine request
     int64_t http_by_code[TL_METRICS_N_CODES + 1]; // see tl_metrics_code_index
     int64_t client_disconnects; // requests cancelled because their client went away
 };

@@ -27,8 +27,8 @@
 
 // ---- errors ---------------------------------------------------------------------------------
 
-void tl_oai_error_set(struct tl_oai_error *err, int http_status, const char *type,
-                      const char *code, const char *param, const char *fmt, ...)
+void tl_oai_error_set(struct tl_oai_error *err, int http_status, const char *type, const char *code,
+                      const char *param, const char *fmt, ...)
 {
     err->http_status = http_status;
     err->type = type;
@@ -284,9 +284,12 @@ static bool parse_messages(json_t *root, struct tl_oai_params *p, struct tl_oai_
         snprintf(param, sizeof(param), "messages[%zu].role", i);
         if (!json_is_string(role)) return bad(err, param, "'%s' must be a string", param);
         const char *r = json_string_value(role);
-        if (!strcmp(r, "system") || !strcmp(r, "developer")) p->msgs[i].role = TL_CHAT_SYSTEM;
-        else if (!strcmp(r, "user")) p->msgs[i].role = TL_CHAT_USER;
-        else if (!strcmp(r, "assistant")) p->msgs[i].role = TL_CHAT_ASSISTANT;
+        if (!strcmp(r, "system") || !strcmp(r, "developer"))
+            p->msgs[i].role = TL_CHAT_SYSTEM;
+        else if (!strcmp(r, "user"))
+            p->msgs[i].role = TL_CHAT_USER;
+        else if (!strcmp(r, "assistant"))
+            p->msgs[i].role = TL_CHAT_ASSISTANT;
         else
             return bad(err, param,
                        "'%s' must be one of system, developer, user, assistant (tool messages "
@@ -307,8 +310,8 @@ static bool parse_stop(json_t *root, struct tl_oai_params *p, struct tl_oai_erro
     if (json_is_array(v)) {
         n = json_array_size(v);
         if (n > TL_OAI_MAX_STOP)
-            return bad(err, "stop", "'stop' may hold at most %d strings, got %zu",
-                       TL_OAI_MAX_STOP, n);
+            return bad(err, "stop", "'stop' may hold at most %d strings, got %zu", TL_OAI_MAX_STOP,
+                       n);
     } else if (!json_is_string(v)) {
         return bad(err, "stop", "'stop' must be a string or a list of strings");
     }
@@ -317,8 +320,7 @@ static bool parse_stop(json_t *root, struct tl_oai_params *p, struct tl_oai_erro
         if (!json_is_string(s)) return bad(err, "stop", "'stop' must hold only strings");
         size_t len = json_string_length(s);
         if (len > TL_OAI_MAX_STOP_LEN)
-            return bad(err, "stop", "a 'stop' string may be at most %d bytes",
-                       TL_OAI_MAX_STOP_LEN);
+            return bad(err, "stop", "a 'stop' string may be at most %d bytes", TL_OAI_MAX_STOP_LEN);
         if (strlen(json_string_value(s)) != len)
             return bad(err, "stop", "a 'stop' string may not contain NUL");
         if (len == 0) continue; // an empty stop string would end every request at once
@@ -345,8 +347,7 @@ static bool parse_fields(json_t *root, const struct tl_oai_limits *lim, struct t
     if (!get_int(root, "max_tokens", 1, INT32_MAX, &v, &present, err)) return false;
     if (present) p->max_tokens = (int32_t)v;
     if (chat) {
-        if (!get_int(root, "max_completion_tokens", 1, INT32_MAX, &v, &present, err))
-            return false;
+        if (!get_int(root, "max_completion_tokens", 1, INT32_MAX, &v, &present, err)) return false;
         if (present) p->max_tokens = (int32_t)v;
     }
     struct tl_sampling *s = &p->sampling;
@@ -383,12 +384,10 @@ static bool parse_fields(json_t *root, const struct tl_oai_limits *lim, struct t
     }
     if (chat) {
         if (!get_bool(root, "logprobs", &p->logprobs, err)) return false;
-        if (!get_int(root, "top_logprobs", 0, TL_OAI_MAX_LOGPROBS, &v, &present, err))
-            return false;
+        if (!get_int(root, "top_logprobs", 0, TL_OAI_MAX_LOGPROBS, &v, &present, err)) return false;
         if (present) {
             if (!p->logprobs && v > 0)
-                return bad(err, "top_logprobs",
-                           "'top_logprobs' needs 'logprobs' to be true");
+                return bad(err, "top_logprobs", "'top_logprobs' needs 'logprobs' to be true");
             p->top_logprobs = (int32_t)v;
         }
     } else {
@@ -408,8 +407,9 @@ static bool parse_fields(json_t *root, const struct tl_oai_limits *lim, struct t
         if (!json_is_number(to)) return bad(err, "timeout", "'timeout' must be a number (seconds)");
         double sec = json_number_value(to);
         if (!(sec > 0) || sec > 86400.0 * 7)
-            return bad(err, "timeout", "'timeout' must be greater than 0 and at most 604800 "
-                                       "seconds");
+            return bad(err, "timeout",
+                       "'timeout' must be greater than 0 and at most 604800 "
+                       "seconds");
         p->timeout_ms = (int64_t)ceil(sec * 1000.0);
     }
     return true;
@@ -444,10 +444,12 @@ bool tl_oai_parse(enum tl_oai_kind kind, const char *body, size_t len,
 
 void tl_oai_params_free(struct tl_oai_params *p)
 {
-    for (int i = 0; i < p->n_prompts; i++) free(p->prompts[i].tokens);
+    for (int i = 0; i < p->n_prompts; i++)
+        free(p->prompts[i].tokens);
     free(p->prompts);
     free(p->msgs);
-    for (int i = 0; i < p->n_owned; i++) free(p->owned[i]);
+    for (int i = 0; i < p->n_owned; i++)
+        free(p->owned[i]);
     free(p->owned);
     json_decref(p->root);
     memset(p, 0, sizeof(*p));
@@ -502,7 +504,8 @@ static json_t *logprob_json(float lp)
 static json_t *bytes_json(const char *s, size_t len)
 {
     json_t *a = json_array();
-    for (size_t i = 0; i < len; i++) json_array_append_new(a, json_integer((unsigned char)s[i]));
+    for (size_t i = 0; i < len; i++)
+        json_array_append_new(a, json_integer((unsigned char)s[i]));
     return a;
 }
 
@@ -600,8 +603,8 @@ json_t *tl_oai_chat_choice(int index, const char *text, size_t len, json_t *logp
     return c;
 }
 
-json_t *tl_oai_chat_delta(int index, bool with_role, const char *text, size_t len,
-                          json_t *logprobs, const char *finish)
+json_t *tl_oai_chat_delta(int index, bool with_role, const char *text, size_t len, json_t *logprobs,
+                          const char *finish)
 {
     json_t *delta = json_object();
     if (with_role) json_object_set_new(delta, "role", json_string("assistant"));
@@ -629,12 +632,18 @@ json_t *tl_oai_envelope(const char *id, const char *object, int64_t created, con
 const char *tl_oai_finish_str(enum tl_finish_reason r)
 {
     switch (r) {
-    case TL_FINISH_STOP: return "stop";
-    case TL_FINISH_LENGTH: return "length";
-    case TL_FINISH_CANCELLED: return "abort";
-    case TL_FINISH_DEADLINE: return "timeout";
-    case TL_FINISH_ERROR: return "error";
-    case TL_FINISH_NONE: break;
+    case TL_FINISH_STOP:
+        return "stop";
+    case TL_FINISH_LENGTH:
+        return "length";
+    case TL_FINISH_CANCELLED:
+        return "abort";
+    case TL_FINISH_DEADLINE:
+        return "timeout";
+    case TL_FINISH_ERROR:
+        return "error";
+    case TL_FINISH_NONE:
+        break;
     }
     return NULL;
 }

@@ -31,47 +31,47 @@ enum tl_oai_kind { TL_OAI_COMPLETION = 0, TL_OAI_CHAT = 1 };
 
 // An OpenAI error object plus the HTTP status it goes out with.
 struct tl_oai_error {
-    int http_status;   // 400, 401, 404, ...
-    const char *type;  // "invalid_request_error", "server_error", ... (static)
-    const char *code;  // "invalid_value", "model_not_found", ... or NULL (static)
-    char param[64];    // the offending field ("" for none -> null)
+    int http_status;  // 400, 401, 404, ...
+    const char *type; // "invalid_request_error", "server_error", ... (static)
+    const char *code; // "invalid_value", "model_not_found", ... or NULL (static)
+    char param[64];   // the offending field ("" for none -> null)
     char message[512];
 };
 
 // One prompt of a completions request: text (tokenized later by the server) or token ids.
 struct tl_oai_prompt {
-    const char *text;  // borrowed from the JSON document, or NULL
+    const char *text; // borrowed from the JSON document, or NULL
     size_t text_len;
-    int32_t *tokens;   // owned, or NULL
+    int32_t *tokens; // owned, or NULL
     int64_t n_tokens;
 };
 
 struct tl_oai_params {
     enum tl_oai_kind kind;
-    json_t *root;                   // owned: the parsed body; strings below point into it
-    const char *model;              // borrowed from root, NULL when absent
-    struct tl_oai_prompt *prompts;  // owned (completions), n_prompts entries
+    json_t *root;                  // owned: the parsed body; strings below point into it
+    const char *model;             // borrowed from root, NULL when absent
+    struct tl_oai_prompt *prompts; // owned (completions), n_prompts entries
     int n_prompts;
-    struct tl_chat_msg *msgs;       // owned array (chat); contents borrowed from root or owned
+    struct tl_chat_msg *msgs; // owned array (chat); contents borrowed from root or owned
     int n_msgs;
-    char **owned;                   // owned strings (joined content parts), n_owned entries
+    char **owned; // owned strings (joined content parts), n_owned entries
     int n_owned;
-    int32_t max_tokens;             // 0 = not given (completions default 16; chat: the rest
-                                    // of the context)
+    int32_t max_tokens; // 0 = not given (completions default 16; chat: the rest
+                        // of the context)
     struct tl_sampling sampling;
-    bool seed_set;                  // sampling.seed came from the request
-    int n;                          // choices per prompt (>= 1)
+    bool seed_set;                     // sampling.seed came from the request
+    int n;                             // choices per prompt (>= 1)
     const char *stop[TL_OAI_MAX_STOP]; // borrowed from root
     int n_stop;
     bool stream;
-    bool include_usage;             // stream_options.include_usage
-    bool echo;                      // completions: prepend the prompt to the text
-    bool logprobs;                  // report logprobs (completions: logprobs given; chat:
-                                    // logprobs true)
-    int32_t top_logprobs;           // alternatives per token (0..20)
+    bool include_usage;   // stream_options.include_usage
+    bool echo;            // completions: prepend the prompt to the text
+    bool logprobs;        // report logprobs (completions: logprobs given; chat:
+                          // logprobs true)
+    int32_t top_logprobs; // alternatives per token (0..20)
     bool ignore_eos;
     int32_t priority;
-    int64_t timeout_ms;             // 0 = none
+    int64_t timeout_ms; // 0 = none
 };
 
 // Limits that depend on the model.
@@ -89,8 +89,8 @@ bool tl_oai_parse(enum tl_oai_kind kind, const char *body, size_t len,
 void tl_oai_params_free(struct tl_oai_params *p);
 
 // Fills *err. fmt is printf-style; param may be NULL.
-void tl_oai_error_set(struct tl_oai_error *err, int http_status, const char *type,
-                      const char *code, const char *param, const char *fmt, ...)
+void tl_oai_error_set(struct tl_oai_error *err, int http_status, const char *type, const char *code,
+                      const char *param, const char *fmt, ...)
     __attribute__((format(printf, 6, 7)));
 
 // The single place where a tl_status becomes an HTTP status and an OpenAI error type:
@@ -112,8 +112,8 @@ json_t *tl_oai_usage_json(int64_t prompt_tokens, int64_t completion_tokens, int6
 // top_logprobs}]).
 struct tl_oai_logprobs {
     enum tl_oai_kind kind;
-    json_t *obj;      // owned: the object being built
-    int64_t offset;   // completions: text offset of the next token
+    json_t *obj;    // owned: the object being built
+    int64_t offset; // completions: text offset of the next token
 };
 bool tl_oai_logprobs_init(struct tl_oai_logprobs *lp, enum tl_oai_kind kind, int64_t offset);
 void tl_oai_logprobs_free(struct tl_oai_logprobs *lp);
@@ -139,8 +139,8 @@ json_t *tl_oai_chat_choice(int index, const char *text, size_t len, json_t *logp
                            const char *finish);
 // One choice of a chat.completion.chunk: {"index", "delta": {["role": "assistant",]
 // ["content"]}, "logprobs", "finish_reason"}. text NULL -> no content key.
-json_t *tl_oai_chat_delta(int index, bool with_role, const char *text, size_t len,
-                          json_t *logprobs, const char *finish);
+json_t *tl_oai_chat_delta(int index, bool with_role, const char *text, size_t len, json_t *logprobs,
+                          const char *finish);
 // The envelope {"id", "object", "created", "model", "choices": choices} (choices stolen).
 json_t *tl_oai_envelope(const char *id, const char *object, int64_t created, const char *model,
                         json_t *choices);

@@ -41,8 +41,8 @@ bool tl__srv_model_ready(struct tl_server *s)
     if (!name || !*name) name = s->info.name && *s->info.name ? s->info.name : s->model_base;
     s->model_name = strdup(name ? name : "model");
     if (!s->model_base || !s->model_name) return tl__errorf(TL_ERR_NOMEM, "out of memory"), false;
-    s->max_seq_len = s->cfg.engine.max_seq_len > 0 ? s->cfg.engine.max_seq_len
-                                                   : s->info.n_ctx_train;
+    s->max_seq_len =
+        s->cfg.engine.max_seq_len > 0 ? s->cfg.engine.max_seq_len : s->info.n_ctx_train;
     if (s->max_seq_len <= 0) s->max_seq_len = 2048;
     s->max_token_bytes = 64;
     for (int32_t id = 0; id < s->info.n_vocab && id < (1 << 20); id++) {
@@ -71,8 +71,10 @@ bool tl__srv_model_ready(struct tl_server *s)
         int64_t n_ids = 0;
         tl_status st =
             s->be->tokenize(s->model, texts[i], strlen(texts[i]), false, true, &ids, &n_ids);
-        if (!st && n_ids == 1) s->chat_stop_tokens[s->n_chat_stop_tokens++] = ids[0];
-        else s->chat_stop_strings[s->n_chat_stop_strings++] = texts[i];
+        if (!st && n_ids == 1)
+            s->chat_stop_tokens[s->n_chat_stop_tokens++] = ids[0];
+        else
+            s->chat_stop_strings[s->n_chat_stop_strings++] = texts[i];
         free(ids);
     }
     return true;
@@ -138,8 +140,10 @@ static char *token_text(struct tl_server *s, int32_t id, size_t *len)
         *len = 0;
         return NULL;
     }
-    if (n < sizeof(buf)) memcpy(out, buf, n);
-    else s->be->token_text(s->model, id, out, n + 1);
+    if (n < sizeof(buf))
+        memcpy(out, buf, n);
+    else
+        s->be->token_text(s->model, id, out, n + 1);
     out[n] = '\0';
     *len = n;
     return out;
@@ -154,14 +158,17 @@ static bool add_logprob(struct tl_server *s, struct tl_oai_logprobs *lp, int32_t
     char *tops[TL_OAI_MAX_LOGPROBS];
     size_t tops_len[TL_OAI_MAX_LOGPROBS];
     if (n_top > TL_OAI_MAX_LOGPROBS) n_top = TL_OAI_MAX_LOGPROBS;
-    for (int i = 0; i < n_top; i++) tops[i] = token_text(s, top[i].id, &tops_len[i]);
+    for (int i = 0; i < n_top; i++)
+        tops[i] = token_text(s, top[i].id, &tops_len[i]);
     bool ok = text != NULL;
-    for (int i = 0; i < n_top; i++) ok = ok && tops[i];
+    for (int i = 0; i < n_top; i++)
+        ok = ok && tops[i];
     if (ok)
         ok = tl_oai_logprobs_add(lp, text, len, logprob, top, (const char *const *)tops, tops_len,
                                  n_top);
     free(text);
-    for (int i = 0; i < n_top; i++) free(tops[i]);
+    for (int i = 0; i < n_top; i++)
+        free(tops[i]);
     return ok;
 }
 
@@ -199,12 +206,12 @@ static void h_metrics(struct tl_server *s, struct evhttp_request *r, int64_t t0)
 static void h_models(struct tl_server *s, struct evhttp_request *r, int64_t t0)
 {
     if (!require_ready(s, r, t0)) return;
-    json_t *m = json_pack("{ss ss sI ss sI sI ss sb ss}", "id", s->model_name, "object",
-                          "model", "created", (json_int_t)s->started_s, "owned_by", "tokenloom",
-                          "max_model_len", (json_int_t)s->max_seq_len, "vocab_size",
-                          (json_int_t)s->info.n_vocab, "chat_template",
-                          tl_chat_family_name(s->chat_family), "chat_template_fallback",
-                          s->chat_fallback, "root", s->model_base);
+    json_t *m =
+        json_pack("{ss ss sI ss sI sI ss sb ss}", "id", s->model_name, "object", "model", "created",
+                  (json_int_t)s->started_s, "owned_by", "tokenloom", "max_model_len",
+                  (json_int_t)s->max_seq_len, "vocab_size", (json_int_t)s->info.n_vocab,
+                  "chat_template", tl_chat_family_name(s->chat_family), "chat_template_fallback",
+                  s->chat_fallback, "root", s->model_base);
     tl__srv_send_json(s, r, 200, json_pack("{ss s[o]}", "object", "list", "data", m), t0, 0, 0);
 }
 
@@ -234,7 +241,8 @@ static json_t *parse_body_object(struct tl_server *s, struct evhttp_request *r, 
     json_t *root = json_loadb(body, len, JSON_ALLOW_NUL, &jerr);
     if (!root || !json_is_object(root)) {
         char msg[300];
-        if (root) snprintf(msg, sizeof(msg), "the request body must be a JSON object");
+        if (root)
+            snprintf(msg, sizeof(msg), "the request body must be a JSON object");
         else
             snprintf(msg, sizeof(msg), "malformed JSON body: %s (line %d, column %d)", jerr.text,
                      jerr.line, jerr.column);
@@ -310,7 +318,8 @@ static void h_tokenize(struct tl_server *s, struct evhttp_request *r, int64_t t0
         return;
     }
     json_t *arr = json_array();
-    for (int64_t i = 0; i < n; i++) json_array_append_new(arr, json_integer(ids[i]));
+    for (int64_t i = 0; i < n; i++)
+        json_array_append_new(arr, json_integer(ids[i]));
     free(ids);
     tl__srv_send_json(s, r, 200,
                       json_pack("{so sI sI}", "tokens", arr, "count", (json_int_t)n,
@@ -360,8 +369,8 @@ static void h_detokenize(struct tl_server *s, struct evhttp_request *r, int64_t 
                  "the tokens could not be detokenized");
         return;
     }
-    tl__srv_send_json(s, r, 200, json_pack("{so}", "prompt", tl_oai_string(text, strlen(text))),
-                      t0, 0, (int64_t)n);
+    tl__srv_send_json(s, r, 200, json_pack("{so}", "prompt", tl_oai_string(text, strlen(text))), t0,
+                      0, (int64_t)n);
     free(text);
 }
 
@@ -456,9 +465,10 @@ static void finish_request(struct tl_srv_req *q)
         usage_totals(q, &np, &nc, &ncached);
         if (q->streaming) {
             if (q->params.include_usage && !q->client_gone) {
-                json_t *o = tl_oai_envelope(
-                    q->id, q->params.kind == TL_OAI_CHAT ? "chat.completion.chunk" : "text_completion",
-                    q->created, model_of(q), json_array());
+                json_t *o = tl_oai_envelope(q->id,
+                                            q->params.kind == TL_OAI_CHAT ? "chat.completion.chunk"
+                                                                          : "text_completion",
+                                            q->created, model_of(q), json_array());
                 json_object_set_new(o, "usage", tl_oai_usage_json(np, nc, ncached));
                 tl__srv_sse_send(q, o, NULL);
             }
@@ -482,14 +492,15 @@ static void finish_request(struct tl_srv_req *q)
                     struct tl_sb text;
                     tl_sb_init(&text);
                     if (q->params.echo && q->prompt_text && q->prompt_text[c->prompt])
-                        tl_sb_add(&text, q->prompt_text[c->prompt],
-                                  q->prompt_text_len[c->prompt]);
+                        tl_sb_add(&text, q->prompt_text[c->prompt], q->prompt_text_len[c->prompt]);
                     tl_sb_add(&text, c->text.buf ? c->text.buf : "", c->text.len);
                     json_t *lp = tl_oai_logprobs_take(&c->lp);
                     const char *fin = tl_oai_finish_str(c->finish);
-                    json_array_append_new(choices,
-                                          chat ? tl_oai_chat_choice(c->index, text.buf ? text.buf : "", text.len, lp, fin)
-                                               : tl_oai_text_choice(c->index, text.buf ? text.buf : "", text.len, lp, fin));
+                    json_array_append_new(
+                        choices, chat ? tl_oai_chat_choice(c->index, text.buf ? text.buf : "",
+                                                           text.len, lp, fin)
+                                      : tl_oai_text_choice(c->index, text.buf ? text.buf : "",
+                                                           text.len, lp, fin));
                     tl_sb_free(&text);
                 }
                 json_t *o = tl_oai_envelope(q->id, chat ? "chat.completion" : "text_completion",
@@ -512,7 +523,8 @@ static void on_token(struct tl_server *s, struct tl_srv_req *q, struct tl_srv_ch
         c->started = true;
         s->n_queued--;
     }
-    if (c->t_last_token_us) tl_hist_observe(&s->metrics.itl, (double)(m->t_us - c->t_last_token_us) / 1e6);
+    if (c->t_last_token_us)
+        tl_hist_observe(&s->metrics.itl, (double)(m->t_us - c->t_last_token_us) / 1e6);
     c->t_last_token_us = m->t_us;
     if (!q->http || q->client_gone) return;
     const struct tl_event *ev = &m->ev;
@@ -556,7 +568,8 @@ static void on_done(struct tl_server *s, struct tl_srv_req *q, struct tl_srv_cho
         c->finish = TL_FINISH_ERROR;
         snprintf(m->error, sizeof(m->error), "out of memory while streaming events");
     }
-    if (c->finish == TL_FINISH_ERROR) c->error = strdup(m->error[0] ? m->error : "generation failed");
+    if (c->finish == TL_FINISH_ERROR)
+        c->error = strdup(m->error[0] ? m->error : "generation failed");
     tl_metrics_observe_done(&s->metrics, ev->queue_us, ev->ttft_us, ev->total_us,
                             ev->n_prompt_tokens, ev->n_generated);
     if (q->http && !q->client_gone) {
@@ -610,8 +623,8 @@ static bool prepare_prompt(struct tl_server *s, struct tl_srv_req *q, int i,
         q->n_prompt_tokens[i] = p->prompts[i].n_tokens;
         p->prompts[i].tokens = NULL;
         if (p->echo) {
-            q->prompt_text[i] = s->be->detokenize(s->model, q->prompt_tokens[i],
-                                                  q->n_prompt_tokens[i], false);
+            q->prompt_text[i] =
+                s->be->detokenize(s->model, q->prompt_tokens[i], q->n_prompt_tokens[i], false);
             q->prompt_text_len[i] = q->prompt_text[i] ? strlen(q->prompt_text[i]) : 0;
         }
         return true;
@@ -724,11 +737,11 @@ static void start_stream(struct tl_server *s, struct tl_srv_req *q)
                              NULL);
             c->sent_role = true;
         } else if (q->params.echo && q->prompt_text[c->prompt]) {
-            tl__srv_sse_send(q,
-                             chunk(q, tl_oai_text_choice(c->index, q->prompt_text[c->prompt],
-                                                         q->prompt_text_len[c->prompt], NULL,
-                                                         NULL)),
-                             NULL);
+            tl__srv_sse_send(
+                q,
+                chunk(q, tl_oai_text_choice(c->index, q->prompt_text[c->prompt],
+                                            q->prompt_text_len[c->prompt], NULL, NULL)),
+                NULL);
             c->lp_offset = (int64_t)q->prompt_text_len[c->prompt];
         }
     }
@@ -757,8 +770,8 @@ static void h_generate(struct tl_server *s, struct evhttp_request *r, int64_t t0
     struct tl_oai_params *p = &q->params;
     if (p->model && !model_matches(s, p->model)) {
         tl_oai_error_set(&err, 404, "invalid_request_error", "model_not_found", "model",
-                         "The model '%.200s' does not exist; this server serves '%.150s'",
-                         p->model, s->model_name);
+                         "The model '%.200s' does not exist; this server serves '%.150s'", p->model,
+                         s->model_name);
         goto fail;
     }
     int n_prompts = kind == TL_OAI_CHAT ? 1 : p->n_prompts;
@@ -787,9 +800,11 @@ static void h_generate(struct tl_server *s, struct evhttp_request *r, int64_t t0
     // Stop strings: the request's plus, for chat, the template's that are not single tokens.
     const char *stops[TL_OAI_MAX_STOP + 4];
     int n_stops = 0;
-    for (int i = 0; i < p->n_stop; i++) stops[n_stops++] = p->stop[i];
+    for (int i = 0; i < p->n_stop; i++)
+        stops[n_stops++] = p->stop[i];
     if (kind == TL_OAI_CHAT)
-        for (int i = 0; i < s->n_chat_stop_strings; i++) stops[n_stops++] = s->chat_stop_strings[i];
+        for (int i = 0; i < s->n_chat_stop_strings; i++)
+            stops[n_stops++] = s->chat_stop_strings[i];
     tl_status st = TL_OK;
     for (int i = 0; i < q->n_choices; i++) {
         struct tl_srv_choice *c = &q->choices[i];
@@ -868,7 +883,8 @@ static bool same_secret(const char *a, const char *b)
 {
     size_t la = strlen(a), lb = strlen(b);
     unsigned char d = la != lb;
-    for (size_t i = 0; i < la; i++) d |= (unsigned char)(a[i] ^ b[i % (lb ? lb : 1)]);
+    for (size_t i = 0; i < la; i++)
+        d |= (unsigned char)(a[i] ^ b[i % (lb ? lb : 1)]);
     return d == 0;
 }
 
@@ -901,11 +917,11 @@ void tl__srv_handle(struct evhttp_request *r, void *arg)
         const char *h = evhttp_find_header(evhttp_request_get_input_headers(r), "Authorization");
         bool ok = h && !strncmp(h, "Bearer ", 7) && same_secret(h + 7, s->cfg.api_key);
         if (!ok) {
-            evhttp_add_header(evhttp_request_get_output_headers(r), "WWW-Authenticate",
-                              "Bearer");
+            evhttp_add_header(evhttp_request_get_output_headers(r), "WWW-Authenticate", "Bearer");
             send_err(s, r, t0, 401, "invalid_request_error", "invalid_api_key", NULL,
-                     h ? "Incorrect API key provided" : "Missing API key: send "
-                                                        "'Authorization: Bearer <key>'");
+                     h ? "Incorrect API key provided"
+                       : "Missing API key: send "
+                         "'Authorization: Bearer <key>'");
             return;
         }
     }

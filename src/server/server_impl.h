@@ -30,13 +30,13 @@ enum tl_srv_state {
 // One engine event, copied on the engine thread for the loop. Text and alternatives live in
 // the same allocation, after the struct.
 struct tl_srv_msg {
-    struct tl_srv_msg *next;   // queue link
-    char *text_heap;           // owned: a DONE message's text (NULL when none)
-    char error[256];           // a DONE message's error text
+    struct tl_srv_msg *next;      // queue link
+    char *text_heap;              // owned: a DONE message's text (NULL when none)
+    char error[256];              // a DONE message's error text
     struct tl_srv_choice *choice; // the request's user pointer; dereferenced by the loop only
-    struct tl_event ev;        // text and top point into this allocation (or are NULL)
-    int64_t t_us;              // when the engine delivered it (tl_time_us)
-    bool preallocated;         // the choice's DONE message: freed with the choice
+    struct tl_event ev;           // text and top point into this allocation (or are NULL)
+    int64_t t_us;                 // when the engine delivered it (tl_time_us)
+    bool preallocated;            // the choice's DONE message: freed with the choice
 };
 
 // The handover from the engine thread to the loop: a mutex-protected list plus an eventfd
@@ -52,46 +52,46 @@ struct tl_srv_req;
 
 // One engine request: a prompt's i-th choice.
 struct tl_srv_choice {
-    struct tl_srv_req *req;   // the owning request
-    int index;                // choice index in the response
-    int prompt;               // which prompt of the request
+    struct tl_srv_req *req; // the owning request
+    int index;              // choice index in the response
+    int prompt;             // which prompt of the request
     uint64_t engine_id;
-    bool submitted;           // the engine accepted it: a DONE message will come
-    bool done;                // DONE processed
-    bool started;             // first TOKEN (or DONE) seen: no longer counted as queued
+    bool submitted;              // the engine accepted it: a DONE message will come
+    bool done;                   // DONE processed
+    bool started;                // first TOKEN (or DONE) seen: no longer counted as queued
     struct tl_srv_msg *done_msg; // owned, preallocated DONE message (see tl__srv_on_event)
-    atomic_bool dropped;      // engine thread: a TOKEN message could not be allocated
-    struct tl_sb text;        // non-streaming: the text so far
-    struct tl_oai_logprobs lp; // logprobs so far (non-streaming), lp.obj NULL when unused
-    int64_t lp_offset;        // streaming: text offset for completion logprobs
-    bool sent_role;           // chat streaming: the role chunk went out
+    atomic_bool dropped;         // engine thread: a TOKEN message could not be allocated
+    struct tl_sb text;           // non-streaming: the text so far
+    struct tl_oai_logprobs lp;   // logprobs so far (non-streaming), lp.obj NULL when unused
+    int64_t lp_offset;           // streaming: text offset for completion logprobs
+    bool sent_role;              // chat streaming: the role chunk went out
     enum tl_finish_reason finish;
-    char *error;              // owned: the engine's message for TL_FINISH_ERROR
+    char *error; // owned: the engine's message for TL_FINISH_ERROR
     int64_t n_prompt, n_cached, n_generated;
-    int64_t t_last_token_us;  // for inter-token latency
+    int64_t t_last_token_us; // for inter-token latency
 };
 
 // One HTTP request to a generating endpoint.
 struct tl_srv_req {
     struct tl_server *srv;
-    struct tl_srv_req *prev, *next;  // the server's list of live requests
-    struct evhttp_request *http;     // libevent's; NULL once the reply is complete
-    struct evhttp_connection *conn;  // its connection while our close callback is set
-    bool conn_closed;   // libevent saw the connection close: http is orphaned, ours to end
-    bool client_gone;   // the client vanished (close callback or probe): choices cancelled
-    bool streaming;     // SSE headers sent
+    struct tl_srv_req *prev, *next; // the server's list of live requests
+    struct evhttp_request *http;    // libevent's; NULL once the reply is complete
+    struct evhttp_connection *conn; // its connection while our close callback is set
+    bool conn_closed; // libevent saw the connection close: http is orphaned, ours to end
+    bool client_gone; // the client vanished (close callback or probe): choices cancelled
+    bool streaming;   // SSE headers sent
     struct tl_oai_params params;
     int n_choices;
-    struct tl_srv_choice *choices;   // owned, n_choices
-    int n_live;                      // choices submitted and not yet DONE
-    char id[48];                     // "cmpl-..." / "chatcmpl-..."
-    int64_t created;                 // Unix seconds
+    struct tl_srv_choice *choices; // owned, n_choices
+    int n_live;                    // choices submitted and not yet DONE
+    char id[48];                   // "cmpl-..." / "chatcmpl-..."
+    int64_t created;               // Unix seconds
     int64_t t_start_us;
-    char **prompt_text;              // owned (echo): each prompt's text, n_prompts entries
+    char **prompt_text; // owned (echo): each prompt's text, n_prompts entries
     size_t *prompt_text_len;
-    int32_t **prompt_tokens;         // owned, tokenized prompts (n_prompts)
+    int32_t **prompt_tokens; // owned, tokenized prompts (n_prompts)
     int64_t *n_prompt_tokens;
-    int status;                      // HTTP status sent (for the access log)
+    int status; // HTTP status sent (for the access log)
 };
 
 struct tl_server {
@@ -105,17 +105,17 @@ struct tl_server {
     atomic_bool engine_up;           // model and engine exist (set once by the engine thread)
     int exit_code;
 
-    struct event_base *base;         // owned
-    struct evhttp *http;             // owned
+    struct event_base *base;              // owned
+    struct evhttp *http;                  // owned
     struct evhttp_bound_socket *listener; // owned by http; NULL once closed
     int port;
-    struct event *ev_queue;          // eventfd readable
-    struct event *ev_tick;           // periodic: liveness probes, stop/drain checks
+    struct event *ev_queue; // eventfd readable
+    struct event *ev_tick;  // periodic: liveness probes, stop/drain checks
     struct event *ev_sigint, *ev_sigterm;
-    int stop_efd;                    // eventfd written by tl_server_stop
+    int stop_efd; // eventfd written by tl_server_stop
     struct event *ev_stop;
-    int64_t drain_deadline_us;       // when draining: cancel what is left after this
-    bool drain_cancelled;            // the deadline passed and everything was cancelled
+    int64_t drain_deadline_us; // when draining: cancel what is left after this
+    bool drain_cancelled;      // the deadline passed and everything was cancelled
 
     pthread_t engine_thread;
     bool engine_thread_started;
@@ -123,12 +123,12 @@ struct tl_server {
 
     // Model facts (valid once READY):
     struct tl_model_info info;
-    char *model_name;                // owned: the served id
-    char *model_base;                // owned: the file's base name (also accepted)
-    int32_t max_seq_len;             // prompt + generated tokens per request
-    size_t max_token_bytes;          // longest text of one token (at least 64): a prompt longer
-                                     // than max_seq_len * this cannot fit and is refused
-                                     // before tokenizing (which would stall the loop)
+    char *model_name;       // owned: the served id
+    char *model_base;       // owned: the file's base name (also accepted)
+    int32_t max_seq_len;    // prompt + generated tokens per request
+    size_t max_token_bytes; // longest text of one token (at least 64): a prompt longer
+                            // than max_seq_len * this cannot fit and is refused
+                            // before tokenizing (which would stall the loop)
     enum tl_chat_family chat_family;
     bool chat_fallback;
     int32_t chat_stop_tokens[4];
@@ -136,11 +136,11 @@ struct tl_server {
     const char *chat_stop_strings[4]; // static strings (not single tokens)
     int n_chat_stop_strings;
 
-    struct tl_srv_req *reqs;         // live generating requests (doubly linked)
-    int64_t n_queued;                // choices submitted but not started
+    struct tl_srv_req *reqs; // live generating requests (doubly linked)
+    int64_t n_queued;        // choices submitted but not started
     uint64_t id_counter;
-    uint64_t rng;                    // seeds for requests without one
-    int64_t started_s;               // Unix seconds at start
+    uint64_t rng;      // seeds for requests without one
+    int64_t started_s; // Unix seconds at start
     struct tl_metrics metrics;
 };
 

@@ -18,7 +18,8 @@ void tl_sse_format(struct tl_sb *out, const char *data, size_t len)
     size_t i = 0;
     for (;;) {
         size_t j = i;
-        while (j < len && data[j] != '\n' && data[j] != '\r') j++;
+        while (j < len && data[j] != '\n' && data[j] != '\r')
+            j++;
         tl_sb_add(out, "data: ", 6);
         tl_sb_add(out, data + i, j - i);
         tl_sb_add(out, "\n", 1);
@@ -73,8 +74,7 @@ static bool end_line(struct tl_sse_parser *p, tl_sse_event_fn fn, void *user)
     return ok;
 }
 
-bool tl_sse_feed(struct tl_sse_parser *p, const char *buf, size_t n, tl_sse_event_fn fn,
-                 void *user)
+bool tl_sse_feed(struct tl_sse_parser *p, const char *buf, size_t n, tl_sse_event_fn fn, void *user)
 {
     for (size_t i = 0; i < n; i++) {
         char c = buf[i];
@@ -89,7 +89,8 @@ bool tl_sse_feed(struct tl_sse_parser *p, const char *buf, size_t n, tl_sse_even
         }
         // Add runs of ordinary bytes at once.
         size_t j = i;
-        while (j < n && buf[j] != '\n' && buf[j] != '\r') j++;
+        while (j < n && buf[j] != '\n' && buf[j] != '\r')
+            j++;
         tl_sb_add(&p->line, buf + i, j - i);
         i = j - 1;
     }

@@ -7,7 +7,10 @@
 
 #include "server/chat_template.h"
 
-#define MSG(r, s) {r, s, sizeof(s) - 1}
+#define MSG(r, s)                                                                                  \
+    {                                                                                              \
+        r, s, sizeof(s) - 1                                                                        \
+    }
 
 static const struct tl_chat_msg convo[] = {
     MSG(TL_CHAT_SYSTEM, "You are terse."),

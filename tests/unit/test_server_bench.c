@@ -53,13 +53,15 @@ static void test_dist_draws(void **state)
         assert_true(x >= 10 && x <= 13);
         seen[x - 10]++;
     }
-    for (int i = 0; i < 4; i++) assert_true(seen[i] > 800 && seen[i] < 1200); // ~1000 each
+    for (int i = 0; i < 4; i++)
+        assert_true(seen[i] > 800 && seen[i] < 1200); // ~1000 each
     struct tl_bench_dist f;
     assert_true(tl_bench_dist_parse("7", &f));
     assert_int_equal(tl_bench_dist_draw(&f, &rng), 7);
     struct tl_bench_dist e;
     assert_true(tl_bench_dist_parse("exp:1", &e));
-    for (int i = 0; i < 1000; i++) assert_true(tl_bench_dist_draw(&e, &rng) >= 1);
+    for (int i = 0; i < 1000; i++)
+        assert_true(tl_bench_dist_draw(&e, &rng) >= 1);
 }
 
 static void test_exponential_gaps(void **state)
@@ -75,7 +77,7 @@ static void test_exponential_gaps(void **state)
         sum2 += x * x;
     }
     double mean = sum / n, var = sum2 / n - mean * mean;
-    TL_ASSERT_NEAR(mean, 0.25, 0.005, 0);     // standard error 0.25/sqrt(n) = 0.00056
+    TL_ASSERT_NEAR(mean, 0.25, 0.005, 0); // standard error 0.25/sqrt(n) = 0.00056
     TL_ASSERT_NEAR(var, 0.0625, 0.003, 1);
     for (int i = 0; i < 1000; i++) {
         double u = tl_bench_uniform(&rng);

@@ -46,7 +46,8 @@ static tl_status fake_tokenize(const tl_model *m, const char *text, size_t len, 
     *ids = malloc((len + 1) * sizeof(int32_t));
     int64_t k = 0;
     if (add_special) (*ids)[k++] = 1;
-    for (size_t i = 0; i < len; i++) (*ids)[k++] = (unsigned char)text[i] + 3;
+    for (size_t i = 0; i < len; i++)
+        (*ids)[k++] = (unsigned char)text[i] + 3;
     *n = k;
     return TL_OK;
 }
@@ -139,9 +140,15 @@ static tl_status fake_cancel(tl_engine *e, uint64_t id)
 
 static void done(struct fake_req *q, enum tl_finish_reason why)
 {
-    struct tl_event ev = {.type = TL_EVENT_DONE, .request_id = q->id, .text = "", .finish = why,
-                          .n_prompt_tokens = q->n_prompt, .n_generated = q->n_gen,
-                          .queue_us = 10, .ttft_us = 100, .total_us = 1000};
+    struct tl_event ev = {.type = TL_EVENT_DONE,
+                          .request_id = q->id,
+                          .text = "",
+                          .finish = why,
+                          .n_prompt_tokens = q->n_prompt,
+                          .n_generated = q->n_gen,
+                          .queue_us = 10,
+                          .ttft_us = 100,
+                          .total_us = 1000};
     fe.n_finished[why]++;
     q->used = false;
     q->fn(q->user, &ev);
@@ -166,13 +173,20 @@ static tl_status fake_step(tl_engine *e, int64_t *n_pending)
         }
         char c = (char)('a' + (q->seed + (uint64_t)q->n_gen) % 26);
         struct tl_token_logprob top[2] = {{c + 3, -0.5f}, {'z' + 3, -2.0f}};
-        struct tl_event ev = {.type = TL_EVENT_TOKEN, .request_id = q->id, .text = &c,
-                              .text_len = 1, .token = c + 3, .logprob = -0.5f, .top = top,
+        struct tl_event ev = {.type = TL_EVENT_TOKEN,
+                              .request_id = q->id,
+                              .text = &c,
+                              .text_len = 1,
+                              .token = c + 3,
+                              .logprob = -0.5f,
+                              .top = top,
                               .n_top = q->n_logprobs < 2 ? q->n_logprobs : 2};
         q->n_gen++;
         q->fn(q->user, &ev);
-        if (q->n_gen >= q->max_tokens) done(q, TL_FINISH_LENGTH);
-        else pending++;
+        if (q->n_gen >= q->max_tokens)
+            done(q, TL_FINISH_LENGTH);
+        else
+            pending++;
     }
     pthread_mutex_unlock(&fe.mu);
     *n_pending = pending;
@@ -184,7 +198,8 @@ static void fake_wait(tl_engine *e, int timeout_ms)
     (void)e;
     pthread_mutex_lock(&fe.mu);
     bool any = false;
-    for (int i = 0; i < FAKE_MAX; i++) any = any || fe.r[i].used;
+    for (int i = 0; i < FAKE_MAX; i++)
+        any = any || fe.r[i].used;
     if (!any) {
         struct timespec ts;
         clock_gettime(CLOCK_REALTIME, &ts);
@@ -209,7 +224,8 @@ static void fake_stats(tl_engine *e, struct tl_engine_stats *out)
     (void)e;
     memset(out, 0, sizeof(*out));
     pthread_mutex_lock(&fe.mu);
-    for (int i = 0; i < FAKE_MAX; i++) out->n_running += fe.r[i].used;
+    for (int i = 0; i < FAKE_MAX; i++)
+        out->n_running += fe.r[i].used;
     out->kv_blocks_total = 100;
     out->kv_blocks_used = out->n_running;
     memcpy(out->finished_total, fe.n_finished, sizeof(fe.n_finished));
@@ -217,8 +233,8 @@ static void fake_stats(tl_engine *e, struct tl_engine_stats *out)
 }
 
 static const struct tl_srv_backend fake_backend = {
-    fake_info, fake_tokenize, fake_detokenize, fake_token_text, fake_submit,
-    fake_cancel, fake_step,   fake_wait,       fake_wake,       fake_stats,
+    fake_info,   fake_tokenize, fake_detokenize, fake_token_text, fake_submit,
+    fake_cancel, fake_step,     fake_wait,       fake_wake,       fake_stats,
 };
 
 // ---- a server in a thread --------------------------------------------------------------------
@@ -240,7 +256,8 @@ static int64_t running_requests(void);
 
 static struct running *start(const char *api_key, size_t max_body, int max_queued)
 {
-    for (int i = 0; i < FAKE_MAX; i++) fe.r[i].used = false;
+    for (int i = 0; i < FAKE_MAX; i++)
+        fe.r[i].used = false;
     fe.step_sleep_ms = 1;
     struct tl_server_config c;
     tl_server_config_default(&c);
@@ -379,8 +396,8 @@ static void expect_error(int port, const char *method, const char *path, const c
 {
     struct resp r;
     request(port, method, path, body, headers, &r);
-    if (r.status != status) fail_msg("%s %s: status %d, want %d: %s", method, path, r.status,
-                                     status, r.body);
+    if (r.status != status)
+        fail_msg("%s %s: status %d, want %d: %s", method, path, r.status, status, r.body);
     if (status != 413) { // libevent answers 413 itself, before the body reaches us
         json_t *j = body_json(&r);
         json_t *e = json_object_get(j, "error");
@@ -559,8 +576,10 @@ static void test_streams(void **state)
         json_t *c = json_array_get(json_object_get(g.ev[i], "choices"), 0);
         tl_sb_adds(&text, json_string_value(json_object_get(c, "text")));
         json_t *fin = json_object_get(c, "finish_reason");
-        if (i < 3) assert_true(json_is_null(fin));
-        else assert_string_equal(json_string_value(fin), "length");
+        if (i < 3)
+            assert_true(json_is_null(fin));
+        else
+            assert_string_equal(json_string_value(fin), "length");
     }
     assert_string_equal(text.buf, "abc");
     tl_sb_free(&text);
@@ -568,7 +587,8 @@ static void test_streams(void **state)
     json_t *u = json_object_get(g.ev[4], "usage");
     assert_int_equal(json_integer_value(json_object_get(u, "completion_tokens")), 3);
     assert_int_equal(json_integer_value(json_object_get(u, "prompt_tokens")), 2);
-    for (int i = 0; i < g.n; i++) json_decref(g.ev[i]);
+    for (int i = 0; i < g.n; i++)
+        json_decref(g.ev[i]);
     resp_free(&r);
 
     // Chat: the first chunk of each choice carries the role, then content deltas.
@@ -592,7 +612,8 @@ static void test_streams(void **state)
     assert_null(json_object_get(d1, "role"));
     json_t *c3 = json_array_get(json_object_get(g.ev[3], "choices"), 0);
     assert_string_equal(json_string_value(json_object_get(c3, "finish_reason")), "length");
-    for (int i = 0; i < g.n; i++) json_decref(g.ev[i]);
+    for (int i = 0; i < g.n; i++)
+        json_decref(g.ev[i]);
     resp_free(&r);
 
     // Chat, not streamed.
@@ -629,8 +650,8 @@ static void test_errors(void **state)
     expect_error(port, "POST", "/v1/completions", "{\"prompt\":\"x\",\"model\":\"gpt-4\"}", NULL,
                  404, "model");
     // 64-token context: 2 prompt tokens + 63 is one too many.
-    expect_error(port, "POST", "/v1/completions", "{\"prompt\":\"x\",\"max_tokens\":63}", NULL,
-                 400, "max_tokens");
+    expect_error(port, "POST", "/v1/completions", "{\"prompt\":\"x\",\"max_tokens\":63}", NULL, 400,
+                 "max_tokens");
     char big[400];
     memset(big, 0, sizeof(big));
     snprintf(big, sizeof(big), "{\"prompt\":\"%0300d\"}", 0);

@@ -21,7 +21,8 @@ static void test_hist_buckets(void **state)
     const double le[] = {1, 2, 5};
     tl_hist_init(&h, le, 3);
     const double obs[] = {0.5, 1, 1.5, 5, 7, 100};
-    for (int i = 0; i < 6; i++) tl_hist_observe(&h, obs[i]);
+    for (int i = 0; i < 6; i++)
+        tl_hist_observe(&h, obs[i]);
     assert_int_equal(h.count[0], 2); // 0.5, 1 (le is inclusive)
     assert_int_equal(h.count[1], 1);
     assert_int_equal(h.count[2], 1);
@@ -93,8 +94,10 @@ static void test_render(void **state)
     for (const char *l = t; *l;) {
         const char *e = strchr(l, '\n');
         assert_non_null(e);
-        if (!strncmp(l, "# TYPE ", 7)) n_type++;
-        else if (l[0] != '#') assert_true(!strncmp(l, "tokenloom:", 10) && memchr(l, ' ', e - l));
+        if (!strncmp(l, "# TYPE ", 7))
+            n_type++;
+        else if (l[0] != '#')
+            assert_true(!strncmp(l, "tokenloom:", 10) && memchr(l, ' ', e - l));
         l = e + 1;
     }
     assert_true(n_type >= 20);

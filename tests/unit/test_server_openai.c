@@ -118,16 +118,35 @@ static void test_field_types_and_ranges(void **state)
     const struct {
         const char *field, *value;
     } cases[] = {
-        {"max_tokens", "0"},          {"max_tokens", "1.5"},      {"max_tokens", "\"3\""},
-        {"max_tokens", "3000000000"}, {"temperature", "-0.1"},    {"temperature", "2.5"},
-        {"temperature", "\"hot\""},   {"top_p", "0"},             {"top_p", "1.01"},
-        {"top_k", "-2"},              {"min_p", "2"},             {"n", "0"},
-        {"n", "65"},                  {"seed", "1.5"},            {"presence_penalty", "3"},
-        {"frequency_penalty", "-3"},  {"repetition_penalty", "0"}, {"logprobs", "21"},
-        {"logprobs", "true"},         {"echo", "1"},              {"stream", "\"yes\""},
-        {"stop", "5"},                {"stop", "[\"a\",\"b\",\"c\",\"d\",\"e\"]"},
-        {"stop", "[1]"},              {"ignore_eos", "0"},        {"priority", "1e3"},
-        {"timeout", "0"},             {"timeout", "\"1\""},       {"model", "7"},
+        {"max_tokens", "0"},
+        {"max_tokens", "1.5"},
+        {"max_tokens", "\"3\""},
+        {"max_tokens", "3000000000"},
+        {"temperature", "-0.1"},
+        {"temperature", "2.5"},
+        {"temperature", "\"hot\""},
+        {"top_p", "0"},
+        {"top_p", "1.01"},
+        {"top_k", "-2"},
+        {"min_p", "2"},
+        {"n", "0"},
+        {"n", "65"},
+        {"seed", "1.5"},
+        {"presence_penalty", "3"},
+        {"frequency_penalty", "-3"},
+        {"repetition_penalty", "0"},
+        {"logprobs", "21"},
+        {"logprobs", "true"},
+        {"echo", "1"},
+        {"stream", "\"yes\""},
+        {"stop", "5"},
+        {"stop", "[\"a\",\"b\",\"c\",\"d\",\"e\"]"},
+        {"stop", "[1]"},
+        {"ignore_eos", "0"},
+        {"priority", "1e3"},
+        {"timeout", "0"},
+        {"timeout", "\"1\""},
+        {"model", "7"},
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         char body[256];
@@ -213,8 +232,7 @@ static void test_chat_messages(void **state)
     expect_bad(TL_OAI_CHAT,
                "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"top_logprobs\":2}",
                "top_logprobs");
-    expect_bad(TL_OAI_CHAT,
-               "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"logprobs\":3}",
+    expect_bad(TL_OAI_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"logprobs\":3}",
                "logprobs");
     expect_bad(TL_OAI_CHAT,
                "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],"
@@ -334,9 +352,8 @@ static void test_logprobs_shapes(void **state)
 
 TL_TEST_MAIN(cmocka_unit_test(test_completion_defaults),
              cmocka_unit_test(test_completion_all_fields), cmocka_unit_test(test_prompt_shapes),
-             cmocka_unit_test(test_field_types_and_ranges),
-             cmocka_unit_test(test_malformed_bodies), cmocka_unit_test(test_chat_messages),
-             cmocka_unit_test(test_status_mapping), cmocka_unit_test(test_error_json_shape),
-             cmocka_unit_test(test_response_shapes),
+             cmocka_unit_test(test_field_types_and_ranges), cmocka_unit_test(test_malformed_bodies),
+             cmocka_unit_test(test_chat_messages), cmocka_unit_test(test_status_mapping),
+             cmocka_unit_test(test_error_json_shape), cmocka_unit_test(test_response_shapes),
              cmocka_unit_test(test_invalid_utf8_output_is_replaced),
              cmocka_unit_test(test_logprobs_shapes))

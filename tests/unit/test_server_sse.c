@@ -30,11 +30,12 @@ static void feed_all_ways(const char *stream, struct got *whole)
     assert_true(tl_sse_feed(&p, stream, strlen(stream), on_event, whole));
     tl_sse_parser_free(&p);
     tl_sse_parser_init(&p);
-    for (size_t i = 0; stream[i]; i++) assert_true(tl_sse_feed(&p, stream + i, 1, on_event,
-                                                               &bytewise));
+    for (size_t i = 0; stream[i]; i++)
+        assert_true(tl_sse_feed(&p, stream + i, 1, on_event, &bytewise));
     tl_sse_parser_free(&p);
     assert_int_equal(bytewise.n, whole->n);
-    for (int i = 0; i < whole->n && i < 8; i++) assert_string_equal(bytewise.ev[i], whole->ev[i]);
+    for (int i = 0; i < whole->n && i < 8; i++)
+        assert_string_equal(bytewise.ev[i], whole->ev[i]);
 }
 
 static void test_format(void **state)
@@ -72,11 +73,13 @@ static void test_roundtrip(void **state)
     const char *payloads[] = {"{\"choices\":[]}", "", "a\nb", "[DONE]", "trailing\n"};
     struct tl_sb sb;
     tl_sb_init(&sb);
-    for (size_t i = 0; i < 5; i++) tl_sse_format(&sb, payloads[i], strlen(payloads[i]));
+    for (size_t i = 0; i < 5; i++)
+        tl_sse_format(&sb, payloads[i], strlen(payloads[i]));
     struct got g;
     feed_all_ways(sb.buf, &g);
     assert_int_equal(g.n, 5);
-    for (int i = 0; i < 5; i++) assert_string_equal(g.ev[i], payloads[i]);
+    for (int i = 0; i < 5; i++)
+        assert_string_equal(g.ev[i], payloads[i]);
     tl_sb_free(&sb);
 }
 
