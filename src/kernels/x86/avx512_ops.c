@@ -153,6 +153,7 @@ struct fblock {
     __m512 *acc;      // R x T parked accumulators (ACC_LOAD: read first; else start at 0)
     float *y;         // (ACC_REDUCE) output of row 0, token 0
     int64_t y_stride; // n_out
+    int prefetch;     // w streams from memory (not a converted block): prefetch ahead
 };
 
 static ALWAYS_INLINE void fk(const struct fblock *b, int mode, const int type, const int R,
@@ -172,8 +173,11 @@ static ALWAYS_INLINE void fk(const struct fblock *b, int mode, const int type, c
         const __mmask16 mask = tail_mask16(b->kn - k);
         __m512 wv[8];
 #pragma GCC unroll 8
-        for (int i = 0; i < R; i++)
-            wv[i] = load_w(type, (const char *)b->w + i * b->w_stride * esz, k, mask, full);
+        for (int i = 0; i < R; i++) {
+            const char *wp = (const char *)b->w + (i * b->w_stride + k) * esz;
+            if (b->prefetch) _mm_prefetch(wp + 1024, _MM_HINT_T0);
+            wv[i] = load_w(type, wp, 0, mask, full);
+        }
 #pragma GCC unroll 8
         for (int j = 0; j < T; j++) {
             const float *xp = b->x + j * b->x_stride + k;
@@ -210,8 +214,8 @@ typedef void (*fk_fn)(const struct fblock *b, int mode);
     DEF_FK(NAME, TYPE, R, 2)                                                                       \
     DEF_FK(NAME, TYPE, R, 3)                                                                       \
     DEF_FK(NAME, TYPE, R, 4)                                                                       \
-    DEF_FK(NAME, TYPE, R, 5) DEF_FK(NAME, TYPE, R, 6) DEF_FK(NAME, TYPE, R, 7)                     \
-        DEF_FK(NAME, TYPE, R, 8)
+    DEF_FK(NAME, TYPE, R, 5)                                                                       \
+    DEF_FK(NAME, TYPE, R, 6) DEF_FK(NAME, TYPE, R, 7) DEF_FK(NAME, TYPE, R, 8)
 #define DEF_FK_R_(NAME, TYPE, R) DEF_FK_R(NAME, TYPE, R)
 #define FK_LIST(NAME, R)                                                                           \
     {                                                                                              \
@@ -272,6 +276,7 @@ static void float_rows(const struct tl__mm *m, int64_t r0, int64_t r1)
                 } else {
                     b.w = wrow + (size_t)kb * esz;
                     b.w_stride = w_stride;
+                    b.prefetch = 1;
                 }
                 for (int64_t t = c0; t < c1; t += FT) {
                     const int nt = c1 - t < FT ? (int)(c1 - t) : FT;
@@ -288,7 +293,12 @@ static void float_rows(const struct tl__mm *m, int64_t r0, int64_t r1)
 
 // ---- matmul: Q8_0 weights ---------------------------------------------------------------------
 
-enum { QR = 4, QT = 4 }; // Q8_0 tile: rows x tokens
+#ifndef TL_AVX512_QR
+#define TL_AVX512_QR 4
+#define TL_AVX512_QT 8
+#endif
+// 4 x 8 measured best (130 GOP/s vs 110 for 4 x 4 and 121 for 4 x 6 on Sapphire Rapids).
+enum { QR = TL_AVX512_QR, QT = TL_AVX512_QT }; // Q8_0 tile: rows x tokens (each <= 8)
 
 // The two blocks of chunk c of a Q8_0 row: 64 weight bytes made unsigned, and their scales
 // (lanes 0-7 block 2c, lanes 8-15 block 2c+1; a missing odd block reads as zero weights).
@@ -308,9 +318,9 @@ static ALWAYS_INLINE void qtile(const struct tl__mm *m, int64_t r, int64_t t, co
 {
     const struct tl_weight *w = m->w;
     const int64_t n = w->n_in, nb = n / TL_QK8_0;
-    const struct tl_block_q8_0 *wr[QR];
-    struct tl__xq_row xr[QT];
-    __m512 acc[QR][QT];
+    const struct tl_block_q8_0 *wr[8];
+    struct tl__xq_row xr[8];
+    __m512 acc[8][8];
 #pragma GCC unroll 8
     for (int i = 0; i < R; i++)
         wr[i] =
@@ -325,11 +335,15 @@ static ALWAYS_INLINE void qtile(const struct tl__mm *m, int64_t r, int64_t t, co
             acc[i][j] = _mm512_setzero_ps();
     for (int64_t b = 0; b < nb; b += 2) {
         const int two = b + 1 < nb;
-        __m512i wu[QR];
-        __m512 dw[QR];
+        __m512i wu[8];
+        __m512 dw[8];
 #pragma GCC unroll 8
-        for (int i = 0; i < R; i++)
+        for (int i = 0; i < R; i++) {
+            // software prefetch half a KiB ahead: measured +25% at n_tok = 1 from DRAM
+            _mm_prefetch((const char *)(wr[i] + b) + 512, _MM_HINT_T0);
+            _mm_prefetch((const char *)(wr[i] + b) + 576, _MM_HINT_T0);
             q8_load_w(wr[i] + b, two, &wu[i], &dw[i]);
+        }
         const int64_t c = b / 2;
 #pragma GCC unroll 8
         for (int j = 0; j < T; j++) {
@@ -353,22 +367,21 @@ static ALWAYS_INLINE void qtile(const struct tl__mm *m, int64_t r, int64_t t, co
 
 typedef void (*qk_fn)(const struct tl__mm *m, int64_t r, int64_t t);
 
-#define DEF_QK(R, T)                                                                               \
-    static void q8_##R##x##T(const struct tl__mm *m, int64_t r, int64_t t)                         \
+#define DEF_QK(NAME, TYPE, R, T)                                                                   \
+    static void NAME##_##R##x##T(const struct tl__mm *m, int64_t r, int64_t t)                     \
     {                                                                                              \
         qtile(m, r, t, R, T);                                                                      \
     }
-DEF_QK(4, 1)
-DEF_QK(4, 2)
-DEF_QK(4, 3)
-DEF_QK(4, 4)
-DEF_QK(1, 1)
-DEF_QK(1, 2)
-DEF_QK(1, 3)
-DEF_QK(1, 4)
-_Static_assert(QR == 4 && QT == 4, "the instance table assumes a 4 x 4 tile");
-static const qk_fn qk_table[2][QT + 1] = {{0, q8_1x1, q8_1x2, q8_1x3, q8_1x4},
-                                          {0, q8_4x1, q8_4x2, q8_4x3, q8_4x4}};
+#define DEF_QK_R(R)                                                                                \
+    DEF_QK(q8, 0, R, 1)                                                                            \
+    DEF_QK(q8, 0, R, 2)                                                                            \
+    DEF_QK(q8, 0, R, 3)                                                                            \
+    DEF_QK(q8, 0, R, 4)                                                                            \
+    DEF_QK(q8, 0, R, 5) DEF_QK(q8, 0, R, 6) DEF_QK(q8, 0, R, 7) DEF_QK(q8, 0, R, 8)
+#define DEF_QK_R_(R) DEF_QK_R(R)
+DEF_QK_R_(TL_AVX512_QR)
+DEF_QK_R(1)
+static const qk_fn qk_table[2][9] = {FK_LIST(q8, 1), FK_LIST_(q8, TL_AVX512_QR)};
 
 // Bytes of quantized activations a token chunk may occupy: it stays in L2 while rows stream.
 enum { Q_CHUNK_BYTES = 512 * 1024 };
