@@ -350,10 +350,61 @@ static void test_logprobs_shapes(void **state)
     tl_oai_logprobs_free(&lp);
 }
 
+// Random byte flips, truncations and insertions of valid bodies: every result is either a
+// parsed request or a 400 with a message; nothing crashes (run under ASan in `make check`).
+static void test_mutated_bodies(void **state)
+{
+    (void)state;
+    const char *seeds[] = {
+        "{\"prompt\":[\"a\",\"b\"],\"max_tokens\":5,\"stop\":[\"x\"],\"logprobs\":2,"
+        "\"stream\":true,\"stream_options\":{\"include_usage\":true}}",
+        "{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":"
+        "\"hi\"}]}],\"top_logprobs\":1,\"logprobs\":true,\"n\":2}",
+        "{\"prompt\":[[1,2],[3]],\"seed\":-1,\"temperature\":0.5,\"timeout\":2}",
+    };
+    uint64_t rng = 0x1234567;
+    char buf[512];
+    for (int iter = 0; iter < 20000; iter++) {
+        const char *seed = seeds[iter % 3];
+        size_t n = strlen(seed);
+        memcpy(buf, seed, n);
+        int edits = 1 + (int)(iter % 4);
+        for (int e = 0; e < edits; e++) {
+            rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+            size_t at = (size_t)(rng % n);
+            switch ((rng >> 32) % 3) {
+            case 0:
+                buf[at] = (char)(rng >> 40);
+                break; // flip a byte
+            case 1:
+                n = at;
+                break; // truncate
+            default:   // duplicate a byte
+                if (n + 1 < sizeof(buf)) {
+                    memmove(buf + at + 1, buf + at, n - at);
+                    n++;
+                }
+                break;
+            }
+            if (n == 0) break;
+        }
+        struct tl_oai_params p;
+        struct tl_oai_error e;
+        memset(&e, 0, sizeof(e));
+        enum tl_oai_kind k = iter % 3 == 1 ? TL_OAI_CHAT : TL_OAI_COMPLETION;
+        if (tl_oai_parse(k, buf, n, &lim, &p, &e)) {
+            tl_oai_params_free(&p);
+        } else {
+            assert_int_equal(e.http_status, 400);
+            assert_true(e.message[0] != '\0');
+        }
+    }
+}
+
 TL_TEST_MAIN(cmocka_unit_test(test_completion_defaults),
              cmocka_unit_test(test_completion_all_fields), cmocka_unit_test(test_prompt_shapes),
              cmocka_unit_test(test_field_types_and_ranges), cmocka_unit_test(test_malformed_bodies),
              cmocka_unit_test(test_chat_messages), cmocka_unit_test(test_status_mapping),
              cmocka_unit_test(test_error_json_shape), cmocka_unit_test(test_response_shapes),
              cmocka_unit_test(test_invalid_utf8_output_is_replaced),
-             cmocka_unit_test(test_logprobs_shapes))
+             cmocka_unit_test(test_logprobs_shapes), cmocka_unit_test(test_mutated_bodies))
