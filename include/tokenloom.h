@@ -147,14 +147,16 @@ struct tl_token_logprob {
 
 enum tl_event_type {
     TL_EVENT_TOKEN = 1, // a token was generated; text holds the new whole-UTF-8 text (may be empty
-                        // while a possible stop string or partial character is held back)
+                        // while a possible stop string or partial character is held back). A
+                        // token that ends generation (end-of-generation or stop token) also
+                        // gets its TOKEN event, with no text; it counts in n_generated.
     TL_EVENT_DONE = 2,  // the request ended; text holds any final text; no more events follow
 };
 
 struct tl_event {
     enum tl_event_type type;
     uint64_t request_id;
-    const char *text; // borrowed for the duration of the callback
+    const char *text; // borrowed for the duration of the callback; NUL-terminated at text_len
     size_t text_len;
     // TOKEN only:
     int32_t token;
@@ -179,7 +181,7 @@ typedef void (*tl_event_fn)(void *user, const struct tl_event *ev);
 
 struct tl_request {
     const char *prompt;            // text, tokenized by the engine, or
-    size_t prompt_len;
+    size_t prompt_len;             // 0 = strlen(prompt)
     const int32_t *prompt_tokens;  // tokens (used when non-NULL)
     int64_t n_prompt_tokens;
     bool add_special;              // add BOS etc. as the vocabulary says (text prompts)
@@ -196,7 +198,8 @@ struct tl_request {
     tl_event_fn on_event;          // required
     void *user;                    // passed to on_event
 };
-void tl_request_default(struct tl_request *r); // zeroes and sets the defaults
+// Zeroes r and sets the defaults: tl_sampling_default, max_tokens 16, add_special true.
+void tl_request_default(struct tl_request *r);
 
 // Submits a request; thread-safe. Validates it (a prompt plus max_tokens that can never fit the
 // sequence length or the KV pool gives TL_ERR_TOO_LONG; a full waiting queue TL_ERR_FULL) and
@@ -211,7 +214,8 @@ tl_status tl_engine_cancel(tl_engine *e, uint64_t id);
 // at once when there is nothing to do. OUT: *n_pending (optional) = requests not yet done.
 tl_status tl_engine_step(tl_engine *e, int64_t *n_pending) TL_WARN_UNUSED;
 
-// Blocks until there is work (a submission or cancellation) or timeout_ms passes. Thread-safe.
+// Blocks until there is work (a submission or cancellation) or timeout_ms passes; returns at
+// once while any request is pending (tl_engine_step has work then). Thread-safe.
 void tl_engine_wait(tl_engine *e, int timeout_ms);
 
 // Wakes a thread blocked in tl_engine_wait (e.g. for shutdown). Thread-safe.
