@@ -10,7 +10,7 @@
  *
  * Usage: bench_kernels [--quick] [--hot] [--no-ceilings] [--isa NAME] [--type NAME] [--threads N]
  * [--shape i]
- *                      [--tok N]
+ *                      [--tok N]      (--type attn: attention only)
  * Each configuration is timed in 5 rounds and the fastest round is reported (other processes
  * on a shared machine can only make a round slower); single-thread runs are timed in thread CPU
  * time, which excludes time slices taken by other processes.
@@ -223,6 +223,64 @@ static const struct shape shapes[] = {
 };
 static const int64_t toks[] = {1, 4, 16, 32, 64, 128};
 
+// ---- attention timing -------------------------------------------------------------------------
+
+// Decode-style attention: n_tok tokens of different sequences, each attending to n_ctx
+// positions of a 1B-like layer (32 heads, 4 KV heads, head_dim 64, F16 KV, blocks of 16).
+static void bench_attention(struct tl_pool *pool, int threads, const char *only_isa)
+{
+    enum { N_HEAD = 32, N_KV = 4, HD = 64, BS = 16, MAX_TOK = 16 };
+    const int64_t ctxs[] = {256, 1024, 4096};
+    int64_t max_ctx = 4096, blocks_per_seq = max_ctx / BS;
+    size_t n_blocks = (size_t)(MAX_TOK * blocks_per_seq);
+    size_t elems = n_blocks * BS * N_KV * HD;
+    uint16_t *k = tl_aligned_alloc(elems * 2), *v = tl_aligned_alloc(elems * 2);
+    int32_t *tables = malloc(sizeof(int32_t) * n_blocks);
+    float *q = tl_aligned_alloc(sizeof(float) * MAX_TOK * N_HEAD * HD);
+    float *out = tl_aligned_alloc(sizeof(float) * MAX_TOK * N_HEAD * HD);
+    void *work = tl_aligned_alloc(tl_attention_work_bytes(threads, max_ctx, HD));
+    for (size_t i = 0; i < elems; i++) {
+        k[i] = tl_f32_to_fp16(rnd());
+        v[i] = tl_f32_to_fp16(rnd());
+    }
+    for (size_t i = 0; i < n_blocks; i++) tables[i] = (int32_t)((i * 7919) % n_blocks); // scattered
+    for (int i = 0; i < MAX_TOK * N_HEAD * HD; i++) q[i] = rnd();
+    struct tl_kv_layer kv = {TL_DTYPE_F16, BS, N_KV, HD, k, v};
+    printf("\nattention (32 heads, 4 KV heads, head_dim 64, F16 KV; per layer; KV GB/s = K+V "
+           "bytes of each token's context / time)\n");
+    printf("%-6s %5s %4s %3s %10s %9s\n", "isa", "ctx", "tok", "thr", "us/call", "KV GB/s");
+    for (int s = 0; s < 3; s++) {
+        if (only_isa && strcmp(only_isa, isas[s])) continue;
+        if (!tl_kernels_force_isa(isas[s])) continue;
+        for (size_t ci = 0; ci < sizeof(ctxs) / sizeof(ctxs[0]); ci++) {
+            for (int n_tok = 1; n_tok <= MAX_TOK; n_tok *= 16) {
+                struct tl_attn_query qs[MAX_TOK];
+                for (int t = 0; t < n_tok; t++) {
+                    qs[t].block_table = tables + t * blocks_per_seq;
+                    qs[t].n_ctx = ctxs[ci];
+                }
+                double per = 1e30;
+                for (int round = 0; round < 5; round++) {
+                    int calls = 0;
+                    double t0 = now_s(), el;
+                    do {
+                        tl_attention(pool, &kv, q, qs, n_tok, N_HEAD, 0.125f, out, work);
+                        calls++;
+                        el = now_s() - t0;
+                    } while (el < 0.03 || calls < 2);
+                    if (el / calls < per) per = el / calls;
+                }
+                double bytes = (double)n_tok * ctxs[ci] * N_KV * HD * 2 * 2;
+                printf("%-6s %5lld %4d %3d %10.1f %9.1f\n", isas[s], (long long)ctxs[ci], n_tok,
+                       threads, per * 1e6, bytes / per / 1e9);
+            }
+        }
+    }
+    tl_aligned_free(k), tl_aligned_free(v), tl_aligned_free(q), tl_aligned_free(out);
+    tl_aligned_free(work);
+    free(tables);
+}
+
 int main(int argc, char **argv)
 {
     int quick = 0, hot = 0, no_ceil = 0, only_threads = 0, only_shape = -1, only_tok = 0;
@@ -346,6 +404,9 @@ int main(int argc, char **argv)
             }
         }
     }
+    if (!only_type || !strcasecmp(only_type, "attn"))
+        for (int th = 1; th <= 2; th++)
+            if (!only_threads || th == only_threads) bench_attention(pools[th - 1], th, only_isa);
     tl_aligned_free(x);
     tl_aligned_free(y);
     tl_aligned_free(work);

@@ -670,12 +670,12 @@ static void test_attention(void **state)
 {
     (void)state;
     enum { N_SEQ = 3, CTX = 45, N_KV = 2, N_HEAD = 6 };
-    const int head_dims[] = {64, 40, 8};
+    const int head_dims[] = {64, 40, 8, 136}; // 136: more than the 128 kept in registers
     const int block_sizes[] = {16, 5};
     const enum tl_dtype types[] = {TL_DTYPE_F32, TL_DTYPE_F16};
     struct tl_pool *pool = tl_pool_create(3);
     for (int ti = 0; ti < 2; ti++)
-        for (int hi = 0; hi < 3; hi++)
+        for (int hi = 0; hi < 4; hi++)
             for (int bi = 0; bi < 2; bi++) {
                 int hd = head_dims[hi];
                 struct attn_fixture f;
@@ -689,8 +689,9 @@ static void test_attention(void **state)
                     qs[t].block_table = f.tables + seq_of[t] * f.blocks_per_seq;
                     qs[t].n_ctx = t == 0 ? 1 : 1 + (int64_t)(rnd_u32() % CTX);
                 }
-                float q[N_TOK * N_HEAD * 64], out[N_TOK * N_HEAD * 64], want[N_TOK * N_HEAD * 64];
-                float solo[N_HEAD * 64];
+                enum { MAX_HD = 136 };
+                float q[N_TOK * N_HEAD * MAX_HD], out[N_TOK * N_HEAD * MAX_HD];
+                float want[N_TOK * N_HEAD * MAX_HD], solo[N_HEAD * MAX_HD];
                 fill(q, N_TOK * N_HEAD * hd, 2.f);
                 float scale = 1.f / sqrtf((float)hd);
                 // independent expectation in double over the logical (unpaged) K/V

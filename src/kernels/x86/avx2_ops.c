@@ -454,13 +454,46 @@ static ALWAYS_INLINE __m256 load_kv(int f16, const void *base, size_t idx, int l
     return left >= 8 ? _mm256_loadu_ps(p) : load_tail(p, left);
 }
 
+// Position iterator over one KV head through a block table (no divisions per position).
+struct kv_pos {
+    const int32_t *table;
+    size_t slot_stride, block_elems, head_off, base;
+    int64_t blk;
+    int slot, bs;
+};
+
+static ALWAYS_INLINE void kvp_init(struct kv_pos *p, const struct tl_kv_layer *kv,
+                                   const int32_t *table, int kv_head)
+{
+    p->table = table;
+    p->bs = kv->block_size;
+    p->slot_stride = (size_t)kv->n_kv_head * kv->head_dim;
+    p->block_elems = (size_t)kv->block_size * p->slot_stride;
+    p->head_off = (size_t)kv_head * kv->head_dim;
+    p->blk = 0;
+    p->slot = 0;
+    p->base = (size_t)table[0] * p->block_elems + p->head_off;
+}
+
+static ALWAYS_INLINE size_t kvp_next(struct kv_pos *p)
+{
+    if (p->slot == p->bs) {
+        p->slot = 0;
+        p->blk++;
+        p->base = (size_t)p->table[p->blk] * p->block_elems + p->head_off;
+    }
+    return p->base + (size_t)(p->slot++) * p->slot_stride;
+}
+
 static ALWAYS_INLINE void attn_head_t(const struct tl_kv_layer *kv, const int32_t *block_table,
                                       int64_t n_ctx, int kv_head, const float *q, float scale,
-                                      float *out, float *scores, const int f16)
+                                      float *out, float *scores, float *acc, const int f16)
 {
     const int hd = kv->head_dim;
+    struct kv_pos p;
+    kvp_init(&p, kv, block_table, kv_head);
     for (int64_t j = 0; j < n_ctx; j++) {
-        size_t base = tl__kv_index(kv, block_table, j, kv_head);
+        size_t base = kvp_next(&p);
         __m256 s = _mm256_setzero_ps();
         for (int d = 0; d < hd; d += 8) {
             int left = hd - d;
@@ -470,15 +503,30 @@ static ALWAYS_INLINE void attn_head_t(const struct tl_kv_layer *kv, const int32_
         scores[j] = hsum256(s) * scale;
     }
     float sum = exp_sum(scores, n_ctx, max_of(scores, n_ctx));
-    __m256 inv = _mm256_set1_ps(1.f / sum);
-    for (int d = 0; d < hd; d += 8) {
-        int left = hd - d;
-        __m256 a = _mm256_setzero_ps();
-        for (int64_t j = 0; j < n_ctx; j++) {
-            size_t base = tl__kv_index(kv, block_table, j, kv_head);
-            a = _mm256_fmadd_ps(_mm256_set1_ps(scores[j]), load_kv(f16, kv->v, base + d, left), a);
+    // out = sum_j p_j v_j, j in order; the running sums live in `acc` (one pass over V)
+    int d = 0;
+    for (; d + 8 <= hd; d += 8)
+        _mm256_storeu_ps(acc + d, _mm256_setzero_ps());
+    if (d < hd) store_tail(acc + d, hd - d, _mm256_setzero_ps());
+    kvp_init(&p, kv, block_table, kv_head);
+    for (int64_t j = 0; j < n_ctx; j++) {
+        size_t base = kvp_next(&p);
+        __m256 pj = _mm256_set1_ps(scores[j]);
+        for (d = 0; d < hd; d += 8) {
+            int left = hd - d;
+            __m256 a = left >= 8 ? _mm256_loadu_ps(acc + d) : load_tail(acc + d, left);
+            a = _mm256_fmadd_ps(pj, load_kv(f16, kv->v, base + d, left), a);
+            if (left >= 8)
+                _mm256_storeu_ps(acc + d, a);
+            else
+                store_tail(acc + d, left, a);
         }
-        a = _mm256_mul_ps(a, inv);
+    }
+    __m256 inv = _mm256_set1_ps(1.f / sum);
+    for (d = 0; d < hd; d += 8) {
+        int left = hd - d;
+        __m256 a =
+            _mm256_mul_ps(left >= 8 ? _mm256_loadu_ps(acc + d) : load_tail(acc + d, left), inv);
         if (left >= 8)
             _mm256_storeu_ps(out + d, a);
         else
@@ -490,11 +538,10 @@ static void attn_head(const struct tl_kv_layer *kv, const int32_t *block_table, 
                       int kv_head, const float *q, float scale, float *out, float *scores,
                       float *acc)
 {
-    (void)acc;
     if (kv->type == TL_DTYPE_F16)
-        attn_head_t(kv, block_table, n_ctx, kv_head, q, scale, out, scores, 1);
+        attn_head_t(kv, block_table, n_ctx, kv_head, q, scale, out, scores, acc, 1);
     else
-        attn_head_t(kv, block_table, n_ctx, kv_head, q, scale, out, scores, 0);
+        attn_head_t(kv, block_table, n_ctx, kv_head, q, scale, out, scores, acc, 0);
 }
 
 const struct tl__kernel_ops tl__ops_avx2 = {

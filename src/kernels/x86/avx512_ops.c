@@ -500,6 +500,12 @@ static void softmax(float *x, int64_t n)
 }
 
 // ---- attention --------------------------------------------------------------------------------
+//
+// Two passes per (token, head) over the context in position order: scores (q . k_j * scale) in
+// groups of 16 positions, whose 16 partial-product vectors are summed by one transpose-add tree
+// (the add order for position j depends only on j mod 16), then exp/sum, then
+// out = sum_j p_j v_j with the head's output dims in registers. Positions are walked through
+// the block table without divisions.
 
 static ALWAYS_INLINE __m512 load_kv(int f16, const void *base, size_t idx, __mmask16 m)
 {
@@ -507,44 +513,186 @@ static ALWAYS_INLINE __m512 load_kv(int f16, const void *base, size_t idx, __mma
     return _mm512_maskz_loadu_ps(m, (const float *)base + idx);
 }
 
-static ALWAYS_INLINE void attn_head_t(const struct tl_kv_layer *kv, const int32_t *block_table,
-                                      int64_t n_ctx, int kv_head, const float *q, float scale,
-                                      float *out, float *scores, float *acc, const int f16)
+// Position iterator over one KV head through a block table.
+struct kv_pos {
+    const int32_t *table;
+    size_t slot_stride, block_elems, head_off, base;
+    int64_t blk;
+    int slot, bs;
+};
+
+static ALWAYS_INLINE void kvp_init(struct kv_pos *p, const struct tl_kv_layer *kv,
+                                   const int32_t *table, int kv_head)
+{
+    p->table = table;
+    p->bs = kv->block_size;
+    p->slot_stride = (size_t)kv->n_kv_head * kv->head_dim;
+    p->block_elems = (size_t)kv->block_size * p->slot_stride;
+    p->head_off = (size_t)kv_head * kv->head_dim;
+    p->blk = 0;
+    p->slot = 0;
+    p->base = (size_t)table[0] * p->block_elems + p->head_off;
+}
+
+// Element offset of the next position (the table entry of a block is read only when needed).
+static ALWAYS_INLINE size_t kvp_next(struct kv_pos *p)
+{
+    if (p->slot == p->bs) {
+        p->slot = 0;
+        p->blk++;
+        p->base = (size_t)p->table[p->blk] * p->block_elems + p->head_off;
+    }
+    return p->base + (size_t)(p->slot++) * p->slot_stride;
+}
+
+// r[i] = sum of the lanes of v[i], for 16 vectors.
+static ALWAYS_INLINE __m512 reduce16(const __m512 *v)
+{
+    __m512 t[8], u[4], w[2];
+#pragma GCC unroll 8
+    for (int k = 0; k < 8; k++)
+        t[k] = _mm512_add_ps(_mm512_unpacklo_ps(v[2 * k], v[2 * k + 1]),
+                             _mm512_unpackhi_ps(v[2 * k], v[2 * k + 1]));
+#pragma GCC unroll 4
+    for (int k = 0; k < 4; k++) {
+        __m512d a = _mm512_castps_pd(t[2 * k]), b = _mm512_castps_pd(t[2 * k + 1]);
+        u[k] = _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(a, b)),
+                             _mm512_castpd_ps(_mm512_unpackhi_pd(a, b)));
+    }
+#pragma GCC unroll 2
+    for (int k = 0; k < 2; k++)
+        w[k] = _mm512_add_ps(_mm512_shuffle_f32x4(u[2 * k], u[2 * k + 1], _MM_SHUFFLE(2, 0, 2, 0)),
+                             _mm512_shuffle_f32x4(u[2 * k], u[2 * k + 1], _MM_SHUFFLE(3, 1, 3, 1)));
+    return _mm512_add_ps(_mm512_shuffle_f32x4(w[0], w[1], _MM_SHUFFLE(2, 0, 2, 0)),
+                         _mm512_shuffle_f32x4(w[0], w[1], _MM_SHUFFLE(3, 1, 3, 1)));
+}
+
+// head_dim <= 128: NQ = ceil(head_dim / 16) vectors per row, held in registers.
+static ALWAYS_INLINE void attn_small(const struct tl_kv_layer *kv, const int32_t *table,
+                                     int64_t n_ctx, int kv_head, const float *q, float scale,
+                                     float *out, float *scores, const int f16, const int NQ)
 {
     const int hd = kv->head_dim;
-    // scores: q . k_j, one fixed lane order per j
+    const __mmask16 last = tail_mask16(hd - (NQ - 1) * 16);
+    __m512 qv[8];
+#pragma GCC unroll 8
+    for (int c = 0; c < NQ; c++)
+        qv[c] = _mm512_maskz_loadu_ps(c == NQ - 1 ? last : 0xffff, q + 16 * c);
+    struct kv_pos p;
+    kvp_init(&p, kv, table, kv_head);
+    __m512 vmax = _mm512_set1_ps(-INFINITY);
+    for (int64_t j0 = 0; j0 < n_ctx; j0 += 16) {
+        const int64_t nu = n_ctx - j0 < 16 ? n_ctx - j0 : 16;
+        __m512 part[16];
+#pragma GCC unroll 16
+        for (int u = 0; u < 16; u++) {
+            part[u] = _mm512_setzero_ps();
+            if (u < nu) {
+                size_t off = kvp_next(&p);
+#pragma GCC unroll 8
+                for (int c = 0; c < NQ; c++)
+                    part[u] = _mm512_fmadd_ps(
+                        qv[c], load_kv(f16, kv->k, off + 16 * c, c == NQ - 1 ? last : 0xffff),
+                        part[u]);
+            }
+        }
+        __mmask16 m = tail_mask16(nu);
+        __m512 s = _mm512_mul_ps(reduce16(part), _mm512_set1_ps(scale));
+        _mm512_mask_storeu_ps(scores + j0, m, s);
+        vmax = _mm512_mask_max_ps(vmax, m, vmax, s);
+    }
+    float sum = exp_sum(scores, n_ctx, _mm512_reduce_max_ps(vmax));
+    __m512 acc[8];
+#pragma GCC unroll 8
+    for (int c = 0; c < NQ; c++)
+        acc[c] = _mm512_setzero_ps();
+    kvp_init(&p, kv, table, kv_head);
     for (int64_t j = 0; j < n_ctx; j++) {
-        size_t base = tl__kv_index(kv, block_table, j, kv_head);
+        size_t off = kvp_next(&p);
+        __m512 pj = _mm512_set1_ps(scores[j]);
+#pragma GCC unroll 8
+        for (int c = 0; c < NQ; c++)
+            acc[c] = _mm512_fmadd_ps(
+                pj, load_kv(f16, kv->v, off + 16 * c, c == NQ - 1 ? last : 0xffff), acc[c]);
+    }
+    __m512 inv = _mm512_set1_ps(1.f / sum);
+#pragma GCC unroll 8
+    for (int c = 0; c < NQ; c++)
+        _mm512_mask_storeu_ps(out + 16 * c, c == NQ - 1 ? last : 0xffff,
+                              _mm512_mul_ps(acc[c], inv));
+}
+
+// Any head_dim: the same arithmetic order per element, vectors streamed from memory.
+static ALWAYS_INLINE void attn_large(const struct tl_kv_layer *kv, const int32_t *table,
+                                     int64_t n_ctx, int kv_head, const float *q, float scale,
+                                     float *out, float *scores, float *acc, const int f16)
+{
+    const int hd = kv->head_dim;
+    struct kv_pos p;
+    kvp_init(&p, kv, table, kv_head);
+    for (int64_t j = 0; j < n_ctx; j++) {
+        size_t off = kvp_next(&p);
         __m512 s = _mm512_setzero_ps();
         for (int d = 0; d < hd; d += 16) {
             __mmask16 m = tail_mask16(hd - d);
-            s = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, q + d), load_kv(f16, kv->k, base + d, m),
+            s = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, q + d), load_kv(f16, kv->k, off + d, m),
                                 s);
         }
         scores[j] = hsum512(s) * scale;
     }
     float sum = exp_sum(scores, n_ctx, max_of(scores, n_ctx));
-    // out = sum_j p_j v_j, 16 dims at a time, j in order
+    for (int d = 0; d < hd; d += 16)
+        _mm512_mask_storeu_ps(acc + d, tail_mask16(hd - d), _mm512_setzero_ps());
+    kvp_init(&p, kv, table, kv_head);
+    for (int64_t j = 0; j < n_ctx; j++) {
+        size_t off = kvp_next(&p);
+        __m512 pj = _mm512_set1_ps(scores[j]);
+        for (int d = 0; d < hd; d += 16) {
+            __mmask16 m = tail_mask16(hd - d);
+            __m512 a = _mm512_maskz_loadu_ps(m, acc + d);
+            _mm512_mask_storeu_ps(acc + d, m,
+                                  _mm512_fmadd_ps(pj, load_kv(f16, kv->v, off + d, m), a));
+        }
+    }
+    __m512 inv = _mm512_set1_ps(1.f / sum);
     for (int d = 0; d < hd; d += 16) {
         __mmask16 m = tail_mask16(hd - d);
-        __m512 a = _mm512_setzero_ps();
-        for (int64_t j = 0; j < n_ctx; j++) {
-            size_t base = tl__kv_index(kv, block_table, j, kv_head);
-            a = _mm512_fmadd_ps(_mm512_set1_ps(scores[j]), load_kv(f16, kv->v, base + d, m), a);
-        }
-        _mm512_mask_storeu_ps(out + d, m, _mm512_mul_ps(a, _mm512_set1_ps(1.f / sum)));
+        _mm512_mask_storeu_ps(out + d, m, _mm512_mul_ps(_mm512_maskz_loadu_ps(m, acc + d), inv));
     }
-    (void)acc;
 }
+
+typedef void (*attn_fn)(const struct tl_kv_layer *kv, const int32_t *table, int64_t n_ctx,
+                        int kv_head, const float *q, float scale, float *out, float *scores);
+#define DEF_ATTN(F16, NQ)                                                                          \
+    static void attn_##F16##_##NQ(const struct tl_kv_layer *kv, const int32_t *table,              \
+                                  int64_t n_ctx, int kv_head, const float *q, float scale,         \
+                                  float *out, float *scores)                                       \
+    {                                                                                              \
+        attn_small(kv, table, n_ctx, kv_head, q, scale, out, scores, F16, NQ);                     \
+    }
+#define DEF_ATTN_NQ(F16)                                                                           \
+    DEF_ATTN(F16, 1)                                                                               \
+    DEF_ATTN(F16, 2)                                                                               \
+    DEF_ATTN(F16, 3)                                                                               \
+    DEF_ATTN(F16, 4) DEF_ATTN(F16, 5) DEF_ATTN(F16, 6) DEF_ATTN(F16, 7) DEF_ATTN(F16, 8)
+DEF_ATTN_NQ(0)
+DEF_ATTN_NQ(1)
+static const attn_fn attn_table[2][9] = {
+    {0, attn_0_1, attn_0_2, attn_0_3, attn_0_4, attn_0_5, attn_0_6, attn_0_7, attn_0_8},
+    {0, attn_1_1, attn_1_2, attn_1_3, attn_1_4, attn_1_5, attn_1_6, attn_1_7, attn_1_8},
+};
 
 static void attn_head(const struct tl_kv_layer *kv, const int32_t *block_table, int64_t n_ctx,
                       int kv_head, const float *q, float scale, float *out, float *scores,
                       float *acc)
 {
-    if (kv->type == TL_DTYPE_F16)
-        attn_head_t(kv, block_table, n_ctx, kv_head, q, scale, out, scores, acc, 1);
+    const int f16 = kv->type == TL_DTYPE_F16, nq = (kv->head_dim + 15) / 16;
+    if (nq <= 8)
+        attn_table[f16][nq](kv, block_table, n_ctx, kv_head, q, scale, out, scores);
+    else if (f16)
+        attn_large(kv, block_table, n_ctx, kv_head, q, scale, out, scores, acc, 1);
     else
-        attn_head_t(kv, block_table, n_ctx, kv_head, q, scale, out, scores, acc, 0);
+        attn_large(kv, block_table, n_ctx, kv_head, q, scale, out, scores, acc, 0);
 }
 
 const struct tl__kernel_ops tl__ops_avx512 = {
