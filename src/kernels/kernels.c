@@ -223,12 +223,32 @@ struct attn_job {
     const float *q;
     const struct tl_attn_query *queries;
     int64_t n_tok;
-    int n_head, group;
+    int n_head, group, gh;
     float scale;
     float *out;
     char *work;
     size_t thread_bytes, scores_bytes;
 };
+
+// Units of (token, KV head, sub-group of at most `gh` of the query heads sharing that KV head),
+// for ISAs whose attn_group reads each K/V row once for several heads.
+static void attn_group_worker(void *arg, int ith, int nth)
+{
+    struct attn_job *j = arg;
+    const int hd = j->kv->head_dim, n_kv = j->kv->n_kv_head;
+    const int n_sub = (j->group + j->gh - 1) / j->gh;
+    int64_t u0, u1;
+    tl_pool_range(j->n_tok * n_kv * n_sub, 1, ith, nth, &u0, &u1);
+    for (int64_t u = u0; u < u1; u++) {
+        int64_t t = u / (n_kv * n_sub);
+        int rem = (int)(u % (n_kv * n_sub)), kvh = rem / n_sub, sub = rem % n_sub;
+        int h0 = kvh * j->group + sub * j->gh;
+        int nh = j->group - sub * j->gh < j->gh ? j->group - sub * j->gh : j->gh;
+        size_t off = ((size_t)t * j->n_head + h0) * hd;
+        j->o->attn_group(j->kv, j->queries[t].block_table, j->queries[t].n_ctx, kvh, j->q + off, nh,
+                         j->scale, j->out + off);
+    }
+}
 
 static void attn_worker(void *arg, int ith, int nth)
 {
@@ -274,5 +294,6 @@ void tl_attention(struct tl_pool *pool, const struct tl_kv_layer *kv, const floa
         .thread_bytes = attn_thread_bytes(max_ctx, kv->head_dim),
         .scores_bytes = align64((size_t)max_ctx * 4),
     };
-    tl_pool_run(pool, attn_worker, &j);
+    j.gh = j.o->attn_group ? j.o->attn_group_heads(kv->head_dim) : 0;
+    tl_pool_run(pool, j.gh > 0 ? attn_group_worker : attn_worker, &j);
 }

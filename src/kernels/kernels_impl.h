@@ -76,6 +76,13 @@ struct tl__kernel_ops {
     void (*attn_head)(const struct tl_kv_layer *kv, const int32_t *block_table, int64_t n_ctx,
                       int kv_head, const float *q, float scale, float *out, float *scores,
                       float *acc);
+    // Optional (NULL when absent): how many query heads sharing one KV head attn_group handles
+    // in one call for this head_dim (0: use attn_head), and the call itself: q and out hold
+    // n_heads consecutive heads (n_heads <= attn_group_heads(head_dim)). Each head's result
+    // must not depend on which other heads share the call.
+    int (*attn_group_heads)(int head_dim);
+    void (*attn_group)(const struct tl_kv_layer *kv, const int32_t *block_table, int64_t n_ctx,
+                       int kv_head, const float *q, int n_heads, float scale, float *out);
 };
 
 extern const struct tl__kernel_ops tl__ops_scalar;

@@ -669,75 +669,83 @@ static void attn_fixture_free(struct attn_fixture *f)
 static void test_attention(void **state)
 {
     (void)state;
-    enum { N_SEQ = 3, CTX = 45, N_KV = 2, N_HEAD = 6 };
-    const int head_dims[] = {64, 40, 8, 136}; // 136: more than the 128 kept in registers
+    enum { N_SEQ = 3, CTX = 45, MAX_HEAD = 16 };
+    // (query heads, KV heads): groups of 3 and 8 heads share a KV head
+    const int head_cfg[][2] = {{6, 2}, {16, 2}, {8, 1}};
+    // 128 and 136: the most kept in registers, and more
+    const int head_dims[] = {64, 40, 8, 128, 136};
     const int block_sizes[] = {16, 5};
     const enum tl_dtype types[] = {TL_DTYPE_F32, TL_DTYPE_F16};
     struct tl_pool *pool = tl_pool_create(3);
-    for (int ti = 0; ti < 2; ti++)
-        for (int hi = 0; hi < 4; hi++)
-            for (int bi = 0; bi < 2; bi++) {
-                int hd = head_dims[hi];
-                struct attn_fixture f;
-                attn_fixture_make(&f, types[ti], block_sizes[bi], N_KV, hd, N_SEQ, CTX);
-                // a batch mixing the sequences at assorted positions
-                enum { N_TOK = 9 };
-                struct tl_attn_query qs[N_TOK];
-                int seq_of[N_TOK];
-                for (int t = 0; t < N_TOK; t++) {
-                    seq_of[t] = t % N_SEQ;
-                    qs[t].block_table = f.tables + seq_of[t] * f.blocks_per_seq;
-                    qs[t].n_ctx = t == 0 ? 1 : 1 + (int64_t)(rnd_u32() % CTX);
-                }
-                enum { MAX_HD = 136 };
-                float q[N_TOK * N_HEAD * MAX_HD], out[N_TOK * N_HEAD * MAX_HD];
-                float want[N_TOK * N_HEAD * MAX_HD], solo[N_HEAD * MAX_HD];
-                fill(q, N_TOK * N_HEAD * hd, 2.f);
-                float scale = 1.f / sqrtf((float)hd);
-                // independent expectation in double over the logical (unpaged) K/V
-                for (int t = 0; t < N_TOK; t++)
-                    for (int h = 0; h < N_HEAD; h++) {
-                        int kvh = h / (N_HEAD / N_KV);
-                        int64_t n = qs[t].n_ctx, row = N_KV * hd;
-                        const float *qv = q + (t * N_HEAD + h) * hd;
-                        double sc[CTX], mx = -INFINITY, sum = 0;
-                        for (int64_t j = 0; j < n; j++) {
-                            const float *k = f.kf + (seq_of[t] * CTX + j) * row + kvh * hd;
-                            double d = 0;
-                            for (int i = 0; i < hd; i++)
-                                d += (double)qv[i] * k[i];
-                            sc[j] = d * scale;
-                            mx = sc[j] > mx ? sc[j] : mx;
-                        }
-                        for (int64_t j = 0; j < n; j++)
-                            sum += (sc[j] = exp(sc[j] - mx));
-                        for (int i = 0; i < hd; i++) {
-                            double o = 0;
-                            for (int64_t j = 0; j < n; j++)
-                                o += sc[j] * f.vf[(seq_of[t] * CTX + j) * row + kvh * hd + i];
-                            want[(t * N_HEAD + h) * hd + i] = (float)(o / sum);
-                        }
-                    }
-                size_t wb = tl_attention_work_bytes(3, CTX, hd);
-                void *work = tl_aligned_alloc(wb);
-                for (int s = 0; s < N_ISA; s++) {
-                    if (!tl_kernels_force_isa(isas[s])) continue;
-                    tl_attention(pool, &f.kv, q, qs, N_TOK, N_HEAD, scale, out, work);
-                    double e = nmse(out, want, N_TOK * N_HEAD * hd);
-                    if (!(e < 1e-10))
-                        fail_msg("%s kv %s hd %d bs %d: nmse %g", isas[s], tl_dtype_name(types[ti]),
-                                 hd, block_sizes[bi], e);
-                    // each token alone, single thread: bit-identical
+    for (int ci = 0; ci < 3; ci++)
+        for (int ti = 0; ti < 2; ti++)
+            for (int hi = 0; hi < 5; hi++)
+                for (int bi = 0; bi < 2; bi++) {
+                    const int N_HEAD = head_cfg[ci][0], N_KV = head_cfg[ci][1];
+                    int hd = head_dims[hi];
+                    struct attn_fixture f;
+                    attn_fixture_make(&f, types[ti], block_sizes[bi], N_KV, hd, N_SEQ, CTX);
+                    // a batch mixing the sequences at assorted positions
+                    enum { N_TOK = 9 };
+                    struct tl_attn_query qs[N_TOK];
+                    int seq_of[N_TOK];
                     for (int t = 0; t < N_TOK; t++) {
-                        tl_attention(NULL, &f.kv, q + t * N_HEAD * hd, &qs[t], 1, N_HEAD, scale,
-                                     solo, work);
-                        if (memcmp(solo, out + t * N_HEAD * hd, sizeof(float) * N_HEAD * hd))
-                            fail_msg("%s: attention of token %d depends on the batch", isas[s], t);
+                        seq_of[t] = t % N_SEQ;
+                        qs[t].block_table = f.tables + seq_of[t] * f.blocks_per_seq;
+                        qs[t].n_ctx = t == 0 ? 1 : 1 + (int64_t)(rnd_u32() % CTX);
                     }
+                    enum { MAX_HD = 136 };
+                    static float q[N_TOK * MAX_HEAD * MAX_HD], out[N_TOK * MAX_HEAD * MAX_HD];
+                    static float want[N_TOK * MAX_HEAD * MAX_HD], solo[MAX_HEAD * MAX_HD];
+                    fill(q, N_TOK * N_HEAD * hd, 2.f);
+                    float scale = 1.f / sqrtf((float)hd);
+                    // independent expectation in double over the logical (unpaged) K/V
+                    for (int t = 0; t < N_TOK; t++)
+                        for (int h = 0; h < N_HEAD; h++) {
+                            int kvh = h / (N_HEAD / N_KV);
+                            int64_t n = qs[t].n_ctx, row = N_KV * hd;
+                            const float *qv = q + (t * N_HEAD + h) * hd;
+                            double sc[CTX], mx = -INFINITY, sum = 0;
+                            for (int64_t j = 0; j < n; j++) {
+                                const float *k = f.kf + (seq_of[t] * CTX + j) * row + kvh * hd;
+                                double d = 0;
+                                for (int i = 0; i < hd; i++)
+                                    d += (double)qv[i] * k[i];
+                                sc[j] = d * scale;
+                                mx = sc[j] > mx ? sc[j] : mx;
+                            }
+                            for (int64_t j = 0; j < n; j++)
+                                sum += (sc[j] = exp(sc[j] - mx));
+                            for (int i = 0; i < hd; i++) {
+                                double o = 0;
+                                for (int64_t j = 0; j < n; j++)
+                                    o += sc[j] * f.vf[(seq_of[t] * CTX + j) * row + kvh * hd + i];
+                                want[(t * N_HEAD + h) * hd + i] = (float)(o / sum);
+                            }
+                        }
+                    size_t wb = tl_attention_work_bytes(3, CTX, hd);
+                    void *work = tl_aligned_alloc(wb);
+                    for (int s = 0; s < N_ISA; s++) {
+                        if (!tl_kernels_force_isa(isas[s])) continue;
+                        tl_attention(pool, &f.kv, q, qs, N_TOK, N_HEAD, scale, out, work);
+                        double e = nmse(out, want, N_TOK * N_HEAD * hd);
+                        if (!(e < 1e-10))
+                            fail_msg("%s kv %s hd %d bs %d heads %d/%d: nmse %g", isas[s],
+                                     tl_dtype_name(types[ti]), hd, block_sizes[bi], N_HEAD, N_KV,
+                                     e);
+                        // each token alone, single thread: bit-identical
+                        for (int t = 0; t < N_TOK; t++) {
+                            tl_attention(NULL, &f.kv, q + t * N_HEAD * hd, &qs[t], 1, N_HEAD, scale,
+                                         solo, work);
+                            if (memcmp(solo, out + t * N_HEAD * hd,
+                                       sizeof(float) * (size_t)(N_HEAD * hd)))
+                                fail_msg("%s: attention of token %d depends on the batch", isas[s],
+                                         t);
+                        }
+                    }
+                    tl_aligned_free(work);
+                    attn_fixture_free(&f);
                 }
-                tl_aligned_free(work);
-                attn_fixture_free(&f);
-            }
     tl_pool_destroy(pool);
 }
 

@@ -695,6 +695,147 @@ static void attn_head(const struct tl_kv_layer *kv, const int32_t *block_table, 
         attn_large(kv, block_table, n_ctx, kv_head, q, scale, out, scores, acc, 0);
 }
 
+// ---- grouped attention (online softmax) -------------------------------------------------------
+//
+// The query heads that share a KV head (grouped-query attention) read the same K and V rows, so
+// up to GH of them are processed in one pass: each 16-position chunk of K is converted to f32
+// once (into kbuf) and each V row once, for all of them. The softmax is online: per head a
+// running max m, sum l and output accumulators, rescaled by exp(m_old - m_new) whenever a chunk
+// raises the max. Chunks start at multiples of 16 positions, and every head's arithmetic is the
+// same whichever heads share its pass, so results stay independent of the batch and threads.
+
+static ALWAYS_INLINE int group_heads(int nq)
+{
+    return nq <= 4 ? 4 : 2; // keeps the GH x NQ output accumulators within 16 registers
+}
+
+static ALWAYS_INLINE void attn_grp(const struct tl_kv_layer *kv, const int32_t *table,
+                                   int64_t n_ctx, int kv_head, const float *q, int nh, float scale,
+                                   float *out, const int f16, const int NQ)
+{
+    enum { GH_MAX = 4 };
+    const int GH = NQ <= 4 ? 4 : 2;
+    const int hd = kv->head_dim;
+    const __mmask16 last = tail_mask16(hd - (NQ - 1) * 16);
+    _Alignas(64) float kbuf[16][8 * 16]; // the chunk's K rows in f32, NQ vectors each
+    _Alignas(64) float pbuf[GH_MAX][16]; // the chunk's probabilities per head
+    size_t offs[16];
+    __m512 acc[GH_MAX][8];
+    float m[GH_MAX], l[GH_MAX];
+#pragma GCC unroll 4
+    for (int h = 0; h < GH; h++) {
+        m[h] = -INFINITY;
+        l[h] = 0.f;
+#pragma GCC unroll 8
+        for (int c = 0; c < NQ; c++)
+            acc[h][c] = _mm512_setzero_ps();
+    }
+    struct kv_pos p;
+    kvp_init(&p, kv, table, kv_head);
+    for (int64_t j0 = 0; j0 < n_ctx; j0 += 16) {
+        const int nu = n_ctx - j0 < 16 ? (int)(n_ctx - j0) : 16;
+        const __mmask16 um = tail_mask16(nu);
+        for (int u = 0; u < nu; u++) {
+            offs[u] = kvp_next(&p); // K and V share the layout, so one offset serves both
+#pragma GCC unroll 8
+            for (int c = 0; c < NQ; c++)
+                _mm512_store_ps(kbuf[u] + 16 * c,
+                                load_kv(f16, kv->k, offs[u] + 16 * c, c == NQ - 1 ? last : 0xffff));
+        }
+#pragma GCC unroll 4
+        for (int h = 0; h < GH; h++) {
+            if (h >= nh) break;
+            const float *qh = q + (size_t)h * hd;
+            __m512 part[16];
+#pragma GCC unroll 16
+            for (int u = 0; u < 16; u++) {
+                part[u] = _mm512_setzero_ps();
+                if (u < nu) {
+#pragma GCC unroll 8
+                    for (int c = 0; c < NQ; c++)
+                        part[u] = _mm512_fmadd_ps(
+                            _mm512_maskz_loadu_ps(c == NQ - 1 ? last : 0xffff, qh + 16 * c),
+                            _mm512_load_ps(kbuf[u] + 16 * c), part[u]);
+                }
+            }
+            __m512 s = _mm512_mul_ps(reduce16(part), _mm512_set1_ps(scale));
+            float cmax = _mm512_mask_reduce_max_ps(um, s);
+            float m_new = cmax > m[h] ? cmax : m[h];
+            // rescale factor exp(m_old - m_new) (0 on the first chunk); the chunk's probabilities
+            float corr = 0.f;
+            if (m[h] != -INFINITY)
+                corr = _mm_cvtss_f32(_mm512_castps512_ps128(exp512(_mm512_set1_ps(m[h] - m_new))));
+            __m512 pr = _mm512_maskz_mov_ps(um, exp512(_mm512_sub_ps(s, _mm512_set1_ps(m_new))));
+            l[h] = l[h] * corr + hsum512(pr);
+            m[h] = m_new;
+            _mm512_store_ps(pbuf[h], pr);
+            __m512 vc = _mm512_set1_ps(corr);
+#pragma GCC unroll 8
+            for (int c = 0; c < NQ; c++)
+                acc[h][c] = _mm512_mul_ps(acc[h][c], vc);
+        }
+        for (int u = 0; u < nu; u++) {
+            __m512 v[8];
+#pragma GCC unroll 8
+            for (int c = 0; c < NQ; c++)
+                v[c] = load_kv(f16, kv->v, offs[u] + 16 * c, c == NQ - 1 ? last : 0xffff);
+#pragma GCC unroll 4
+            for (int h = 0; h < GH; h++) {
+                if (h >= nh) break;
+                __m512 pu = _mm512_set1_ps(pbuf[h][u]);
+#pragma GCC unroll 8
+                for (int c = 0; c < NQ; c++)
+                    acc[h][c] = _mm512_fmadd_ps(pu, v[c], acc[h][c]);
+            }
+        }
+    }
+#pragma GCC unroll 4
+    for (int h = 0; h < GH; h++) {
+        if (h >= nh) break;
+        __m512 inv = _mm512_set1_ps(1.f / l[h]);
+#pragma GCC unroll 8
+        for (int c = 0; c < NQ; c++)
+            _mm512_mask_storeu_ps(out + (size_t)h * hd + 16 * c, c == NQ - 1 ? last : 0xffff,
+                                  _mm512_mul_ps(acc[h][c], inv));
+    }
+}
+
+typedef void (*grp_fn)(const struct tl_kv_layer *kv, const int32_t *table, int64_t n_ctx,
+                       int kv_head, const float *q, int nh, float scale, float *out);
+#define DEF_GRP(F16, NQ)                                                                           \
+    static void grp_##F16##_##NQ(const struct tl_kv_layer *kv, const int32_t *table,               \
+                                 int64_t n_ctx, int kv_head, const float *q, int nh, float scale,  \
+                                 float *out)                                                       \
+    {                                                                                              \
+        attn_grp(kv, table, n_ctx, kv_head, q, nh, scale, out, F16, NQ);                           \
+    }
+#define DEF_GRP_NQ(F16)                                                                            \
+    DEF_GRP(F16, 1)                                                                                \
+    DEF_GRP(F16, 2)                                                                                \
+    DEF_GRP(F16, 3)                                                                                \
+    DEF_GRP(F16, 4) DEF_GRP(F16, 5) DEF_GRP(F16, 6) DEF_GRP(F16, 7) DEF_GRP(F16, 8)
+DEF_GRP_NQ(0)
+DEF_GRP_NQ(1)
+static const grp_fn grp_table[2][9] = {
+    {0, grp_0_1, grp_0_2, grp_0_3, grp_0_4, grp_0_5, grp_0_6, grp_0_7, grp_0_8},
+    {0, grp_1_1, grp_1_2, grp_1_3, grp_1_4, grp_1_5, grp_1_6, grp_1_7, grp_1_8},
+};
+
+static int attn_group_heads(int head_dim)
+{
+    int nq = (head_dim + 15) / 16;
+    return nq <= 8 ? group_heads(nq) : 0;
+}
+
+static void attn_group(const struct tl_kv_layer *kv, const int32_t *block_table, int64_t n_ctx,
+                       int kv_head, const float *q, int n_heads, float scale, float *out)
+{
+    int nq = (kv->head_dim + 15) / 16;
+    TL_ASSERT(nq <= 8 && n_heads <= group_heads(nq));
+    grp_table[kv->type == TL_DTYPE_F16][nq](kv, block_table, n_ctx, kv_head, q, n_heads, scale,
+                                            out);
+}
+
 const struct tl__kernel_ops tl__ops_avx512 = {
     .name = "avx512",
     .row_align = row_align,
@@ -705,4 +846,6 @@ const struct tl__kernel_ops tl__ops_avx512 = {
     .add = add,
     .softmax = softmax,
     .attn_head = attn_head,
+    .attn_group_heads = attn_group_heads,
+    .attn_group = attn_group,
 };
