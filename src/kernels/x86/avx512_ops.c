@@ -70,6 +70,70 @@ static ALWAYS_INLINE __m512 exp512(__m512 x)
     return _mm512_scalef_ps(p, n);
 }
 
+// r[i] = sum of the lanes of v[i], for 16 vectors. Every output is summed in the same order:
+// per 128-bit lane (x0 + x2) + (x1 + x3), then (L0 + L1) + (L2 + L3); hsum_tree() below gives
+// the identical value for one vector, so results do not depend on how vectors are grouped.
+static ALWAYS_INLINE __m512 reduce16(const __m512 *v)
+{
+    __m512 t[8], u[4], w[2];
+#pragma GCC unroll 8
+    for (int k = 0; k < 8; k++)
+        t[k] = _mm512_add_ps(_mm512_unpacklo_ps(v[2 * k], v[2 * k + 1]),
+                             _mm512_unpackhi_ps(v[2 * k], v[2 * k + 1]));
+#pragma GCC unroll 4
+    for (int k = 0; k < 4; k++) {
+        __m512d a = _mm512_castps_pd(t[2 * k]), b = _mm512_castps_pd(t[2 * k + 1]);
+        u[k] = _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(a, b)),
+                             _mm512_castpd_ps(_mm512_unpackhi_pd(a, b)));
+    }
+#pragma GCC unroll 2
+    for (int k = 0; k < 2; k++)
+        w[k] = _mm512_add_ps(_mm512_shuffle_f32x4(u[2 * k], u[2 * k + 1], _MM_SHUFFLE(2, 0, 2, 0)),
+                             _mm512_shuffle_f32x4(u[2 * k], u[2 * k + 1], _MM_SHUFFLE(3, 1, 3, 1)));
+    return _mm512_add_ps(_mm512_shuffle_f32x4(w[0], w[1], _MM_SHUFFLE(2, 0, 2, 0)),
+                         _mm512_shuffle_f32x4(w[0], w[1], _MM_SHUFFLE(3, 1, 3, 1)));
+}
+
+// The sum of one vector's lanes in reduce16's order.
+static ALWAYS_INLINE float hsum_tree(__m512 v)
+{
+    __m512 a = _mm512_add_ps(v, _mm512_permute_ps(v, _MM_SHUFFLE(1, 0, 3, 2)));
+    a = _mm512_add_ps(a, _mm512_permute_ps(a, _MM_SHUFFLE(2, 3, 0, 1)));
+    a = _mm512_add_ps(a, _mm512_shuffle_f32x4(a, a, _MM_SHUFFLE(2, 3, 0, 1)));
+    a = _mm512_add_ps(a, _mm512_shuffle_f32x4(a, a, _MM_SHUFFLE(1, 0, 3, 2)));
+    return _mm512_cvtss_f32(a);
+}
+
+// Sums each accumulator of an R x T tile and stores it at y[j * y_stride + i]. A 4-row tile
+// reduces 4 tokens x 4 rows at once (one transpose-add tree for 16 vectors); other shapes sum
+// vector by vector in the same order, so every element gets the same value in every shape.
+static ALWAYS_INLINE void store_tile(__m512 acc[8][8], float *y, int64_t y_stride, const int R,
+                                     const int T)
+{
+    if (R == 4) {
+#pragma GCC unroll 2
+        for (int j0 = 0; j0 < T; j0 += 4) {
+            __m512 v[16];
+#pragma GCC unroll 4
+            for (int jj = 0; jj < 4; jj++)
+#pragma GCC unroll 4
+                for (int i = 0; i < 4; i++)
+                    v[jj * 4 + i] = j0 + jj < T ? acc[i][j0 + jj] : _mm512_setzero_ps();
+            _Alignas(64) float r[16];
+            _mm512_store_ps(r, reduce16(v));
+#pragma GCC unroll 4
+            for (int jj = 0; jj < 4; jj++)
+                if (j0 + jj < T) memcpy(y + (j0 + jj) * y_stride, r + 4 * jj, 4 * sizeof(float));
+        }
+    } else {
+#pragma GCC unroll 8
+        for (int j = 0; j < T; j++)
+#pragma GCC unroll 8
+            for (int i = 0; i < R; i++)
+                y[j * y_stride + i] = hsum_tree(acc[i][j]);
+    }
+}
+
 // ---- activation quantization ------------------------------------------------------------------
 
 static void quantize_x(const float *x, int64_t n, void *dst)
@@ -188,11 +252,7 @@ static ALWAYS_INLINE void fk(const struct fblock *b, int mode, const int type, c
         }
     }
     if (mode & ACC_REDUCE) {
-#pragma GCC unroll 8
-        for (int j = 0; j < T; j++)
-#pragma GCC unroll 8
-            for (int i = 0; i < R; i++)
-                b->y[j * b->y_stride + i] = hsum512(acc[i][j]);
+        store_tile(acc, b->y, b->y_stride, R, T);
     } else {
 #pragma GCC unroll 8
         for (int i = 0; i < R; i++)
@@ -358,11 +418,7 @@ static ALWAYS_INLINE void qtile(const struct tl__mm *m, int64_t r, int64_t t, co
             }
         }
     }
-#pragma GCC unroll 8
-    for (int j = 0; j < T; j++)
-#pragma GCC unroll 8
-        for (int i = 0; i < R; i++)
-            m->y[(t + j) * w->n_out + r + i] = hsum512(acc[i][j]);
+    store_tile(acc, m->y + t * w->n_out + r, w->n_out, R, T);
 }
 
 typedef void (*qk_fn)(const struct tl__mm *m, int64_t r, int64_t t);
@@ -543,28 +599,6 @@ static ALWAYS_INLINE size_t kvp_next(struct kv_pos *p)
         p->base = (size_t)p->table[p->blk] * p->block_elems + p->head_off;
     }
     return p->base + (size_t)(p->slot++) * p->slot_stride;
-}
-
-// r[i] = sum of the lanes of v[i], for 16 vectors.
-static ALWAYS_INLINE __m512 reduce16(const __m512 *v)
-{
-    __m512 t[8], u[4], w[2];
-#pragma GCC unroll 8
-    for (int k = 0; k < 8; k++)
-        t[k] = _mm512_add_ps(_mm512_unpacklo_ps(v[2 * k], v[2 * k + 1]),
-                             _mm512_unpackhi_ps(v[2 * k], v[2 * k + 1]));
-#pragma GCC unroll 4
-    for (int k = 0; k < 4; k++) {
-        __m512d a = _mm512_castps_pd(t[2 * k]), b = _mm512_castps_pd(t[2 * k + 1]);
-        u[k] = _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(a, b)),
-                             _mm512_castpd_ps(_mm512_unpackhi_pd(a, b)));
-    }
-#pragma GCC unroll 2
-    for (int k = 0; k < 2; k++)
-        w[k] = _mm512_add_ps(_mm512_shuffle_f32x4(u[2 * k], u[2 * k + 1], _MM_SHUFFLE(2, 0, 2, 0)),
-                             _mm512_shuffle_f32x4(u[2 * k], u[2 * k + 1], _MM_SHUFFLE(3, 1, 3, 1)));
-    return _mm512_add_ps(_mm512_shuffle_f32x4(w[0], w[1], _MM_SHUFFLE(2, 0, 2, 0)),
-                         _mm512_shuffle_f32x4(w[0], w[1], _MM_SHUFFLE(3, 1, 3, 1)));
 }
 
 // head_dim <= 128: NQ = ceil(head_dim / 16) vectors per row, held in registers.
