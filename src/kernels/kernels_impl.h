@@ -17,15 +17,18 @@
 
 // ---- quantized activations (Q8_0 matmul) ------------------------------------------------------
 //
-// Before a Q8_0 matmul each token's activation row is quantized once into the work buffer, in
-// "chunks" of 64 values (two Q8_0 blocks), n_in padded up to a whole chunk with zeros. Per token:
-//   int8_t  qs[n_chunk * 64]        quantized values (Q8_0: d = amax / 127, q = rne(x * 127/amax))
-//   float   d[n_chunk * 16]         per chunk: lanes 0-7 = d of block 2c, lanes 8-15 = block 2c+1
-//   int32_t bias[n_chunk * 16]      per chunk and lane l: -128 * sum of qs[64c + 4l .. 4l + 3]
-// The expanded d and the bias let a 512-bit VNNI kernel use them as memory operands; the
-// scalar and AVX2 kernels read d[16c] and d[16c + 8] and ignore bias. The scale is kept in f32
-// (ggml rounds it to f16; we have no file format to match here and f32 is more accurate).
-#define TL__XQ_CHUNK 64
+// Before a Q8_0 matmul each token's activation row is quantized once into the work buffer
+// (Q8_0 per 32-block: d = amax / 127, q = rne(x * 127 / amax); d kept in f32, which is more
+// accurate than ggml's f16 and matches no file format because none is needed). The row is cut
+// into "superchunks" of 128 values (four blocks, zero-padded at the end), laid out so a 512-bit
+// VNNI kernel covers four blocks with two vpdpbusd and one int-to-float conversion:
+//   int8_t  qs[n_super * 128]   per superchunk: bytes 0-15 of blocks 0..3 (16 each), then
+//                               bytes 16-31 of blocks 0..3
+//   float   d[n_super * 16]     per superchunk: lanes 4g..4g+3 = d of block g
+//   int32_t bias[n_super * 16]  lane 4g+k: -128 * (sum of bytes 4k..4k+3 and 16+4k..16+4k+3
+//                               of block g), which cancels the +128 of unsigned weights
+// The scalar and AVX2 kernels read a block's two halves and d[16s + 4g] and ignore bias.
+#define TL__XQ_SUPER 128
 
 // Bytes of one quantized activation row of n_in values (a multiple of 64).
 size_t tl__xq_row_bytes(int64_t n_in);
@@ -38,12 +41,26 @@ struct tl__xq_row {
 // Views one quantized row at `base` (tl__xq_row_bytes(n_in) bytes, 64-byte aligned).
 static inline struct tl__xq_row tl__xq_view(void *base, int64_t n_in)
 {
-    int64_t n_chunk = (n_in + TL__XQ_CHUNK - 1) / TL__XQ_CHUNK;
+    int64_t n_super = (n_in + TL__XQ_SUPER - 1) / TL__XQ_SUPER;
     struct tl__xq_row r;
     r.qs = base;
-    r.d = (float *)((char *)base + n_chunk * 64);
-    r.bias = (int32_t *)((char *)base + n_chunk * 128);
+    r.d = (float *)((char *)base + n_super * 128);
+    r.bias = (int32_t *)((char *)base + n_super * 192);
     return r;
+}
+
+// The two 16-byte halves of block b of a quantized row, and its scale.
+static inline const int8_t *tl__xq_lo(struct tl__xq_row r, int64_t b)
+{
+    return r.qs + (b / 4) * 128 + (b % 4) * 16;
+}
+static inline const int8_t *tl__xq_hi(struct tl__xq_row r, int64_t b)
+{
+    return r.qs + (b / 4) * 128 + 64 + (b % 4) * 16;
+}
+static inline float tl__xq_d(struct tl__xq_row r, int64_t b)
+{
+    return r.d[(b / 4) * 16 + (b % 4) * 4];
 }
 
 // ---- per-ISA op table -------------------------------------------------------------------------

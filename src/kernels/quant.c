@@ -181,6 +181,6 @@ bool tl_quantize_row(enum tl_dtype type, const float *src, void *dst, int64_t n)
 
 size_t tl__xq_row_bytes(int64_t n_in)
 {
-    int64_t n_chunk = (n_in + TL__XQ_CHUNK - 1) / TL__XQ_CHUNK;
-    return (size_t)n_chunk * (64 + 64 + 64);
+    int64_t n_super = (n_in + TL__XQ_SUPER - 1) / TL__XQ_SUPER;
+    return (size_t)n_super * (128 + 64 + 64);
 }

@@ -33,8 +33,8 @@ static inline int8_t q8_rne(float v)
 void tl__ref_quantize_x(const float *x, int64_t n, void *dst)
 {
     struct tl__xq_row r = tl__xq_view(dst, n);
-    int64_t n_chunk = (n + TL__XQ_CHUNK - 1) / TL__XQ_CHUNK;
-    for (int64_t b = 0; b < n_chunk * 2; b++) {
+    int64_t n_super = (n + TL__XQ_SUPER - 1) / TL__XQ_SUPER;
+    for (int64_t b = 0; b < n_super * 4; b++) {
         int64_t i0 = b * TL_QK8_0;
         int64_t len = n - i0 < TL_QK8_0 ? (n - i0 > 0 ? n - i0 : 0) : TL_QK8_0;
         float amax = 0.f;
@@ -44,13 +44,19 @@ void tl__ref_quantize_x(const float *x, int64_t n, void *dst)
         }
         float d = amax / 127.f;
         float id = amax != 0.f ? 127.f / amax : 0.f;
+        int8_t q[TL_QK8_0];
         for (int64_t j = 0; j < TL_QK8_0; j++)
-            r.qs[i0 + j] = j < len ? q8_rne(x[i0 + j] * id) : 0;
-        int64_t c = b / 2, half = b % 2;
-        for (int l = 0; l < 8; l++) {
-            r.d[c * 16 + half * 8 + l] = d;
-            const int8_t *q = r.qs + i0 + 4 * l;
-            r.bias[c * 16 + half * 8 + l] = -128 * (q[0] + q[1] + q[2] + q[3]);
+            q[j] = j < len ? q8_rne(x[i0 + j] * id) : 0;
+        int8_t *lo = (int8_t *)tl__xq_lo(r, b), *hi = (int8_t *)tl__xq_hi(r, b);
+        memcpy(lo, q, 16);
+        memcpy(hi, q + 16, 16);
+        int64_t s = b / 4, g = b % 4;
+        for (int k = 0; k < 4; k++) {
+            r.d[s * 16 + g * 4 + k] = d;
+            int32_t sum = 0;
+            for (int e = 0; e < 4; e++)
+                sum += q[4 * k + e] + q[16 + 4 * k + e];
+            r.bias[s * 16 + g * 4 + k] = -128 * sum;
         }
     }
 }
@@ -105,10 +111,10 @@ static float dot_q8_0(const struct tl_block_q8_0 *w, struct tl__xq_row xq, int64
     float acc = 0.f;
     for (int64_t b = 0; b < n / TL_QK8_0; b++) {
         int32_t sumi = 0;
-        const int8_t *qa = xq.qs + b * TL_QK8_0;
-        for (int j = 0; j < TL_QK8_0; j++)
-            sumi += (int32_t)w[b].qs[j] * qa[j];
-        float da = xq.d[(b / 2) * 16 + (b % 2) * 8];
+        const int8_t *lo = tl__xq_lo(xq, b), *hi = tl__xq_hi(xq, b);
+        for (int j = 0; j < 16; j++)
+            sumi += (int32_t)w[b].qs[j] * lo[j] + (int32_t)w[b].qs[16 + j] * hi[j];
+        float da = tl__xq_d(xq, b);
         acc += (float)sumi * (tl_fp16_to_f32(w[b].d) * da);
     }
     return acc;

@@ -89,9 +89,9 @@ static ALWAYS_INLINE __m256 exp256(__m256 x)
 static void quantize_x(const float *x, int64_t n, void *dst)
 {
     struct tl__xq_row row = tl__xq_view(dst, n);
-    int64_t n_chunk = (n + TL__XQ_CHUNK - 1) / TL__XQ_CHUNK;
+    int64_t n_super = (n + TL__XQ_SUPER - 1) / TL__XQ_SUPER;
     const __m256 sign = _mm256_set1_ps(-0.f);
-    for (int64_t b = 0; b < n_chunk * 2; b++) {
+    for (int64_t b = 0; b < n_super * 4; b++) {
         int64_t i0 = b * 32;
         __m256 v[4];
         __m256 m = _mm256_setzero_ps();
@@ -112,14 +112,17 @@ static void quantize_x(const float *x, int64_t n, void *dst)
         __m256i p16a = _mm256_packs_epi32(q[0], q[1]), p16b = _mm256_packs_epi32(q[2], q[3]);
         __m256i p8 = _mm256_packs_epi16(p16a, p16b);
         p8 = _mm256_permutevar8x32_epi32(p8, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
-        _mm256_store_si256((__m256i *)(row.qs + i0), p8);
-        int64_t c = b / 2, half = b % 2;
-        _mm256_store_ps(row.d + c * 16 + half * 8, _mm256_set1_ps(d));
-        // bias: -128 * each group of four bytes (used only by the VNNI kernel, kept identical)
+        _mm_storeu_si128((__m128i *)tl__xq_lo(row, b), _mm256_castsi256_si128(p8));
+        _mm_storeu_si128((__m128i *)tl__xq_hi(row, b), _mm256_extracti128_si256(p8, 1));
+        int64_t s = b / 4, g = b % 4;
+        _mm_storeu_ps(row.d + s * 16 + g * 4, _mm_set1_ps(d));
+        // bias: -128 * (group of four bytes in the low half + the same group in the high half);
+        // used only by the VNNI kernel, kept byte-identical across ISAs
         __m256i s4 =
             _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(1), p8), _mm256_set1_epi16(1));
-        _mm256_store_si256((__m256i *)(row.bias + c * 16 + half * 8),
-                           _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(s4, 7)));
+        __m128i s8 = _mm_add_epi32(_mm256_castsi256_si128(s4), _mm256_extracti128_si256(s4, 1));
+        _mm_storeu_si128((__m128i *)(row.bias + s * 16 + g * 4),
+                         _mm_sub_epi32(_mm_setzero_si128(), _mm_slli_epi32(s8, 7)));
     }
 }
 
@@ -228,10 +231,11 @@ static ALWAYS_INLINE void qtile(const struct tl__mm *m, int64_t r, int64_t t, co
             wa[i] = _mm256_sign_epi8(wq[i], wq[i]);
             dw[i] = _mm256_set1_ps(_cvtsh_ss(wr[i][b].d));
         }
-        const int64_t doff = (b / 2) * 16 + (b % 2) * 8;
+        const int64_t doff = (b / 4) * 16 + (b % 4) * 4;
 #pragma GCC unroll 8
         for (int j = 0; j < T; j++) {
-            __m256i xq = _mm256_load_si256((const __m256i *)(xr[j].qs + b * 32));
+            __m256i xq = _mm256_loadu2_m128i((const __m128i *)tl__xq_hi(xr[j], b),
+                                             (const __m128i *)tl__xq_lo(xr[j], b));
             __m256 dx = _mm256_broadcast_ss(xr[j].d + doff);
 #pragma GCC unroll 8
             for (int i = 0; i < R; i++) {
