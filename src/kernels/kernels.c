@@ -189,9 +189,15 @@ void tl_kv_store(const struct tl_kv_layer *kv, const int32_t *block_table, int64
     size_t base = tl__kv_index(kv, block_table, pos, 0);
     if (kv->type == TL_DTYPE_F16) {
         uint16_t *kd = (uint16_t *)kv->k + base, *vd = (uint16_t *)kv->v + base;
-        for (int64_t i = 0; i < n; i++) {
-            kd[i] = tl_f32_to_fp16(k[i]);
-            vd[i] = tl_f32_to_fp16(v[i]);
+        const struct tl__kernel_ops *o = ops();
+        if (o->f32_to_f16) {
+            o->f32_to_f16(k, kd, n);
+            o->f32_to_f16(v, vd, n);
+        } else {
+            for (int64_t i = 0; i < n; i++) {
+                kd[i] = tl_f32_to_fp16(k[i]);
+                vd[i] = tl_f32_to_fp16(v[i]);
+            }
         }
     } else {
         TL_ASSERT(kv->type == TL_DTYPE_F32);

@@ -98,6 +98,8 @@ struct tl__kernel_ops {
     // n_heads consecutive heads (n_heads <= attn_group_heads(head_dim)). Each head's result
     // must not depend on which other heads share the call.
     int (*attn_group_heads)(int head_dim);
+    // Optional: dst[i] = tl_f32_to_fp16(src[i]) for finite values (NaN stays NaN), vectorized.
+    void (*f32_to_f16)(const float *src, uint16_t *dst, int64_t n);
     void (*attn_group)(const struct tl_kv_layer *kv, const int32_t *block_table, int64_t n_ctx,
                        int kv_head, const float *q, int n_heads, float scale, float *out);
 };

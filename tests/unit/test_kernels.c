@@ -773,6 +773,37 @@ static void test_kv_store_layout(void **state)
     assert_int_equal(vh[(0 * 4 + 1) * 8 + 3], tl_f32_to_fp16(103.f));
 }
 
+// Every ISA's KV store rounds to f16 exactly like tl_f32_to_fp16 (ties, subnormals, overflow).
+static void test_kv_store_f16_every_isa(void **state)
+{
+    (void)state;
+    enum { KVH = 2, HD = 21, N = KVH * HD }; // 42 values: not a multiple of any vector width
+    uint16_t kh[2 * N], vh[2 * N];
+    struct tl_kv_layer kv = {TL_DTYPE_F16, 1, KVH, HD, kh, vh};
+    int32_t table[1] = {1};
+    for (int s = 0; s < N_ISA; s++) {
+        if (!tl_kernels_force_isa(isas[s])) continue;
+        for (int rep = 0; rep < 2000; rep++) {
+            float k[N], v[N];
+            for (int i = 0; i < N; i++) {
+                // exponents 2^-27 .. 2^18: below, through and above the f16 range
+                uint32_t u = rnd_u32();
+                k[i] = bits_f((u & 0x807fffffu) | ((100u + (u >> 8) % 46u) << 23));
+                // a tie between two halves, or a plain value
+                v[i] = (i & 1) ? (float)((tl_fp16_to_f32(0x3c01) + tl_fp16_to_f32(0x3c02)) / 2)
+                               : rnd_f() * 1e-5f;
+            }
+            tl_kv_store(&kv, table, 0, k, v);
+            for (int i = 0; i < N; i++) {
+                if (kh[N + i] != tl_f32_to_fp16(k[i]))
+                    fail_msg("%s: k %a -> 0x%04x, want 0x%04x", isas[s], k[i], kh[N + i],
+                             tl_f32_to_fp16(k[i]));
+                assert_int_equal(vh[N + i], tl_f32_to_fp16(v[i]));
+            }
+        }
+    }
+}
+
 static void test_isa_selection(void **state)
 {
     (void)state;
@@ -799,4 +830,5 @@ TL_TEST_MAIN(cmocka_unit_test(test_fp16_exhaustive_roundtrip),
              cmocka_unit_test(test_matmul_deterministic_across_batch_and_threads),
              cmocka_unit_test(test_rmsnorm), cmocka_unit_test(test_rope_modes),
              cmocka_unit_test(test_swiglu_add_softmax), cmocka_unit_test(test_attention),
-             cmocka_unit_test(test_kv_store_layout), cmocka_unit_test(test_isa_selection))
+             cmocka_unit_test(test_kv_store_layout), cmocka_unit_test(test_kv_store_f16_every_isa),
+             cmocka_unit_test(test_isa_selection))

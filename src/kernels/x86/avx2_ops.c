@@ -548,6 +548,19 @@ static void attn_head(const struct tl_kv_layer *kv, const int32_t *block_table, 
         attn_head_t(kv, block_table, n_ctx, kv_head, q, scale, out, scores, acc, 0);
 }
 
+// ---- conversions ------------------------------------------------------------------------------
+
+// F16C rounds to nearest even like tl_f32_to_fp16 (the tests compare them over all inputs).
+static void f32_to_f16(const float *src, uint16_t *dst, int64_t n)
+{
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm_storeu_si128((__m128i *)(dst + i),
+                         _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT));
+    for (; i < n; i++)
+        dst[i] = tl_f32_to_fp16(src[i]);
+}
+
 const struct tl__kernel_ops tl__ops_avx2 = {
     .name = "avx2",
     .row_align = row_align,
@@ -558,4 +571,5 @@ const struct tl__kernel_ops tl__ops_avx2 = {
     .add = add,
     .softmax = softmax,
     .attn_head = attn_head,
+    .f32_to_f16 = f32_to_f16,
 };

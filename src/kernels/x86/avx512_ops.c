@@ -899,6 +899,19 @@ static void attn_group(const struct tl_kv_layer *kv, const int32_t *block_table,
                                             out);
 }
 
+// ---- conversions ------------------------------------------------------------------------------
+
+// F16C rounds to nearest even like tl_f32_to_fp16 (the tests compare them over all inputs).
+static void f32_to_f16(const float *src, uint16_t *dst, int64_t n)
+{
+    for (int64_t i = 0; i < n; i += 16) {
+        __mmask16 m = tail_mask16(n - i);
+        _mm256_mask_storeu_epi16(
+            dst + i, m,
+            _mm512_cvtps_ph(_mm512_maskz_loadu_ps(m, src + i), _MM_FROUND_TO_NEAREST_INT));
+    }
+}
+
 const struct tl__kernel_ops tl__ops_avx512 = {
     .name = "avx512",
     .row_align = row_align,
@@ -909,6 +922,7 @@ const struct tl__kernel_ops tl__ops_avx512 = {
     .add = add,
     .softmax = softmax,
     .attn_head = attn_head,
+    .f32_to_f16 = f32_to_f16,
     .attn_group_heads = attn_group_heads,
     .attn_group = attn_group,
 };
