@@ -1,15 +1,16 @@
 /*
  * Kernel dispatch and the parallel drivers of the public ops.
  *
- * Design: one `struct tl__kernel_ops` table per ISA (ref.c, x86/avx2.c, x86/avx512.c). The
- * first op picks the best table the CPU supports (or the one named by $TL_ISA) once per
+ * Design: one `struct tl__kernel_ops` table per ISA (ref.c, x86/avx2_ops.c, x86/avx512_ops.c).
+ * The first op picks the best table the CPU supports (or the one named by $TL_ISA) once per
  * process; tl_kernels_force_isa swaps it between ops (tests, benchmarks). This file owns what
- * every ISA shares: splitting rows and (token, head) pairs over the pool, quantizing the
+ * every ISA shares: splitting rows and (token, head) pairs -- or (token, KV head, group of
+ * query heads) when the ISA reads shared K/V once per group -- over the pool, quantizing the
  * activations of a Q8_0 matmul once per call into the work buffer, and carving work buffers.
  *
- * Determinism: threads only ever split output rows (matmul) or (token, head) pairs
- * (attention); each output element is computed start-to-finish by one thread with the ISA's
- * fixed per-element order, so results do not depend on the thread count or the batch.
+ * Determinism: threads only ever split output rows (matmul) or query heads (attention); each
+ * output element is computed start-to-finish by one thread with the ISA's fixed per-element
+ * order, so results do not depend on the thread count or the batch.
  *
  * Thread model: the op table pointer is an atomic set once (or by force_isa, which must not
  * race with running ops). The ops are called from one thread at a time per pool.

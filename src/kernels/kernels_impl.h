@@ -2,13 +2,14 @@
  * Internals shared by the kernel files: the per-ISA op table, the layout of quantized
  * activations, and the scalar reference functions (ref.c) that tests compare every variant to.
  *
- * Each ISA file (ref.c for "scalar", x86/avx2.c, x86/avx512.c) fills one `struct tl__kernel_ops`;
- * kernels.c picks one per process and owns the public entry points: threading (tl_pool),
- * activation quantization, work-buffer carving. An ISA only supplies the inner loops, so the
- * determinism rules live in one place:
+ * Each ISA file (ref.c for "scalar", x86/avx2_ops.c, x86/avx512_ops.c) fills one
+ * `struct tl__kernel_ops`; kernels.c picks one per process and owns the public entry points:
+ * threading (tl_pool), activation quantization, work-buffer carving. An ISA only supplies the
+ * inner loops, so the determinism rules live in one place:
  *   - matmul_rows computes y[t][r] for its rows and all tokens; every (t, r) element goes
  *     through the same sequence of operations whatever tile or tail path it lands in;
- *   - attn_head computes one (token, head) pair in a fixed order over the context.
+ *   - attn_head computes one (token, head) pair, attn_group several heads sharing a KV head,
+ *     each head in a fixed order over the context whatever else shares the call.
  */
 #ifndef TL_KERNELS_IMPL_H
 #define TL_KERNELS_IMPL_H

@@ -14,7 +14,8 @@
  * final horizontal sum is one fixed function, so results do not depend on the batch.
  *
  * Elementwise ops use a vectorized exp (Cody-Waite reduction, degree-7 polynomial), accurate
- * to about 1 ulp over the clamped range [-87.3, 88.3].
+ * to about 1 ulp over the clamped range [-87.3, 88.3]. Attention: one (token, head) per call,
+ * two passes (scores, then exp and the V sum), positions walked block by block.
  *
  * Thread model: pure functions over caller-owned memory; re-entrant.
  */

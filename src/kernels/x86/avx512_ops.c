@@ -8,7 +8,9 @@
  * of R and, for each block, every token tile of a token chunk sized to stay in L2, so a weight
  * row block is read from memory once per chunk and then hits L1.
  *   - F32/F16/BF16: 16 lanes per step; acc = fma(w, x, acc); the tail (n_in % 16) uses masked
- *     loads that read zeros, so it is the same arithmetic as a full step.
+ *     loads that read zeros, so it is the same arithmetic as a full step. Rows are cut into
+ *     k-blocks of 512 (accumulators parked bitwise between blocks); with more tokens than one
+ *     tile, an F16/BF16 weight block is converted to f32 once into an L1 buffer.
  *   - Q8_0: a superchunk of four 32-blocks per step (layout in kernels_impl.h). The weights
  *     are made unsigned (w ^ 0x80 = w + 128) so VNNI vpdpbusd (u8 x s8) can multiply them with
  *     the signed activation bytes; the surplus 128 * sum(x) is cancelled exactly by starting
@@ -16,11 +18,14 @@
  *     0-15 and 16-31 of the four blocks) leave each block's exact sum spread over 4 lanes; then
  *     acc = fma(float(sumi), d_w * d_x, acc): 5 ALU ops per 128 MACs and (row, token) pair.
  * Every (row, token) element sees the same instruction sequence in every tile shape (full tile,
- * token tail, row tail), and the final horizontal sum is one fixed function, so results do not
- * depend on the batch. Tile shapes come from one always-inline template instantiated per shape.
+ * token tail, row tail), and the final horizontal sums (one transpose-add tree for 16
+ * accumulators, or the same order for one) give each element the same value whatever it is
+ * reduced with, so results do not depend on the batch. Tile shapes come from one always-inline
+ * template instantiated per shape.
  *
  * Elementwise ops use a vectorized exp (Cody-Waite reduction, degree-7 polynomial, scalef),
- * accurate to about 1 ulp; attention walks the context in a fixed order per (token, head).
+ * accurate to about 1 ulp. Attention processes the query heads that share a KV head together
+ * with an online softmax (see the attention sections below).
  *
  * Thread model: pure functions over caller-owned memory; re-entrant.
  */
