@@ -21,6 +21,9 @@
 #include "core/log.h"
 
 #include <pthread.h>
+#if defined(__x86_64__)
+#include <cpuid.h>
+#endif
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,14 +32,22 @@
 
 static _Atomic(const struct tl__kernel_ops *) g_ops;
 
+#if defined(__x86_64__)
+// F16C from CPUID (clang's __builtin_cpu_supports does not know "f16c").
+static bool cpu_has_f16c(void)
+{
+    unsigned a, b, c, d;
+    return __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C);
+}
+#endif
+
 static const struct tl__kernel_ops *ops_by_name(const char *name)
 {
     if (!strcmp(name, "scalar")) return &tl__ops_scalar;
 #if defined(__x86_64__)
     __builtin_cpu_init();
     if (!strcmp(name, "avx2")) {
-        if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-            __builtin_cpu_supports("f16c"))
+        if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && cpu_has_f16c())
             return &tl__ops_avx2;
         return NULL;
     }
