@@ -63,12 +63,12 @@ tl_status tl_model_load(const char *path, const struct tl_model_params *params,
 void tl_model_free(tl_model *m); // NULL is a no-op; engines using it must be destroyed first
 
 struct tl_model_info {
-    const char *arch;          // "llama", "qwen2"
-    const char *name;          // general.name or the file's base name
-    const char *path;          // as given to tl_model_load
-    int64_t n_params;          // total weight elements
+    const char *arch; // "llama", "qwen2"
+    const char *name; // general.name or the file's base name
+    const char *path; // as given to tl_model_load
+    int64_t n_params; // total weight elements
     int32_t n_vocab;
-    int32_t n_ctx_train;       // context length the model was trained for
+    int32_t n_ctx_train; // context length the model was trained for
     int32_t n_embd, n_layer, n_head, n_head_kv, n_ff, head_dim;
     const char *weight_type;   // most common weight type name ("F32", "Q8_0", ...)
     const char *chat_template; // tokenizer.chat_template, or NULL
@@ -168,11 +168,11 @@ struct tl_event {
     int64_t n_prompt_tokens;
     int64_t n_cached_tokens; // prompt tokens served from the prefix cache
     int64_t n_generated;
-    int64_t n_preempted;     // times this request was preempted and recomputed
-    int64_t queue_us;        // submission to first scheduled
-    int64_t ttft_us;         // submission to first token
-    int64_t total_us;        // submission to done
-    const char *error;       // message when finish == TL_FINISH_ERROR, else NULL
+    int64_t n_preempted; // times this request was preempted and recomputed
+    int64_t queue_us;    // submission to first scheduled
+    int64_t ttft_us;     // submission to first token
+    int64_t total_us;    // submission to done
+    const char *error;   // message when finish == TL_FINISH_ERROR, else NULL
 };
 
 // Called on the thread running tl_engine_step. Must not call back into the engine except
@@ -180,23 +180,23 @@ struct tl_event {
 typedef void (*tl_event_fn)(void *user, const struct tl_event *ev);
 
 struct tl_request {
-    const char *prompt;            // text, tokenized by the engine, or
-    size_t prompt_len;             // 0 = strlen(prompt)
-    const int32_t *prompt_tokens;  // tokens (used when non-NULL)
+    const char *prompt;           // text, tokenized by the engine, or
+    size_t prompt_len;            // 0 = strlen(prompt)
+    const int32_t *prompt_tokens; // tokens (used when non-NULL)
     int64_t n_prompt_tokens;
-    bool add_special;              // add BOS etc. as the vocabulary says (text prompts)
-    bool parse_special;            // recognise special-token texts in the prompt
+    bool add_special;   // add BOS etc. as the vocabulary says (text prompts)
+    bool parse_special; // recognise special-token texts in the prompt
     struct tl_sampling sampling;
-    int32_t max_tokens;            // tokens to generate at most (> 0)
-    const int32_t *stop_tokens;    // extra token ids that end generation (copied)
+    int32_t max_tokens;         // tokens to generate at most (> 0)
+    const int32_t *stop_tokens; // extra token ids that end generation (copied)
     int32_t n_stop_tokens;
-    const char *const *stop;       // stop strings (copied); the stop text is not returned
+    const char *const *stop; // stop strings (copied); the stop text is not returned
     int32_t n_stop;
-    bool ignore_eos;               // keep going past end-of-generation tokens
-    int32_t priority;              // lower value = scheduled first (as vLLM); default 0
-    int64_t timeout_ms;            // 0 = none; past it the request ends with TL_FINISH_DEADLINE
-    tl_event_fn on_event;          // required
-    void *user;                    // passed to on_event
+    bool ignore_eos;      // keep going past end-of-generation tokens
+    int32_t priority;     // lower value = scheduled first (as vLLM); default 0
+    int64_t timeout_ms;   // 0 = none; past it the request ends with TL_FINISH_DEADLINE
+    tl_event_fn on_event; // required
+    void *user;           // passed to on_event
 };
 // Zeroes r and sets the defaults: tl_sampling_default, max_tokens 16, add_special true.
 void tl_request_default(struct tl_request *r);
@@ -227,19 +227,19 @@ struct tl_engine_stats {
     int64_t n_running, n_waiting;
     int64_t kv_blocks_total, kv_blocks_free, kv_blocks_used, kv_blocks_cached;
     int64_t kv_block_size;
-    int64_t prompt_tokens_total;     // prompt tokens computed (not cache hits)
+    int64_t prompt_tokens_total; // prompt tokens computed (not cache hits)
     int64_t generation_tokens_total;
     int64_t steps_total;
     int64_t preemptions_total;
-    int64_t prefix_queries_total;     // prompt tokens looked up in the prefix cache
-    int64_t prefix_hits_total;        // of which found
-    int64_t finished_total[6];        // by tl_finish_reason
+    int64_t prefix_queries_total; // prompt tokens looked up in the prefix cache
+    int64_t prefix_hits_total;    // of which found
+    int64_t finished_total[6];    // by tl_finish_reason
     // Tokens per step histogram: bucket i counts steps with at most step_hist_le[i] tokens.
     int64_t step_hist_le[TL_STEP_HIST_BUCKETS];
     int64_t step_hist_count[TL_STEP_HIST_BUCKETS];
     int64_t step_tokens_sum;
-    int64_t step_us_total;            // wall time inside tl_engine_step
-    int64_t forward_us_total;         // of which the forward pass
+    int64_t step_us_total;    // wall time inside tl_engine_step
+    int64_t forward_us_total; // of which the forward pass
 };
 // A consistent snapshot; thread-safe.
 void tl_engine_get_stats(tl_engine *e, struct tl_engine_stats *out);

@@ -19,7 +19,8 @@ static const struct {
 
 static void usage(FILE *f)
 {
-    fprintf(f, "usage: tokenloom <command> [options]   (tokenloom <command> --help)\n\ncommands:\n");
+    fprintf(f,
+            "usage: tokenloom <command> [options]   (tokenloom <command> --help)\n\ncommands:\n");
     for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
         fprintf(f, "  %-10s %s\n", commands[i].name, commands[i].help);
 }

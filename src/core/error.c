@@ -38,16 +38,26 @@ const char *tl_last_error(void)
 const char *tl_status_str(tl_status st)
 {
     switch (st) {
-    case TL_OK: return "ok";
-    case TL_ERR_INVALID_ARG: return "invalid argument";
-    case TL_ERR_NOMEM: return "out of memory";
-    case TL_ERR_IO: return "i/o error";
-    case TL_ERR_FORMAT: return "format error";
-    case TL_ERR_UNSUPPORTED: return "unsupported";
-    case TL_ERR_TOO_LONG: return "too long";
-    case TL_ERR_FULL: return "full";
-    case TL_ERR_NOT_FOUND: return "not found";
-    case TL_ERR_STATE: return "wrong state";
+    case TL_OK:
+        return "ok";
+    case TL_ERR_INVALID_ARG:
+        return "invalid argument";
+    case TL_ERR_NOMEM:
+        return "out of memory";
+    case TL_ERR_IO:
+        return "i/o error";
+    case TL_ERR_FORMAT:
+        return "format error";
+    case TL_ERR_UNSUPPORTED:
+        return "unsupported";
+    case TL_ERR_TOO_LONG:
+        return "too long";
+    case TL_ERR_FULL:
+        return "full";
+    case TL_ERR_NOT_FOUND:
+        return "not found";
+    case TL_ERR_STATE:
+        return "wrong state";
     }
     return "unknown error";
 }

@@ -103,7 +103,8 @@ static void wait_done(struct tl_pool *pool)
     }
     pthread_mutex_lock(&pool->mu);
     atomic_store(&pool->caller_sleeping, true);
-    while (atomic_load(&pool->n_done) != target) pthread_cond_wait(&pool->done, &pool->mu);
+    while (atomic_load(&pool->n_done) != target)
+        pthread_cond_wait(&pool->done, &pool->mu);
     atomic_store(&pool->caller_sleeping, false);
     pthread_mutex_unlock(&pool->mu);
 }
@@ -150,7 +151,8 @@ void tl_pool_destroy(struct tl_pool *pool)
     pthread_mutex_lock(&pool->mu);
     pthread_cond_broadcast(&pool->wake);
     pthread_mutex_unlock(&pool->mu);
-    for (int i = 0; i < pool->n_threads - 1; i++) pthread_join(pool->workers[i].thread, NULL);
+    for (int i = 0; i < pool->n_threads - 1; i++)
+        pthread_join(pool->workers[i].thread, NULL);
     pthread_mutex_destroy(&pool->mu);
     pthread_cond_destroy(&pool->wake);
     pthread_cond_destroy(&pool->done);

@@ -30,16 +30,16 @@ struct tl_forward {
     const struct tl_model *model; // borrowed
     struct tl_pool *pool;         // borrowed
     int64_t max_tok, max_ctx;
-    float *x;      // (max_tok, n_embd) residual stream
-    float *xb;     // (max_tok, n_embd) normed input of a sublayer
-    float *q;      // (max_tok, q_dim)
-    float *k;      // (max_tok, kv_dim)
-    float *v;      // (max_tok, kv_dim)
-    float *att;    // (max_tok, q_dim) attention output
-    float *h1;     // (max_tok, n_ff) gate, then SwiGLU output
-    float *h2;     // (max_tok, n_ff) up
-    float *tmp;    // (max_tok, n_embd) sublayer output before the residual add
-    void *work;    // matmul / attention work buffer
+    float *x;   // (max_tok, n_embd) residual stream
+    float *xb;  // (max_tok, n_embd) normed input of a sublayer
+    float *q;   // (max_tok, q_dim)
+    float *k;   // (max_tok, kv_dim)
+    float *v;   // (max_tok, kv_dim)
+    float *att; // (max_tok, q_dim) attention output
+    float *h1;  // (max_tok, n_ff) gate, then SwiGLU output
+    float *h2;  // (max_tok, n_ff) up
+    float *tmp; // (max_tok, n_embd) sublayer output before the residual add
+    void *work; // matmul / attention work buffer
     size_t work_bytes;
     struct tl_attn_query *queries; // (max_tok)
 };
@@ -73,12 +73,14 @@ struct tl_forward *tl_forward_create(const struct tl_model *m, int64_t max_tok, 
     f->queries = tl_calloc_array(n, sizeof(*f->queries));
     size_t wb = tl_attention_work_bytes(tl_pool_size(pool), max_ctx, hp->head_dim);
     const struct tl_weight *all[] = {&m->tok_embd, &m->output};
-    for (int i = 0; i < 2; i++) wb = max_size(wb, tl_matmul_work_bytes(all[i], max_tok));
+    for (int i = 0; i < 2; i++)
+        wb = max_size(wb, tl_matmul_work_bytes(all[i], max_tok));
     for (int il = 0; il < hp->n_layer; il++) {
         const struct tl_layer *L = &m->layers[il];
-        const struct tl_weight *ws[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up,
-                                        &L->w_down};
-        for (int i = 0; i < 7; i++) wb = max_size(wb, tl_matmul_work_bytes(ws[i], max_tok));
+        const struct tl_weight *ws[] = {&L->wq,     &L->wk,   &L->wv,    &L->wo,
+                                        &L->w_gate, &L->w_up, &L->w_down};
+        for (int i = 0; i < 7; i++)
+            wb = max_size(wb, tl_matmul_work_bytes(ws[i], max_tok));
     }
     f->work_bytes = wb;
     f->work = tl_aligned_alloc(wb);
@@ -110,7 +112,8 @@ void tl_forward_destroy(struct tl_forward *f)
     free(f);
 }
 
-// ---- row-wise phases, split over tokens ----------------------------------------------------------
+// ---- row-wise phases, split over tokens
+// ----------------------------------------------------------
 
 enum phase { PHASE_NORM, PHASE_QKV_POST, PHASE_RESIDUAL, PHASE_SWIGLU };
 
@@ -173,11 +176,14 @@ static void run_phase(struct phase_arg *a, enum phase ph, int64_t n_rows)
     a->phase = ph;
     a->n_rows = n_rows;
     // Tiny batches are not worth waking the workers for.
-    if (n_rows < 4) phase_fn(a, 0, 1);
-    else tl_pool_run(a->f->pool, phase_fn, a);
+    if (n_rows < 4)
+        phase_fn(a, 0, 1);
+    else
+        tl_pool_run(a->f->pool, phase_fn, a);
 }
 
-// ---- the pass ------------------------------------------------------------------------------------
+// ---- the pass
+// ------------------------------------------------------------------------------------
 
 static tl_status check_batch(const struct tl_forward *f, const struct tl_batch *b)
 {
@@ -214,7 +220,8 @@ tl_status tl_forward_run(struct tl_forward *f, const struct tl_batch *b,
                           hp->n_layer);
     int64_t n = b->n_tok, n_embd = hp->n_embd;
     for (int64_t t = 0; t < n; t++) {
-        const char *row = (const char *)m->tok_embd.data + (size_t)b->token[t] * m->tok_embd.row_bytes;
+        const char *row =
+            (const char *)m->tok_embd.data + (size_t)b->token[t] * m->tok_embd.row_bytes;
         tl_dequantize_row(m->tok_embd.type, row, f->x + t * n_embd, n_embd);
         f->queries[t].block_table = b->block_tables[b->seq[t]];
         f->queries[t].n_ctx = (int64_t)b->pos[t] + 1;

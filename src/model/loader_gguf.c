@@ -87,8 +87,8 @@ static tl_status load_mat(struct ctx *c, const char *name, bool required, struct
         return TL_OK;
     }
     if (t->n_dims != 2 || t->ne[2] != 1 || t->ne[3] != 1)
-        return tl__errorf(TL_ERR_FORMAT, "%s: tensor %s is not a matrix (%d dimensions)", c->m->path,
-                          name, t->n_dims);
+        return tl__errorf(TL_ERR_FORMAT, "%s: tensor %s is not a matrix (%d dimensions)",
+                          c->m->path, name, t->n_dims);
     w->type = t->type;
     w->n_in = t->ne[0];
     w->n_out = t->ne[1];
@@ -229,8 +229,7 @@ tl_status tl__model_load_gguf(struct tl_model *m)
     if ((rc = load_vec(&c, "output_norm.weight", m->hp.n_embd, true, &m->output_norm))) return rc;
     if ((rc = load_mat(&c, "output.weight", false, &m->output))) return rc;
     if (!m->output.data) m->output = m->tok_embd; // tied embeddings
-    if (m->hp.n_layer <= 0)
-        return tl__errorf(TL_ERR_FORMAT, "%s: block count is 0", m->path);
+    if (m->hp.n_layer <= 0) return tl__errorf(TL_ERR_FORMAT, "%s: block count is 0", m->path);
     m->layers = tl_calloc_array((size_t)m->hp.n_layer, sizeof(*m->layers));
     if (!m->layers) return tl__errorf(TL_ERR_NOMEM, "%s: out of memory", m->path);
     for (int il = 0; il < m->hp.n_layer; il++)

@@ -22,8 +22,8 @@
 #include <unistd.h>
 
 struct cursor {
-    const float *p;   // next weight
-    int64_t left;     // floats remaining in the file
+    const float *p; // next weight
+    int64_t left;   // floats remaining in the file
 };
 
 static const float *take(struct cursor *cur, int64_t n)
@@ -37,13 +37,16 @@ static const float *take(struct cursor *cur, int64_t n)
 
 static struct tl_weight f32_weight(const float *data, int64_t n_out, int64_t n_in)
 {
-    struct tl_weight w = {.type = TL_DTYPE_F32, .n_in = n_in, .n_out = n_out,
-                          .row_bytes = (size_t)n_in * sizeof(float), .data = data};
+    struct tl_weight w = {.type = TL_DTYPE_F32,
+                          .n_in = n_in,
+                          .n_out = n_out,
+                          .row_bytes = (size_t)n_in * sizeof(float),
+                          .data = data};
     return w;
 }
 
-static tl_status find_tokenizer(struct tl_model *m, const char *given, int32_t n_vocab,
-                                char *buf, size_t cap)
+static tl_status find_tokenizer(struct tl_model *m, const char *given, int32_t n_vocab, char *buf,
+                                size_t cap)
 {
     if (given) {
         snprintf(buf, cap, "%s", given);
@@ -139,8 +142,8 @@ tl_status tl__model_load_llama2c(struct tl_model *m, const char *tokenizer_path)
     m->tok_embd = f32_weight(emb, n_vocab, dim);
     m->output = f32_weight(wcls, n_vocab, dim);
     m->output_norm = rms_final;
-    m->n_params = n_vocab * dim * (shared ? 1 : 2) + L * (2 * dim + dim * (q_dim + 2 * kv_dim) +
-                                                          q_dim * dim + 3 * ff * dim) + dim;
+    m->n_params = n_vocab * dim * (shared ? 1 : 2) +
+                  L * (2 * dim + dim * (q_dim + 2 * kv_dim) + q_dim * dim + 3 * ff * dim) + dim;
     m->weight_type = "F32";
 
     char tok_path[4096];
@@ -148,8 +151,8 @@ tl_status tl__model_load_llama2c(struct tl_model *m, const char *tokenizer_path)
     if (rc) return rc;
     if ((rc = tl_vocab_load_llama2c(tok_path, &m->vocab))) return rc;
     if (tl_vocab_n_tokens(m->vocab) != n_vocab)
-        return tl__errorf(TL_ERR_FORMAT, "%s: tokenizer %s has %d tokens, the checkpoint %d", m->path,
-                          tok_path, tl_vocab_n_tokens(m->vocab), n_vocab);
+        return tl__errorf(TL_ERR_FORMAT, "%s: tokenizer %s has %d tokens, the checkpoint %d",
+                          m->path, tok_path, tl_vocab_n_tokens(m->vocab), n_vocab);
     const char *base = strrchr(m->path, '/');
     base = base ? base + 1 : m->path;
     m->name = tl_strndup(base, strlen(base));

@@ -63,8 +63,8 @@ tl_status tl_model_load(const char *path, const struct tl_model_params *params, 
     } else if (readable && ends_with(path, ".bin")) {
         rc = tl__model_load_llama2c(m, params ? params->tokenizer_path : NULL);
     } else if (readable) {
-        rc = tl__errorf(TL_ERR_FORMAT, "%s: not a GGUF file (bad magic) nor a llama2.c .bin checkpoint",
-                        path);
+        rc = tl__errorf(TL_ERR_FORMAT,
+                        "%s: not a GGUF file (bad magic) nor a llama2.c .bin checkpoint", path);
     } else {
         rc = tl__errorf(TL_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
     }
@@ -80,7 +80,8 @@ tl_status tl_model_load(const char *path, const struct tl_model_params *params, 
 void tl_model_free(tl_model *m)
 {
     if (!m) return;
-    for (int i = 0; i < m->n_owned; i++) tl_aligned_free(m->owned[i]);
+    for (int i = 0; i < m->n_owned; i++)
+        tl_aligned_free(m->owned[i]);
     free(m->owned);
     free(m->layers);
     tl_vocab_destroy(m->vocab);
@@ -98,16 +99,19 @@ static tl_status check_weight(const struct tl_model *m, const char *what, int il
                               const struct tl_weight *w, int64_t n_in, int64_t n_out)
 {
     char name[64];
-    if (il >= 0) snprintf(name, sizeof(name), "blk.%d.%s", il, what);
-    else snprintf(name, sizeof(name), "%s", what);
+    if (il >= 0)
+        snprintf(name, sizeof(name), "blk.%d.%s", il, what);
+    else
+        snprintf(name, sizeof(name), "%s", what);
     if (!w->data) return tl__errorf(TL_ERR_FORMAT, "%s: missing tensor %s", m->path, name);
     if (w->n_in != n_in || w->n_out != n_out)
-        return tl__errorf(TL_ERR_FORMAT, "%s: tensor %s has shape [%lld, %lld], expected [%lld, %lld]",
-                          m->path, name, (long long)w->n_in, (long long)w->n_out,
-                          (long long)n_in, (long long)n_out);
+        return tl__errorf(
+            TL_ERR_FORMAT, "%s: tensor %s has shape [%lld, %lld], expected [%lld, %lld]", m->path,
+            name, (long long)w->n_in, (long long)w->n_out, (long long)n_in, (long long)n_out);
     if (!tl_kernels_weight_supported(w->type))
-        return tl__errorf(TL_ERR_UNSUPPORTED, "%s: tensor %s has type %s, which is not supported yet",
-                          m->path, name, tl_dtype_name(w->type));
+        return tl__errorf(TL_ERR_UNSUPPORTED,
+                          "%s: tensor %s has type %s, which is not supported yet", m->path, name,
+                          tl_dtype_name(w->type));
     return TL_OK;
 }
 
@@ -116,11 +120,12 @@ tl_status tl__model_validate(const struct tl_model *m)
     const struct tl_hparams *hp = &m->hp;
     if (hp->n_embd <= 0 || hp->n_layer <= 0 || hp->n_head <= 0 || hp->n_head_kv <= 0 ||
         hp->n_ff <= 0 || hp->n_vocab <= 0 || hp->head_dim <= 0 || hp->n_ctx_train <= 0)
-        return tl__errorf(TL_ERR_FORMAT,
-                          "%s: invalid hyperparameters (embd %d, layers %d, heads %d/%d, ff %d, vocab "
-                          "%d, head_dim %d, ctx %d)",
-                          m->path, hp->n_embd, hp->n_layer, hp->n_head, hp->n_head_kv, hp->n_ff,
-                          hp->n_vocab, hp->head_dim, hp->n_ctx_train);
+        return tl__errorf(
+            TL_ERR_FORMAT,
+            "%s: invalid hyperparameters (embd %d, layers %d, heads %d/%d, ff %d, vocab "
+            "%d, head_dim %d, ctx %d)",
+            m->path, hp->n_embd, hp->n_layer, hp->n_head, hp->n_head_kv, hp->n_ff, hp->n_vocab,
+            hp->head_dim, hp->n_ctx_train);
     if (hp->n_head % hp->n_head_kv)
         return tl__errorf(TL_ERR_FORMAT, "%s: head count %d is not a multiple of kv head count %d",
                           m->path, hp->n_head, hp->n_head_kv);
@@ -135,7 +140,8 @@ tl_status tl__model_validate(const struct tl_model *m)
     if ((rc = check_weight(m, "token_embd.weight", -1, &m->tok_embd, hp->n_embd, hp->n_vocab)))
         return rc;
     if ((rc = check_weight(m, "output.weight", -1, &m->output, hp->n_embd, hp->n_vocab))) return rc;
-    if (!m->output_norm) return tl__errorf(TL_ERR_FORMAT, "%s: missing tensor output_norm.weight", m->path);
+    if (!m->output_norm)
+        return tl__errorf(TL_ERR_FORMAT, "%s: missing tensor output_norm.weight", m->path);
     for (int il = 0; il < hp->n_layer; il++) {
         const struct tl_layer *L = &m->layers[il];
         if (!L->attn_norm || !L->ffn_norm)
@@ -153,8 +159,9 @@ tl_status tl__model_validate(const struct tl_model *m)
     }
     int32_t n_tok = tl_vocab_n_tokens(m->vocab);
     if (n_tok > hp->n_vocab)
-        return tl__errorf(TL_ERR_FORMAT, "%s: vocabulary has %d tokens but the embedding only %d rows",
-                          m->path, n_tok, hp->n_vocab);
+        return tl__errorf(TL_ERR_FORMAT,
+                          "%s: vocabulary has %d tokens but the embedding only %d rows", m->path,
+                          n_tok, hp->n_vocab);
     return TL_OK;
 }
 

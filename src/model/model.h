@@ -33,35 +33,35 @@ struct tl_hparams {
 };
 
 struct tl_layer {
-    const float *attn_norm; // (n_embd)
-    struct tl_weight wq;    // (n_head*head_dim rows, n_embd)
-    struct tl_weight wk;    // (n_head_kv*head_dim, n_embd)
-    struct tl_weight wv;    // (n_head_kv*head_dim, n_embd)
-    struct tl_weight wo;    // (n_embd, n_head*head_dim)
+    const float *attn_norm;    // (n_embd)
+    struct tl_weight wq;       // (n_head*head_dim rows, n_embd)
+    struct tl_weight wk;       // (n_head_kv*head_dim, n_embd)
+    struct tl_weight wv;       // (n_head_kv*head_dim, n_embd)
+    struct tl_weight wo;       // (n_embd, n_head*head_dim)
     const float *bq, *bk, *bv; // attention biases (qwen2), NULL otherwise
-    const float *ffn_norm;  // (n_embd)
-    struct tl_weight w_gate; // (n_ff, n_embd)
-    struct tl_weight w_up;   // (n_ff, n_embd)
-    struct tl_weight w_down; // (n_embd, n_ff)
+    const float *ffn_norm;     // (n_embd)
+    struct tl_weight w_gate;   // (n_ff, n_embd)
+    struct tl_weight w_up;     // (n_ff, n_embd)
+    struct tl_weight w_down;   // (n_embd, n_ff)
 };
 
 struct tl_model {
-    char *path;              // owned
-    char *name;              // owned
+    char *path; // owned
+    char *name; // owned
     struct tl_hparams hp;
-    struct tl_gguf *gguf;    // owned; NULL for llama2.c checkpoints
-    void *map;               // owned mmap of a llama2.c checkpoint (NULL for GGUF)
+    struct tl_gguf *gguf; // owned; NULL for llama2.c checkpoints
+    void *map;            // owned mmap of a llama2.c checkpoint (NULL for GGUF)
     size_t map_bytes;
-    struct tl_vocab *vocab;  // owned
-    char *chat_template;     // owned, NULL if absent
-    struct tl_weight tok_embd;   // (n_vocab rows, n_embd)
-    const float *output_norm;    // (n_embd)
-    struct tl_weight output;     // (n_vocab rows, n_embd); equals tok_embd when tied
-    struct tl_layer *layers;     // owned, (n_layer)
-    void **owned;                // owned buffers (converted weights), freed with the model
+    struct tl_vocab *vocab;    // owned
+    char *chat_template;       // owned, NULL if absent
+    struct tl_weight tok_embd; // (n_vocab rows, n_embd)
+    const float *output_norm;  // (n_embd)
+    struct tl_weight output;   // (n_vocab rows, n_embd); equals tok_embd when tied
+    struct tl_layer *layers;   // owned, (n_layer)
+    void **owned;              // owned buffers (converted weights), freed with the model
     int n_owned;
     int64_t n_params;
-    const char *weight_type;     // name of the most common matrix type
+    const char *weight_type; // name of the most common matrix type
 };
 
 // ---- the batched forward pass -----------------------------------------------------------------

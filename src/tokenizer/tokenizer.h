@@ -46,9 +46,9 @@ void tl_vocab_destroy(struct tl_vocab *v); // NULL is a no-op
 enum tl_vocab_type tl_vocab_type(const struct tl_vocab *v);
 const char *tl_vocab_pre(const struct tl_vocab *v); // pre-tokenizer name ("default" if none)
 int32_t tl_vocab_n_tokens(const struct tl_vocab *v);
-int32_t tl_vocab_bos(const struct tl_vocab *v); // -1 if none
-int32_t tl_vocab_eos(const struct tl_vocab *v); // -1 if none
-int32_t tl_vocab_eot(const struct tl_vocab *v); // end-of-turn (<|eot_id|>, <|im_end|>...), -1
+int32_t tl_vocab_bos(const struct tl_vocab *v);  // -1 if none
+int32_t tl_vocab_eos(const struct tl_vocab *v);  // -1 if none
+int32_t tl_vocab_eot(const struct tl_vocab *v);  // end-of-turn (<|eot_id|>, <|im_end|>...), -1
 bool tl_vocab_add_bos(const struct tl_vocab *v); // tokenizer.ggml.add_bos_token (or default)
 bool tl_vocab_add_eos(const struct tl_vocab *v);
 // True for tokens that end generation by default (EOS, EOT, and other end-of-generation ids).
