@@ -31,6 +31,9 @@ WARN     := -Wall -Wextra -Wshadow -Wno-unused-parameter -Wvla
 # gcc's -Wformat-truncation flags every bounded snprintf; clang has no such option.
 WARN     += $(shell $(CC) -Werror -Wno-format-truncation -E -x c /dev/null >/dev/null 2>&1 && echo -Wno-format-truncation)
 CFLAGS   ?=
+ifeq ($(WERROR),1)
+WARN     += -Werror
+endif
 CFLAGS   += -std=c11 -D_GNU_SOURCE $(OPT) -g $(WARN) -fno-strict-aliasing -pthread \
             -Iinclude -Isrc $(PKG_CFLAGS) -MMD -MP $(SAN)
 LDFLAGS  += -pthread $(SAN)
