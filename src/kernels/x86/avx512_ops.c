@@ -229,37 +229,56 @@ struct fblock {
     int prefetch;     // w streams from memory (not a converted block): prefetch ahead
 };
 
+// One k-step of a tile: 16 elements of R weight rows and T tokens. `full` = 0 is the partial
+// last step: masked loads read zeros, so it is the same arithmetic as a full step.
+static ALWAYS_INLINE void fk_step(__m512 acc[8][8], const char *const *wp, const float *const *xp,
+                                  int64_t k, __mmask16 mask, const int full, const int pf,
+                                  const int type, const int R, const int T)
+{
+    const size_t esz = type == TL_DTYPE_F32 ? 4 : 2;
+    __m512 wv[8];
+#pragma GCC unroll 8
+    for (int i = 0; i < R; i++) {
+        if (pf) _mm_prefetch(wp[i] + k * esz + 1024, _MM_HINT_T0);
+        wv[i] = load_w(type, wp[i], k, mask, full);
+    }
+#pragma GCC unroll 8
+    for (int j = 0; j < T; j++) {
+        __m512 xv = full ? _mm512_loadu_ps(xp[j] + k) : _mm512_maskz_loadu_ps(mask, xp[j] + k);
+#pragma GCC unroll 8
+        for (int i = 0; i < R; i++)
+            acc[i][j] = _mm512_fmadd_ps(wv[i], xv, acc[i][j]);
+    }
+}
+
 static ALWAYS_INLINE void fk(const struct fblock *b, int mode, const int type, const int R,
                              const int T)
 {
     const size_t esz = type == TL_DTYPE_F32 ? 4 : 2;
+    const char *wp[8];
+    const float *xp[8];
     __m512 acc[8][8];
+#pragma GCC unroll 8
+    for (int i = 0; i < R; i++)
+        wp[i] = (const char *)b->w + i * b->w_stride * esz;
+#pragma GCC unroll 8
+    for (int j = 0; j < T; j++)
+        xp[j] = b->x + j * b->x_stride;
 #pragma GCC unroll 8
     for (int i = 0; i < R; i++)
 #pragma GCC unroll 8
         for (int j = 0; j < T; j++)
             acc[i][j] = (mode & ACC_LOAD) ? b->acc[i * T + j] : _mm512_setzero_ps();
+    const int64_t kfull = b->kn & ~(int64_t)15;
     int64_t k = 0;
-    for (; k < b->kn; k += 16) {
-        // the partial last step uses masked loads that read zeros: the same arithmetic
-        const int full = k + 16 <= b->kn;
-        const __mmask16 mask = tail_mask16(b->kn - k);
-        __m512 wv[8];
-#pragma GCC unroll 8
-        for (int i = 0; i < R; i++) {
-            const char *wp = (const char *)b->w + (i * b->w_stride + k) * esz;
-            if (b->prefetch) _mm_prefetch(wp + 1024, _MM_HINT_T0);
-            wv[i] = load_w(type, wp, 0, mask, full);
-        }
-#pragma GCC unroll 8
-        for (int j = 0; j < T; j++) {
-            const float *xp = b->x + j * b->x_stride + k;
-            __m512 xv = full ? _mm512_loadu_ps(xp) : _mm512_maskz_loadu_ps(mask, xp);
-#pragma GCC unroll 8
-            for (int i = 0; i < R; i++)
-                acc[i][j] = _mm512_fmadd_ps(wv[i], xv, acc[i][j]);
-        }
-    }
+    // the loops are split so the main one carries no masks or flags
+    if (b->prefetch)
+        for (; k < kfull; k += 16)
+            fk_step(acc, wp, xp, k, 0xffff, 1, 1, type, R, T);
+    else
+        for (; k < kfull; k += 16)
+            fk_step(acc, wp, xp, k, 0xffff, 1, 0, type, R, T);
+    if (k < b->kn) fk_step(acc, wp, xp, k, tail_mask16(b->kn - k), 0, 0, type, R, T);
     if (mode & ACC_REDUCE) {
         store_tile(acc, b->y, b->y_stride, R, T);
     } else {
