@@ -243,8 +243,10 @@ static void bench_attention(struct tl_pool *pool, int threads, const char *only_
         k[i] = tl_f32_to_fp16(rnd());
         v[i] = tl_f32_to_fp16(rnd());
     }
-    for (size_t i = 0; i < n_blocks; i++) tables[i] = (int32_t)((i * 7919) % n_blocks); // scattered
-    for (int i = 0; i < MAX_TOK * N_HEAD * HD; i++) q[i] = rnd();
+    for (size_t i = 0; i < n_blocks; i++)
+        tables[i] = (int32_t)((i * 7919) % n_blocks); // scattered
+    for (int i = 0; i < MAX_TOK * N_HEAD * HD; i++)
+        q[i] = rnd();
     struct tl_kv_layer kv = {TL_DTYPE_F16, BS, N_KV, HD, k, v};
     printf("\nattention (32 heads, 4 KV heads, head_dim 64, F16 KV; per layer; KV GB/s = K+V "
            "bytes of each token's context / time)\n");
