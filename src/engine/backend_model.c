@@ -67,6 +67,12 @@ static bool mb_detok_flush(void *ctx, void *state, char **out, size_t *len, size
     return tl_detok_flush(state, out, len, cap);
 }
 
+static struct tl_pool *mb_pool(void *ctx)
+{
+    struct model_backend *mb = ctx;
+    return mb->pool;
+}
+
 static void mb_destroy(void *ctx)
 {
     struct model_backend *mb = ctx;
@@ -99,6 +105,7 @@ tl_status tl__engine_backend_model(const tl_model *m, struct tl_engine_backend *
         .detok_init = mb_detok_init,
         .detok_push = mb_detok_push,
         .detok_flush = mb_detok_flush,
+        .pool = mb_pool,
         .destroy = mb_destroy,
     };
     return TL_OK;

@@ -332,11 +332,6 @@ tl_status tl__engine_create_with(const struct tl_engine_backend *be,
         rc = tl__error_prefix(TL_ERR_NOMEM, "engine");
         goto out_destroy;
     }
-    e->sampler = tl_sampler_create(be->n_vocab);
-    if (!e->sampler) {
-        rc = TL_ERR_NOMEM;
-        goto out_destroy;
-    }
     size_t nt = (size_t)c->max_tokens_per_step, ns = (size_t)c->max_batch_size;
     e->max_out =
         c->max_batch_size < c->max_tokens_per_step ? c->max_batch_size : c->max_tokens_per_step;
@@ -359,6 +354,23 @@ tl_status tl__engine_create_with(const struct tl_engine_backend *be,
     if (be->prepare &&
         (rc = be->prepare(be->ctx, c->max_tokens_per_step, c->max_seq_len, c->n_threads)))
         goto out_destroy;
+    // One sampler scratch per compute thread: sampling of a step fans out over the pool.
+    e->pool = be->pool ? be->pool(be->ctx) : NULL;
+    e->n_samplers = tl_pool_size(e->pool);
+    e->samplers = tl_calloc_array((size_t)e->n_samplers, sizeof(*e->samplers));
+    e->to_sample = tl_malloc_array(ns, sizeof(*e->to_sample));
+    e->sample_res = tl_malloc_array(ns, sizeof(*e->sample_res));
+    if (!e->samplers || !e->to_sample || !e->sample_res) {
+        rc = tl__errorf(TL_ERR_NOMEM, "engine: out of memory for samplers");
+        goto out_destroy;
+    }
+    for (int i = 0; i < e->n_samplers; i++) {
+        e->samplers[i] = tl_sampler_create(be->n_vocab);
+        if (!e->samplers[i]) {
+            rc = TL_ERR_NOMEM;
+            goto out_destroy;
+        }
+    }
     e->stats.kv_block_size = c->kv_block_size;
     static const int64_t le[TL_STEP_HIST_BUCKETS] = {1,  2,   4,   8,   16,   32,
                                                      64, 128, 256, 512, 1024, INT64_MAX};
@@ -398,7 +410,10 @@ void tl_engine_destroy(tl_engine *e)
     free(e->b_tables);
     free(e->b_seqs);
     free(e->logits);
-    tl_sampler_destroy(e->sampler);
+    for (int i = 0; e->samplers && i < e->n_samplers; i++) tl_sampler_destroy(e->samplers[i]);
+    free(e->samplers);
+    free(e->to_sample);
+    free(e->sample_res);
     tl_kv_cache_destroy(e->kv);
     if (e->be.destroy) e->be.destroy(e->be.ctx);
     pthread_cond_destroy(&e->cv);
@@ -762,6 +777,25 @@ static void publish_stats(tl_engine *e)
     pthread_mutex_unlock(&e->mu);
 }
 
+// Samples every sequence due a token, spread over the compute threads (each sequence's result
+// depends only on its own logits, history and RNG, so which thread samples it does not matter).
+static void sample_worker(void *arg, int ith, int nth)
+{
+    tl_engine *e = arg;
+    for (int64_t i = ith; i < e->n_to_sample; i += nth) {
+        struct tl_seq *s = e->to_sample[i];
+        tl_sampler_sample(e->samplers[ith], e->logits + s->out_row * (int64_t)e->be.n_vocab,
+                          &s->sampling, s->tokens, s->n_prompt, s->n_tokens, &s->rng,
+                          &e->sample_res[i]);
+    }
+}
+
+static void sample_all(tl_engine *e)
+{
+    if (e->n_to_sample > 1) tl_pool_run(e->pool, sample_worker, e);
+    else if (e->n_to_sample == 1) sample_worker(e, 0, 1);
+}
+
 tl_status tl_engine_step(tl_engine *e, int64_t *n_pending)
 {
     if (!e) return tl__errorf(TL_ERR_INVALID_ARG, "engine is NULL");
@@ -784,6 +818,7 @@ tl_status tl_engine_step(tl_engine *e, int64_t *n_pending)
             for (int64_t i = 0; i < e->n_b_seqs; i++)
                 finish(e, e->b_seqs[i], TL_FINISH_ERROR, msg);
         } else {
+            e->n_to_sample = 0;
             for (int64_t i = 0; i < e->n_b_seqs; i++) {
                 struct tl_seq *s = e->b_seqs[i];
                 // Prompt tokens computed: this step's positions below n_prompt.
@@ -793,11 +828,12 @@ tl_status tl_engine_step(tl_engine *e, int64_t *n_pending)
                         (end < s->n_prompt ? end : s->n_prompt) - s->n_computed;
                 s->n_computed = end;
                 tl__sched_publish(e, s);
-                if (s->out_row < 0) continue;
-                struct tl_sample_result res;
-                tl_sampler_sample(e->sampler, e->logits + s->out_row * (int64_t)e->be.n_vocab,
-                                  &s->sampling, s->tokens, s->n_prompt, s->n_tokens, &s->rng, &res);
-                enum tl_finish_reason why = accept_token(e, s, &res);
+                if (s->out_row >= 0) e->to_sample[e->n_to_sample++] = s;
+            }
+            sample_all(e);
+            for (int64_t i = 0; i < e->n_to_sample; i++) {
+                struct tl_seq *s = e->to_sample[i];
+                enum tl_finish_reason why = accept_token(e, s, &e->sample_res[i]);
                 if (why == TL_FINISH_ERROR)
                     finish(e, s, why, "out of memory for output text");
                 else if (why)

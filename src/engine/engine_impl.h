@@ -16,6 +16,7 @@
 #include <tokenloom.h>
 
 #include "engine/kvcache.h"
+#include "core/pool.h"
 #include "engine/sampler.h"
 #include "engine/stop.h"
 #include "model/model.h"
@@ -47,6 +48,8 @@ struct tl_engine_backend {
     void (*detok_init)(void *ctx, void *state);
     bool (*detok_push)(void *ctx, void *state, int32_t id, char **out, size_t *len, size_t *cap);
     bool (*detok_flush)(void *ctx, void *state, char **out, size_t *len, size_t *cap);
+    // The compute pool after prepare (sampling fans out over it too); NULL = run serially.
+    struct tl_pool *(*pool)(void *ctx);
     void (*destroy)(void *ctx);
 };
 
@@ -130,7 +133,12 @@ struct tl_engine {
     struct tl_engine_config cfg; // resolved: no zeros left
     struct tl_engine_backend be;
     struct tl_kv_cache *kv;     // owned
-    struct tl_sampler *sampler; // owned
+    struct tl_sampler **samplers; // owned, (n_samplers): scratch per compute thread
+    int n_samplers;
+    struct tl_pool *pool;                 // the backend's compute pool (borrowed), may be NULL
+    struct tl_seq **to_sample;            // owned, (max_batch_size): sequences due a token
+    struct tl_sample_result *sample_res;  // owned, (max_batch_size): their sampled tokens
+    int64_t n_to_sample;
     int32_t block_size;
 
     // Shared with other threads, guarded by mu.
