@@ -16,6 +16,7 @@
  * race with running ops). The ops are called from one thread at a time per pool.
  */
 #include "kernels/kernels_impl.h"
+#include "kernels/quants.h"
 
 #include "core/error.h"
 #include "core/log.h"
@@ -104,6 +105,7 @@ bool tl_kernels_force_isa(const char *isa)
 
 size_t tl_matmul_work_bytes(const struct tl_weight *w, int64_t n_tok)
 {
+    if (tl__qx_supported(w->type)) return tl__qx_work_bytes(w, n_tok); // Q4_0..Q6_K: quants.c
     if (w->type != TL_DTYPE_Q8_0 || n_tok <= 0) return 0;
     return (size_t)n_tok * tl__xq_row_bytes(w->n_in);
 }
@@ -146,6 +148,10 @@ void tl_matmul(struct tl_pool *pool, const struct tl_weight *w, const float *x, 
     TL_ASSERT(n_tok >= 0 && w->n_in > 0 && w->n_out >= 0);
     if (n_tok == 0 || w->n_out == 0) return;
     const struct tl__kernel_ops *o = ops();
+    if (tl__qx_supported(w->type)) { // Q4_0..Q6_K: quants.c
+        tl__qx_matmul(pool, o, w, x, n_tok, y, work);
+        return;
+    }
     struct mm_job j = {.o = o, .mm = {.w = w, .x = x, .n_tok = n_tok, .y = y}};
     if (w->type == TL_DTYPE_Q8_0) {
         TL_ASSERT(w->n_in % TL_QK8_0 == 0 && work && ((uintptr_t)work & 63) == 0);

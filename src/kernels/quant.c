@@ -11,6 +11,7 @@
  * Thread model: pure functions, re-entrant.
  */
 #include "kernels/kernels_impl.h"
+#include "kernels/quants.h"
 
 #include <math.h>
 #include <string.h>
@@ -92,7 +93,7 @@ uint16_t tl_f32_to_bf16(float f)
 bool tl_kernels_weight_supported(enum tl_dtype type)
 {
     return type == TL_DTYPE_F32 || type == TL_DTYPE_F16 || type == TL_DTYPE_BF16 ||
-           type == TL_DTYPE_Q8_0;
+           type == TL_DTYPE_Q8_0 || tl__qx_supported(type);
 }
 
 bool tl_dequantize_row(enum tl_dtype type, const void *src, float *dst, int64_t n)
@@ -124,8 +125,8 @@ bool tl_dequantize_row(enum tl_dtype type, const void *src, float *dst, int64_t 
         }
         return true;
     }
-    default:
-        return false;
+    default: // Q4_0..Q6_K: quants.c
+        return tl__qx_dequantize_row(type, src, dst, n);
     }
 }
 
@@ -174,8 +175,8 @@ bool tl_quantize_row(enum tl_dtype type, const float *src, void *dst, int64_t n)
         }
         return true;
     }
-    default:
-        return false;
+    default: // Q4_0..Q6_K: quants.c
+        return tl__qx_quantize_row(type, src, dst, n);
     }
 }
 
