@@ -1,17 +1,585 @@
 /*
- * The avx512 matmul of the extra weight types (see kernels/quants.h). Placeholder: the scalar
- * reference until the SIMD kernels land.
+ * The AVX-512 (F, BW, VL, DQ, VNNI) matmul of the extra weight types of kernels/quants.h, and
+ * the AVX-512 activation quantizer. Compiled with those -m flags, called only when the CPU has
+ * them.
+ *
+ * Design: micro-tiles of R weight rows x T tokens walk the row in 128-value superchunks. For
+ * each row of the tile a per-type loader decodes the superchunk once into registers -- the
+ * unsigned quants of the first halves of its four 32-blocks in one register and the second
+ * halves in another (the activation layout, struct tl__qa_chunk), and the per-half scales D
+ * (and minimums M) spread so that lane 4g+k belongs to block g -- and the tile uses it for all
+ * T tokens. VNNI vpdpbusd multiplies the unsigned quants with the signed activation bytes; the
+ * integer offset of type-0 formats (q - 8, q - 32, ...) is folded into the accumulator's start
+ * value, off * (-sum of the activation bytes), which the activation row carries, so each
+ * (row, token) pair costs per superchunk:
+ *   - one scale per 32-block (Q4_0, Q5_0, Q4_1, Q5_1, Q4_K, Q5_K): two chained vpdpbusd, one
+ *     int-to-float conversion, acc = fma(float(sum), D * d_x, acc), plus for type-1 formats
+ *     acc -= M * (d_x * -sum(x bytes)) -- 5 or 6 ops per 128 multiply-adds;
+ *   - one scale per 16 values (Q6_K, Q3_K, Q2_K): the two halves separately, 8 (10) ops.
+ * The common types (Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K, Q3_K, Q2_K: all of them) have
+ * vectorized loaders (nibble masks, 64-bit permutes, bit tests into mask registers); a partial
+ * last superchunk (32-block types whose row is not a multiple of 128) goes through the scalar
+ * decoder tl__qx_unpack, which gives the same values.
+ *
+ * Determinism: every (row, token) element sees the same instruction sequence in every tile
+ * shape (full, token tail, row tail) and is reduced by one fixed horizontal sum, so results do
+ * not depend on the batch or the thread count.
+ *
+ * Thread model: pure functions over caller-owned memory; re-entrant.
  */
 #include "kernels/quants.h"
+
+#include "core/error.h"
+
+#include <immintrin.h>
+#include <string.h>
+
+#define ALWAYS_INLINE inline __attribute__((always_inline))
+
+// ---- helpers ----------------------------------------------------------------------------------
+
+// Fixed-order horizontal sum (part of the determinism contract: one function for every tile).
+static ALWAYS_INLINE float hsum512(__m512 v)
+{
+    __m256 a = _mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1));
+    __m128 b = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+    b = _mm_add_ps(b, _mm_movehl_ps(b, b));
+    b = _mm_add_ss(b, _mm_movehdup_ps(b));
+    return _mm_cvtss_f32(b);
+}
+
+// Lane 4g+k <- lane g of a 4-float vector.
+static ALWAYS_INLINE __m512 expand4(__m128 v)
+{
+    const __m512i idx = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
+    return _mm512_permutexvar_ps(idx, _mm512_castps128_ps512(v));
+}
+
+// From 8 per-half floats (h = 2g + half): lanes 4g+k <- element 2g (first halves) or 2g+1.
+static ALWAYS_INLINE __m512 expand_lo(__m256 v)
+{
+    const __m512i idx = _mm512_setr_epi32(0, 0, 0, 0, 2, 2, 2, 2, 4, 4, 4, 4, 6, 6, 6, 6);
+    return _mm512_permutexvar_ps(idx, _mm512_castps256_ps512(v));
+}
+static ALWAYS_INLINE __m512 expand_hi(__m256 v)
+{
+    const __m512i idx = _mm512_setr_epi32(1, 1, 1, 1, 3, 3, 3, 3, 5, 5, 5, 5, 7, 7, 7, 7);
+    return _mm512_permutexvar_ps(idx, _mm512_castps256_ps512(v));
+}
+
+static ALWAYS_INLINE uint32_t rd32(const void *p)
+{
+    uint32_t v;
+    memcpy(&v, p, 4);
+    return v;
+}
+
+static ALWAYS_INLINE uint16_t rd16(const void *p)
+{
+    uint16_t v;
+    memcpy(&v, p, 2);
+    return v;
+}
+
+// Four 16-byte pieces into one register, lane g <- p[g].
+static ALWAYS_INLINE __m512i join4(const void *p0, const void *p1, const void *p2, const void *p3)
+{
+    __m512i v = _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)p0));
+    v = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)p1), 1);
+    v = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)p2), 2);
+    return _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)p3), 3);
+}
+
+static ALWAYS_INLINE __m512i bcast16(const void *p)
+{
+    return _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)p));
+}
+
+// ---- activation quantization ------------------------------------------------------------------
+
+static void quantize(const float *x, int64_t n, void *dst)
+{
+    TL_ASSERT(n % 32 == 0);
+    struct tl__qa_chunk *c = dst;
+    const int64_t n_super = (n + TL__QA_SUPER - 1) / TL__QA_SUPER;
+    const __m512 sign = _mm512_set1_ps(-0.f);
+    const __m512i ones = _mm512_set1_epi8(1);
+    for (int64_t s = 0; s < n_super; s++, c++) {
+        _Alignas(16) float d[4];
+        for (int g = 0; g < 4; g++) {
+            int64_t i0 = s * 128 + g * 32;
+            __m512 v0 = _mm512_setzero_ps(), v1 = _mm512_setzero_ps();
+            if (i0 < n) v0 = _mm512_loadu_ps(x + i0), v1 = _mm512_loadu_ps(x + i0 + 16);
+            float amax =
+                _mm512_reduce_max_ps(_mm512_max_ps(_mm512_andnot_ps(sign, v0), _mm512_andnot_ps(sign, v1)));
+            d[g] = amax / 127.f;
+            __m512 id = _mm512_set1_ps(amax != 0.f ? 127.f / amax : 0.f);
+            // cvtps rounds to nearest even (MXCSR default), like the reference's nearbyintf
+            _mm_storeu_si128((__m128i *)(c->qs + 16 * g),
+                             _mm512_cvtsepi32_epi8(_mm512_cvtps_epi32(_mm512_mul_ps(v0, id))));
+            _mm_storeu_si128((__m128i *)(c->qs + 64 + 16 * g),
+                             _mm512_cvtsepi32_epi8(_mm512_cvtps_epi32(_mm512_mul_ps(v1, id))));
+        }
+        _mm512_store_ps(c->d, expand4(_mm_load_ps(d)));
+        __m512i lo = _mm512_load_si512(c->qs), hi = _mm512_load_si512(c->qs + 64);
+        __m512i z = _mm512_setzero_si512();
+        _mm512_store_si512(c->nslo, _mm512_sub_epi32(z, _mm512_dpbusd_epi32(z, ones, lo)));
+        _mm512_store_si512(c->nshi, _mm512_sub_epi32(z, _mm512_dpbusd_epi32(z, ones, hi)));
+    }
+}
+
+// ---- weight loaders -------------------------------------------------------------------------------
+
+// One superchunk of one weight row, decoded: quants of the first / second halves of the four
+// 32-blocks (lane group g = block g), and per lane 4g+k the D and M of block g's halves.
+struct wsc {
+    __m512i lo, hi;
+    __m512 dlo, dhi; // dhi: split16 types only
+    __m512 mlo, mhi; // has_min types only (mhi: split16)
+};
+
+// Any type, any superchunk (also a partial last one), through the scalar decoder.
+static void load_generic(enum tl_dtype type, const void *row, int64_t n_in, int64_t s,
+                         struct wsc *w)
+{
+    _Alignas(64) struct tl__qx_chunk c;
+    tl__qx_unpack(type, row, n_in, s, &c);
+    __m512i z0 = _mm512_load_si512(c.q), z1 = _mm512_load_si512(c.q + 64);
+    w->lo = _mm512_shuffle_i64x2(z0, z1, _MM_SHUFFLE(2, 0, 2, 0));
+    w->hi = _mm512_shuffle_i64x2(z0, z1, _MM_SHUFFLE(3, 1, 3, 1));
+    __m256 D = _mm256_load_ps(c.D), M = _mm256_load_ps(c.M);
+    w->dlo = expand_lo(D), w->dhi = expand_hi(D);
+    w->mlo = expand_lo(M), w->mhi = expand_hi(M);
+}
+
+static const __m512i *nib_mask(void)
+{
+    static const _Alignas(64) uint8_t m[64] = {
+        15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15,
+        15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15,
+        15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15};
+    return (const __m512i *)m;
+}
+
+// Bytes of lane group g = 1 << (base + g): selects bit base+g of bytes broadcast to 4 lanes.
+static ALWAYS_INLINE __m512i bit_sel(int base)
+{
+    return _mm512_set_epi32(0x01010101 << (base + 3), 0x01010101 << (base + 3),
+                            0x01010101 << (base + 3), 0x01010101 << (base + 3),
+                            0x01010101 << (base + 2), 0x01010101 << (base + 2),
+                            0x01010101 << (base + 2), 0x01010101 << (base + 2),
+                            0x01010101 << (base + 1), 0x01010101 << (base + 1),
+                            0x01010101 << (base + 1), 0x01010101 << (base + 1), 0x01010101 << base,
+                            0x01010101 << base, 0x01010101 << base, 0x01010101 << base);
+}
+
+// Per 16-bit lane: shift counts 0, 2, 4, 6 for lane groups 0..3 (2-bit fields of a byte).
+static ALWAYS_INLINE __m512i shift_2g(void)
+{
+    return _mm512_set_epi16(6, 6, 6, 6, 6, 6, 6, 6, 4, 4, 4, 4, 4, 4, 4, 4, 2, 2, 2, 2, 2, 2, 2, 2,
+                            0, 0, 0, 0, 0, 0, 0, 0);
+}
+
+// 32-block types, full superchunk: blocks 4s .. 4s+3 of `bsz` bytes each, with the f16 d (and
+// m) at the start, then (Q5) qh[4], then qs[16].
+static ALWAYS_INLINE void load_q4q5(const int type, const uint8_t *b, struct wsc *w)
+{
+    const int bsz = type == TL_DTYPE_Q4_0 ? 18 : type == TL_DTYPE_Q4_1 ? 20 : type == TL_DTYPE_Q5_0 ? 22 : 24;
+    const int has_m = type == TL_DTYPE_Q4_1 || type == TL_DTYPE_Q5_1;
+    const int q5 = type == TL_DTYPE_Q5_0 || type == TL_DTYPE_Q5_1;
+    const int qs_off = 2 + 2 * has_m + 4 * q5;
+    __m512i q = join4(b + qs_off, b + bsz + qs_off, b + 2 * bsz + qs_off, b + 3 * bsz + qs_off);
+    __m512i lo = _mm512_and_si512(q, *nib_mask());
+    __m512i hi = _mm512_and_si512(_mm512_srli_epi16(q, 4), *nib_mask());
+    if (q5) {
+        const int qh_off = 2 + 2 * has_m;
+        uint64_t h[4];
+        for (int g = 0; g < 4; g++)
+            h[g] = rd32(b + g * bsz + qh_off);
+        __mmask64 klo = (h[0] & 0xffff) | (h[1] & 0xffff) << 16 | (h[2] & 0xffff) << 32 |
+                        (h[3] & 0xffff) << 48;
+        __mmask64 khi = (h[0] >> 16) | (h[1] >> 16) << 16 | (h[2] >> 16) << 32 | (h[3] >> 16) << 48;
+        const __m512i bit4 = _mm512_set1_epi8(0x10);
+        lo = _mm512_or_si512(lo, _mm512_maskz_mov_epi8(klo, bit4));
+        hi = _mm512_or_si512(hi, _mm512_maskz_mov_epi8(khi, bit4));
+    }
+    w->lo = lo, w->hi = hi;
+    __m128i hd = _mm_setr_epi16((short)rd16(b), (short)rd16(b + bsz), (short)rd16(b + 2 * bsz),
+                                (short)rd16(b + 3 * bsz), 0, 0, 0, 0);
+    w->dlo = w->dhi = expand4(_mm_cvtph_ps(hd));
+    if (has_m) {
+        __m128i hm = _mm_setr_epi16((short)rd16(b + 2), (short)rd16(b + bsz + 2),
+                                    (short)rd16(b + 2 * bsz + 2), (short)rd16(b + 3 * bsz + 2), 0,
+                                    0, 0, 0);
+        w->mlo = w->mhi = expand4(_mm_cvtph_ps(hm));
+    }
+}
+
+// Q4_K / Q5_K, half n of a super-block: sub-blocks 4n..4n+3, qs[64n .. 64n+63]. Block g takes
+// the low (even g) or high (odd g) nibbles of qs[64n + 32(g/2) ..], bit 4n+g of qh.
+static ALWAYS_INLINE void load_q4k_q5k(const int type, const uint8_t *blk, int n, struct wsc *w)
+{
+    const int q5 = type == TL_DTYPE_Q5_K;
+    const uint8_t *scales = blk + 4, *qh = blk + 16, *qs = blk + (q5 ? 48 : 16) + 64 * n;
+    __m512i q = _mm512_loadu_si512(qs);
+    __m512i nl = _mm512_and_si512(q, *nib_mask());
+    __m512i nh = _mm512_and_si512(_mm512_srli_epi16(q, 4), *nib_mask());
+    // lo = [nl.L0, nh.L0, nl.L2, nh.L2], hi = [nl.L1, nh.L1, nl.L3, nh.L3] (64-bit indices)
+    __m512i lo = _mm512_permutex2var_epi64(nl, _mm512_setr_epi64(0, 1, 8, 9, 4, 5, 12, 13), nh);
+    __m512i hi = _mm512_permutex2var_epi64(nl, _mm512_setr_epi64(2, 3, 10, 11, 6, 7, 14, 15), nh);
+    if (q5) {
+        __m512i sel = bit_sel(4 * n), bit4 = _mm512_set1_epi8(0x10);
+        __mmask64 klo = _mm512_test_epi8_mask(bcast16(qh), sel);
+        __mmask64 khi = _mm512_test_epi8_mask(bcast16(qh + 16), sel);
+        lo = _mm512_or_si512(lo, _mm512_maskz_mov_epi8(klo, bit4));
+        hi = _mm512_or_si512(hi, _mm512_maskz_mov_epi8(khi, bit4));
+    }
+    w->lo = lo, w->hi = hi;
+    uint32_t a0 = rd32(scales), a1 = rd32(scales + 4), a2 = rd32(scales + 8), sc, mn;
+    if (n == 0) {
+        sc = a0 & 0x3f3f3f3f;
+        mn = a1 & 0x3f3f3f3f;
+    } else {
+        sc = (a2 & 0x0f0f0f0f) | ((a0 >> 2) & 0x30303030);
+        mn = ((a2 >> 4) & 0x0f0f0f0f) | ((a1 >> 2) & 0x30303030);
+    }
+    float d = _cvtsh_ss(rd16(blk)), dmin = _cvtsh_ss(rd16(blk + 2));
+    __m128 scf = _mm_cvtepi32_ps(_mm_cvtepu8_epi32(_mm_cvtsi32_si128((int)sc)));
+    __m128 mnf = _mm_cvtepi32_ps(_mm_cvtepu8_epi32(_mm_cvtsi32_si128((int)mn)));
+    w->dlo = w->dhi = expand4(_mm_mul_ps(_mm_set1_ps(d), scf));
+    // M = -(dmin * m), as the scalar decoder
+    __m128 m = _mm_mul_ps(_mm_set1_ps(dmin), mnf);
+    w->mlo = w->mhi = expand4(_mm_xor_ps(m, _mm_set1_ps(-0.f)));
+}
+
+// Q6_K, half n: ql[64n ..], qh[32n ..], scales[8n ..]. Block 0/1 take the low nibbles of
+// ql[64n + 0 / 32 + l], blocks 2/3 the high nibbles; bits 2g..2g+1 of qh[32n + l] on top.
+static ALWAYS_INLINE void load_q6k(const uint8_t *blk, int n, struct wsc *w)
+{
+    const uint8_t *ql = blk + 64 * n, *qh = blk + 128 + 32 * n;
+    const int8_t *sc = (const int8_t *)(blk + 192 + 8 * n);
+    __m512i q = _mm512_loadu_si512(ql);
+    __m512i nl = _mm512_and_si512(q, *nib_mask());
+    __m512i nh = _mm512_and_si512(_mm512_srli_epi16(q, 4), *nib_mask());
+    __m512i lo = _mm512_shuffle_i64x2(nl, nh, _MM_SHUFFLE(2, 0, 2, 0));
+    __m512i hi = _mm512_shuffle_i64x2(nl, nh, _MM_SHUFFLE(3, 1, 3, 1));
+    const __m512i three = _mm512_set1_epi8(3), cnt = shift_2g();
+    __m512i hl = _mm512_and_si512(_mm512_srlv_epi16(bcast16(qh), cnt), three);
+    __m512i hh = _mm512_and_si512(_mm512_srlv_epi16(bcast16(qh + 16), cnt), three);
+    w->lo = _mm512_or_si512(lo, _mm512_slli_epi16(hl, 4));
+    w->hi = _mm512_or_si512(hi, _mm512_slli_epi16(hh, 4));
+    float d = _cvtsh_ss(rd16(blk + 208));
+    __m256 D = _mm256_mul_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(
+                                                    _mm_loadl_epi64((const __m128i *)sc))));
+    w->dlo = expand_lo(D), w->dhi = expand_hi(D);
+}
+
+// Q3_K / Q2_K, half n: block j takes bits 2j..2j+1 of qs[32n + l] (l < 16 first half).
+static ALWAYS_INLINE void load_2bit(const uint8_t *qs, __m512i *lo, __m512i *hi)
+{
+    const __m512i three = _mm512_set1_epi8(3), cnt = shift_2g();
+    *lo = _mm512_and_si512(_mm512_srlv_epi16(bcast16(qs), cnt), three);
+    *hi = _mm512_and_si512(_mm512_srlv_epi16(bcast16(qs + 16), cnt), three);
+}
+
+static ALWAYS_INLINE void load_q3k(const uint8_t *blk, int n, struct wsc *w)
+{
+    const uint8_t *hmask = blk, *qs = blk + 32 + 32 * n, *scales = blk + 96;
+    __m512i lo, hi;
+    load_2bit(qs, &lo, &hi);
+    __m512i sel = bit_sel(4 * n), bit2 = _mm512_set1_epi8(4);
+    __mmask64 klo = _mm512_test_epi8_mask(bcast16(hmask), sel);
+    __mmask64 khi = _mm512_test_epi8_mask(bcast16(hmask + 16), sel);
+    w->lo = _mm512_or_si512(lo, _mm512_maskz_mov_epi8(klo, bit2));
+    w->hi = _mm512_or_si512(hi, _mm512_maskz_mov_epi8(khi, bit2));
+    // the 8 scales 8n..8n+7: low 4 bits from the low (n = 0) or high (n = 1) nibbles of bytes
+    // 0-7, 2 high bits from bytes 8-11 (scale s: bits 2(s/4) of byte 8 + s%4)
+    uint32_t a0 = rd32(scales), a1 = rd32(scales + 4), t = rd32(scales + 8), s0, s1;
+    if (n == 0) {
+        s0 = (a0 & 0x0f0f0f0f) | ((t & 0x03030303) << 4);
+        s1 = (a1 & 0x0f0f0f0f) | (((t >> 2) & 0x03030303) << 4);
+    } else {
+        s0 = ((a0 >> 4) & 0x0f0f0f0f) | (((t >> 4) & 0x03030303) << 4);
+        s1 = ((a1 >> 4) & 0x0f0f0f0f) | (((t >> 6) & 0x03030303) << 4);
+    }
+    __m256i si = _mm256_cvtepu8_epi32(_mm_set_epi32(0, 0, (int)s1, (int)s0));
+    si = _mm256_sub_epi32(si, _mm256_set1_epi32(32));
+    float d = _cvtsh_ss(rd16(blk + 108));
+    __m256 D = _mm256_mul_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(si));
+    w->dlo = expand_lo(D), w->dhi = expand_hi(D);
+}
+
+static ALWAYS_INLINE void load_q2k(const uint8_t *blk, int n, struct wsc *w)
+{
+    load_2bit(blk + 16 + 32 * n, &w->lo, &w->hi);
+    __m256i sc = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(blk + 8 * n)));
+    float d = _cvtsh_ss(rd16(blk + 80)), dmin = _cvtsh_ss(rd16(blk + 82));
+    __m256 D = _mm256_mul_ps(_mm256_set1_ps(d),
+                             _mm256_cvtepi32_ps(_mm256_and_si256(sc, _mm256_set1_epi32(15))));
+    __m256 M = _mm256_mul_ps(_mm256_set1_ps(dmin), _mm256_cvtepi32_ps(_mm256_srli_epi32(sc, 4)));
+    M = _mm256_xor_ps(M, _mm256_set1_ps(-0.f));
+    w->dlo = expand_lo(D), w->dhi = expand_hi(D);
+    w->mlo = expand_lo(M), w->mhi = expand_hi(M);
+}
+
+static ALWAYS_INLINE void load_w(const int type, const uint8_t *row, int64_t n_in, int64_t s,
+                                 struct wsc *w)
+{
+    switch (type) {
+    case TL_DTYPE_Q4_0:
+    case TL_DTYPE_Q4_1:
+    case TL_DTYPE_Q5_0:
+    case TL_DTYPE_Q5_1: {
+        const size_t bsz = type == TL_DTYPE_Q4_0 ? 18 : type == TL_DTYPE_Q4_1 ? 20 : type == TL_DTYPE_Q5_0 ? 22 : 24;
+        if ((s + 1) * 128 <= n_in)
+            load_q4q5(type, row + (size_t)s * 4 * bsz, w);
+        else
+            load_generic(type, row, n_in, s, w);
+        break;
+    }
+    case TL_DTYPE_Q4_K:
+        load_q4k_q5k(type, row + (size_t)(s / 2) * 144, (int)(s % 2), w);
+        break;
+    case TL_DTYPE_Q5_K:
+        load_q4k_q5k(type, row + (size_t)(s / 2) * 176, (int)(s % 2), w);
+        break;
+    case TL_DTYPE_Q6_K:
+        load_q6k(row + (size_t)(s / 2) * 210, (int)(s % 2), w);
+        break;
+    case TL_DTYPE_Q3_K:
+        load_q3k(row + (size_t)(s / 2) * 110, (int)(s % 2), w);
+        break;
+    case TL_DTYPE_Q2_K:
+        load_q2k(row + (size_t)(s / 2) * 84, (int)(s % 2), w);
+        break;
+    default:
+        TL_ASSERT(!"unsupported weight type");
+    }
+}
+
+// ---- tiles ------------------------------------------------------------------------------------
+
+#ifndef TL_AVX512_XR
+#define TL_AVX512_XR 4
+#define TL_AVX512_XT 4
+#endif
+enum { XR = TL_AVX512_XR, XT = TL_AVX512_XT }; // rows x tokens (each <= 8)
+
+// Bytes of weights per 128-value superchunk.
+static ALWAYS_INLINE size_t superchunk_bytes(int type)
+{
+    switch (type) {
+    case TL_DTYPE_Q4_0:
+        return 4 * 18;
+    case TL_DTYPE_Q4_1:
+        return 4 * 20;
+    case TL_DTYPE_Q5_0:
+        return 4 * 22;
+    case TL_DTYPE_Q5_1:
+        return 4 * 24;
+    case TL_DTYPE_Q2_K:
+        return 84 / 2;
+    case TL_DTYPE_Q3_K:
+        return 110 / 2;
+    case TL_DTYPE_Q4_K:
+        return 144 / 2;
+    case TL_DTYPE_Q5_K:
+        return 176 / 2;
+    default:
+        return 210 / 2;
+    }
+}
+
+static ALWAYS_INLINE int off_shift_of(int type)
+{
+    return type == TL_DTYPE_Q4_0 ? 3 : type == TL_DTYPE_Q5_0 ? 4 : type == TL_DTYPE_Q6_K ? 5 : type == TL_DTYPE_Q3_K ? 2 : -1;
+}
+
+static ALWAYS_INLINE int has_min_of(int type)
+{
+    return type == TL_DTYPE_Q4_1 || type == TL_DTYPE_Q5_1 || type == TL_DTYPE_Q4_K ||
+           type == TL_DTYPE_Q5_K || type == TL_DTYPE_Q2_K;
+}
+
+static ALWAYS_INLINE int split16_of(int type)
+{
+    return type == TL_DTYPE_Q6_K || type == TL_DTYPE_Q3_K || type == TL_DTYPE_Q2_K;
+}
+
+static ALWAYS_INLINE void tile(const struct tl__qx_mm *m, int64_t r, int64_t t, const int type,
+                               const int R, const int T)
+{
+    const struct tl_weight *w = m->w;
+    const int64_t n = w->n_in, n_super = (n + 127) / 128;
+    const int k = off_shift_of(type), has_min = has_min_of(type), split = split16_of(type);
+    const size_t scb = superchunk_bytes(type);
+    const uint8_t *wr[8];
+    const struct tl__qa_chunk *xr[8];
+    __m512 acc[8][8];
+#pragma GCC unroll 8
+    for (int i = 0; i < R; i++)
+        wr[i] = (const uint8_t *)w->data + (size_t)(r + i) * w->row_bytes;
+#pragma GCC unroll 8
+    for (int j = 0; j < T; j++)
+        xr[j] = m->xa + (t + j) * m->xa_stride;
+#pragma GCC unroll 8
+    for (int i = 0; i < R; i++)
+#pragma GCC unroll 8
+        for (int j = 0; j < T; j++)
+            acc[i][j] = _mm512_setzero_ps();
+    for (int64_t s = 0; s < n_super; s++) {
+        struct wsc W[8];
+#pragma GCC unroll 8
+        for (int i = 0; i < R; i++) {
+            // software prefetch a few superchunks ahead (harmless past the row's end)
+            _mm_prefetch((const char *)wr[i] + (size_t)(s + 4) * scb, _MM_HINT_T0);
+            load_w(type, wr[i], n, s, &W[i]);
+        }
+#pragma GCC unroll 8
+        for (int j = 0; j < T; j++) {
+            const struct tl__qa_chunk *a = xr[j] + s;
+            const __m512i xlo = _mm512_load_si512(a->qs), xhi = _mm512_load_si512(a->qs + 64);
+            const __m512i nslo = _mm512_load_si512(a->nslo), nshi = _mm512_load_si512(a->nshi);
+            const __m512 dx = _mm512_load_ps(a->d);
+            if (!split) {
+                const __m512i ns = _mm512_add_epi32(nslo, nshi);
+                // bias = off * -sum(x): the integer offset of the quants, exactly
+                const __m512i bias = k >= 0 ? _mm512_slli_epi32(ns, k) : _mm512_setzero_si512();
+                const __m512 nsx = has_min ? _mm512_mul_ps(_mm512_cvtepi32_ps(ns), dx) : dx;
+#pragma GCC unroll 8
+                for (int i = 0; i < R; i++) {
+                    __m512i v = _mm512_dpbusd_epi32(bias, W[i].lo, xlo);
+                    v = _mm512_dpbusd_epi32(v, W[i].hi, xhi);
+                    acc[i][j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(v), _mm512_mul_ps(W[i].dlo, dx),
+                                                acc[i][j]);
+                    if (has_min) acc[i][j] = _mm512_fnmadd_ps(W[i].mlo, nsx, acc[i][j]);
+                }
+            } else {
+                const __m512i blo = k >= 0 ? _mm512_slli_epi32(nslo, k) : _mm512_setzero_si512();
+                const __m512i bhi = k >= 0 ? _mm512_slli_epi32(nshi, k) : _mm512_setzero_si512();
+                const __m512 nsxlo = has_min ? _mm512_mul_ps(_mm512_cvtepi32_ps(nslo), dx) : dx;
+                const __m512 nsxhi = has_min ? _mm512_mul_ps(_mm512_cvtepi32_ps(nshi), dx) : dx;
+#pragma GCC unroll 8
+                for (int i = 0; i < R; i++) {
+                    __m512i vlo = _mm512_dpbusd_epi32(blo, W[i].lo, xlo);
+                    __m512i vhi = _mm512_dpbusd_epi32(bhi, W[i].hi, xhi);
+                    acc[i][j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(vlo),
+                                                _mm512_mul_ps(W[i].dlo, dx), acc[i][j]);
+                    acc[i][j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(vhi),
+                                                _mm512_mul_ps(W[i].dhi, dx), acc[i][j]);
+                    if (has_min) {
+                        acc[i][j] = _mm512_fnmadd_ps(W[i].mlo, nsxlo, acc[i][j]);
+                        acc[i][j] = _mm512_fnmadd_ps(W[i].mhi, nsxhi, acc[i][j]);
+                    }
+                }
+            }
+        }
+    }
+#pragma GCC unroll 8
+    for (int j = 0; j < T; j++)
+#pragma GCC unroll 8
+        for (int i = 0; i < R; i++)
+            m->y[(t + j) * w->n_out + r + i] = hsum512(acc[i][j]);
+}
+
+typedef void (*tile_fn)(const struct tl__qx_mm *m, int64_t r, int64_t t);
+
+#define DEF_TILE(NAME, TYPE, R, T)                                                                 \
+    static void NAME##_##R##x##T(const struct tl__qx_mm *m, int64_t r, int64_t t)                  \
+    {                                                                                              \
+        tile(m, r, t, TYPE, R, T);                                                                 \
+    }
+#define DEF_TILES_R(NAME, TYPE, R)                                                                 \
+    DEF_TILE(NAME, TYPE, R, 1) DEF_TILE(NAME, TYPE, R, 2) DEF_TILE(NAME, TYPE, R, 3)               \
+        DEF_TILE(NAME, TYPE, R, 4)
+#define DEF_TILES_R_(NAME, TYPE, R) DEF_TILES_R(NAME, TYPE, R)
+#define DEF_TILES(NAME, TYPE)                                                                      \
+    DEF_TILES_R_(NAME, TYPE, TL_AVX512_XR)                                                         \
+    DEF_TILES_R(NAME, TYPE, 1)
+#define LIST_R(NAME, R) {0, NAME##_##R##x1, NAME##_##R##x2, NAME##_##R##x3, NAME##_##R##x4}
+#define LIST_R_(NAME, R) LIST_R(NAME, R)
+#define LIST(NAME) {LIST_R(NAME, 1), LIST_R_(NAME, TL_AVX512_XR)}
+
+_Static_assert(TL_AVX512_XT == 4, "the tile lists below have 4 token counts");
+
+DEF_TILES(q4_0, TL_DTYPE_Q4_0)
+DEF_TILES(q4_1, TL_DTYPE_Q4_1)
+DEF_TILES(q5_0, TL_DTYPE_Q5_0)
+DEF_TILES(q5_1, TL_DTYPE_Q5_1)
+DEF_TILES(q2_k, TL_DTYPE_Q2_K)
+DEF_TILES(q3_k, TL_DTYPE_Q3_K)
+DEF_TILES(q4_k, TL_DTYPE_Q4_K)
+DEF_TILES(q5_k, TL_DTYPE_Q5_K)
+DEF_TILES(q6_k, TL_DTYPE_Q6_K)
+
+// [r_full][n_tok]: r_full 1 = XR rows, 0 = one row
+static const tile_fn tiles_q4_0[2][5] = LIST(q4_0);
+static const tile_fn tiles_q4_1[2][5] = LIST(q4_1);
+static const tile_fn tiles_q5_0[2][5] = LIST(q5_0);
+static const tile_fn tiles_q5_1[2][5] = LIST(q5_1);
+static const tile_fn tiles_q2_k[2][5] = LIST(q2_k);
+static const tile_fn tiles_q3_k[2][5] = LIST(q3_k);
+static const tile_fn tiles_q4_k[2][5] = LIST(q4_k);
+static const tile_fn tiles_q5_k[2][5] = LIST(q5_k);
+static const tile_fn tiles_q6_k[2][5] = LIST(q6_k);
+
+static const tile_fn (*tiles_for(enum tl_dtype type))[5]
+{
+    switch (type) {
+    case TL_DTYPE_Q4_0:
+        return tiles_q4_0;
+    case TL_DTYPE_Q4_1:
+        return tiles_q4_1;
+    case TL_DTYPE_Q5_0:
+        return tiles_q5_0;
+    case TL_DTYPE_Q5_1:
+        return tiles_q5_1;
+    case TL_DTYPE_Q2_K:
+        return tiles_q2_k;
+    case TL_DTYPE_Q3_K:
+        return tiles_q3_k;
+    case TL_DTYPE_Q4_K:
+        return tiles_q4_k;
+    case TL_DTYPE_Q5_K:
+        return tiles_q5_k;
+    case TL_DTYPE_Q6_K:
+        return tiles_q6_k;
+    default:
+        TL_ASSERT(!"unsupported weight type");
+        return NULL;
+    }
+}
+
+// Bytes of activations a token chunk may occupy: they stay in L2 while the rows stream.
+enum { CHUNK_BYTES = 512 * 1024 };
+
+static void matmul_rows(const struct tl__qx_mm *m, int64_t r0, int64_t r1)
+{
+    const tile_fn(*tiles)[5] = tiles_for(m->w->type);
+    const size_t tok_bytes = (size_t)m->xa_stride * sizeof(struct tl__qa_chunk);
+    int64_t chunk = (int64_t)(CHUNK_BYTES / tok_bytes) / XT * XT;
+    if (chunk < XT) chunk = XT;
+    for (int64_t c0 = 0; c0 < m->n_tok; c0 += chunk) {
+        const int64_t c1 = c0 + chunk < m->n_tok ? c0 + chunk : m->n_tok;
+        for (int64_t r = r0; r < r1;) {
+            const int rows = r1 - r >= XR ? XR : 1;
+            for (int64_t t = c0; t < c1; t += XT) {
+                const int nt = c1 - t < XT ? (int)(c1 - t) : XT;
+                tiles[rows == XR][nt](m, r, t);
+            }
+            r += rows;
+        }
+    }
+}
 
 static int row_align(enum tl_dtype type)
 {
     (void)type;
-    return 1;
+    return XR;
 }
 
 const struct tl__qx_ops tl__qx_ops_avx512 = {
     .row_align = row_align,
-    .quantize = tl__qa_quantize_ref,
-    .matmul_rows = tl__qx_ref_matmul_rows,
+    .quantize = quantize,
+    .matmul_rows = matmul_rows,
 };
