@@ -1,0 +1,273 @@
+/*
+ * Benchmark of the extra weight types (Q4_0 .. Q6_K). First checks every ISA variant against
+ * the scalar reference (exit 1 on a mismatch), then measures the streaming read bandwidth of
+ * one and two threads, then times tl_matmul for 110M and 1B Llama shapes at n_tok = 1..128 for
+ * each type, ISA and thread count, printing GFLOP/s (2 * n_in * n_out * n_tok / s) and the
+ * weight bytes read per second. Q8_0 is timed too, as the point of comparison.
+ *
+ * Weights are "cold" by default: each timed call uses the next copy of the matrix in a 1 GiB
+ * arena, so a one-token matmul streams from DRAM as in a model larger than the L3; --hot reuses
+ * one copy. Each configuration is the best of 5 rounds; single-thread runs are timed in thread
+ * CPU time (other processes on a shared machine only make a round slower).
+ *
+ * Usage: bench_quants [--quick] [--hot] [--isa NAME] [--type NAME] [--threads N] [--shape i]
+ *                     [--tok N]
+ */
+#include "core/alloc.h"
+#include "core/clock.h"
+#include "core/pool.h"
+#include "kernels/kernels.h"
+#include "kernels/quants.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <time.h>
+
+static uint64_t rng = 88172645463325252ull;
+static float rnd(void)
+{
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return (float)((double)(rng >> 11) / 9007199254740992.0 * 2 - 1);
+}
+
+static double now_s(void)
+{
+    return (double)tl_time_us() * 1e-6;
+}
+
+static double thread_cpu_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static const char *const isas[] = {"scalar", "avx2", "avx512"};
+static const enum tl_dtype types[] = {TL_DTYPE_Q4_0, TL_DTYPE_Q4_1, TL_DTYPE_Q5_0, TL_DTYPE_Q5_1,
+                                      TL_DTYPE_Q2_K, TL_DTYPE_Q3_K, TL_DTYPE_Q4_K, TL_DTYPE_Q5_K,
+                                      TL_DTYPE_Q6_K, TL_DTYPE_Q8_0};
+enum { N_TYPES = sizeof(types) / sizeof(types[0]) };
+
+// ---- bandwidth ceiling ------------------------------------------------------------------------
+
+struct bw_job {
+    const uint64_t *p;
+    size_t n;
+    uint64_t sink[64];
+};
+
+static void bw_worker(void *arg, int ith, int nth)
+{
+    struct bw_job *j = arg;
+    int64_t b, e;
+    tl_pool_range((int64_t)j->n, 1024, ith, nth, &b, &e);
+    uint64_t a0 = 0, a1 = 0, a2 = 0, a3 = 0;
+    for (int64_t i = b; i + 4 <= e; i += 4) {
+        a0 += j->p[i];
+        a1 += j->p[i + 1];
+        a2 += j->p[i + 2];
+        a3 += j->p[i + 3];
+    }
+    j->sink[ith * 8] = a0 + a1 + a2 + a3;
+}
+
+static double stream_read_gbs(struct tl_pool *pool, const void *buf, size_t bytes)
+{
+    struct bw_job j = {.p = buf, .n = bytes / 8};
+    tl_pool_run(pool, bw_worker, &j);
+    double best = 0;
+    for (int rep = 0; rep < 5; rep++) {
+        double t0 = now_s();
+        tl_pool_run(pool, bw_worker, &j);
+        double gbs = (double)bytes / (now_s() - t0) / 1e9;
+        if (gbs > best) best = gbs;
+    }
+    return best;
+}
+
+// ---- correctness ------------------------------------------------------------------------------
+
+static void make_weight(struct tl_weight *w, enum tl_dtype type, int64_t n_out, int64_t n_in,
+                        void *data)
+{
+    size_t rb;
+    if (!tl_dtype_row_bytes(type, n_in, &rb)) abort();
+    float *row = malloc(sizeof(float) * (size_t)n_in);
+    for (int64_t r = 0; r < n_out; r++) {
+        for (int64_t i = 0; i < n_in; i++)
+            row[i] = rnd();
+        if (!tl_quantize_row(type, row, (char *)data + rb * (size_t)r, n_in)) abort();
+    }
+    free(row);
+    memset(w, 0, sizeof(*w));
+    w->type = type;
+    w->n_in = n_in;
+    w->n_out = n_out;
+    w->row_bytes = rb;
+    w->data = data;
+}
+
+static int check_correctness(struct tl_pool *pool)
+{
+    int bad = 0;
+    const int64_t n_in = 768, n_out = 75, n_tok = 19;
+    float *x = malloc(sizeof(float) * n_in * n_tok);
+    float *y = malloc(sizeof(float) * n_out * n_tok), *ref = malloc(sizeof(float) * n_out * n_tok);
+    for (int64_t i = 0; i < n_in * n_tok; i++)
+        x[i] = rnd();
+    void *data = tl_aligned_alloc((size_t)n_in * n_out * 2);
+    void *work = tl_aligned_alloc((size_t)n_tok * tl__qa_row_bytes(n_in) * 2);
+    printf("correctness vs scalar reference (n_in %lld, n_out %lld, n_tok %lld):\n",
+           (long long)n_in, (long long)n_out, (long long)n_tok);
+    for (int k = 0; k < N_TYPES - 1; k++) {
+        struct tl_weight w;
+        make_weight(&w, types[k], n_out, n_in, data);
+        tl__qx_ref_matmul(&w, x, n_tok, ref, work);
+        for (int s = 0; s < 3; s++) {
+            if (!tl_kernels_force_isa(isas[s])) continue;
+            tl_matmul(pool, &w, x, n_tok, y, work);
+            double num = 0, den = 0;
+            for (int64_t i = 0; i < n_out * n_tok; i++) {
+                num += ((double)y[i] - ref[i]) * ((double)y[i] - ref[i]);
+                den += (double)ref[i] * ref[i];
+            }
+            int ok = num / den < 1e-10;
+            bad += !ok;
+            printf("  %-6s %-5s nmse %.2e %s\n", isas[s], tl_dtype_name(types[k]), num / den,
+                   ok ? "ok" : "FAIL");
+        }
+    }
+    free(x), free(y), free(ref);
+    tl_aligned_free(data);
+    tl_aligned_free(work);
+    return bad;
+}
+
+// ---- timing -----------------------------------------------------------------------------------
+
+struct shape {
+    const char *name;
+    int64_t n_out, n_in;
+};
+static const struct shape shapes[] = {
+    {"110M qkvo", 768, 768},  {"110M ffn up", 2048, 768}, {"110M ffn down", 768, 2048},
+    {"1B attn", 2048, 2048},  {"1B ffn up", 5632, 2048},  {"1B ffn down", 2048, 5632},
+};
+static const int64_t toks[] = {1, 4, 16, 32, 64, 128};
+
+int main(int argc, char **argv)
+{
+    int quick = 0, hot = 0, only_threads = 0, only_shape = -1, only_tok = 0;
+    const char *only_isa = NULL, *only_type = NULL;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--quick"))
+            quick = 1;
+        else if (!strcmp(argv[i], "--hot"))
+            hot = 1;
+        else if (!strcmp(argv[i], "--isa") && i + 1 < argc)
+            only_isa = argv[++i];
+        else if (!strcmp(argv[i], "--type") && i + 1 < argc)
+            only_type = argv[++i];
+        else if (!strcmp(argv[i], "--threads") && i + 1 < argc)
+            only_threads = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--shape") && i + 1 < argc)
+            only_shape = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--tok") && i + 1 < argc)
+            only_tok = atoi(argv[++i]);
+        else {
+            fprintf(stderr,
+                    "usage: %s [--quick] [--hot] [--isa NAME] [--type NAME] [--threads N] "
+                    "[--shape i] [--tok N]\n",
+                    argv[0]);
+            return 2;
+        }
+    }
+    struct tl_pool *pools[2] = {tl_pool_create(1), tl_pool_create(2)};
+    if (!pools[0] || !pools[1]) return 1;
+    if (check_correctness(pools[1])) {
+        fprintf(stderr, "correctness check failed: not timing\n");
+        return 1;
+    }
+    const size_t arena_bytes = (size_t)1 << 30;
+    char *arena = tl_aligned_alloc(arena_bytes);
+    if (!arena) return 1;
+    memset(arena, 1, arena_bytes);
+    printf("\nstream read, 1 GiB: 1 thread %.1f GB/s, 2 threads %.1f GB/s\n",
+           stream_read_gbs(pools[0], arena, arena_bytes),
+           stream_read_gbs(pools[1], arena, arena_bytes));
+
+    const int64_t max_tok = 128, max_in = 5632;
+    float *x = tl_aligned_alloc(sizeof(float) * (size_t)(max_tok * max_in));
+    float *y = tl_aligned_alloc(sizeof(float) * (size_t)(max_tok * 5632));
+    void *work = tl_aligned_alloc((size_t)max_tok * tl__qa_row_bytes(max_in) * 2);
+    for (int64_t i = 0; i < max_tok * max_in; i++)
+        x[i] = rnd();
+    printf("\nmatmul (%s weights; GFLOP/s = 2*n_in*n_out*n_tok/s; GB/s = weight bytes/s; "
+           "x1 = tokens/s relative to n_tok=1)\n",
+           hot ? "hot" : "cold");
+    printf("%-6s %-5s %-14s %4s %3s %9s %8s %7s %10s %6s\n", "isa", "type", "shape", "tok", "thr",
+           "us/call", "GFLOP/s", "GB/s", "tok/s", "x1");
+    for (size_t si = 0; si < sizeof(shapes) / sizeof(shapes[0]); si++) {
+        if (only_shape >= 0 && (size_t)only_shape != si) continue;
+        if (quick && si != 4) continue;
+        const struct shape *sh = &shapes[si];
+        for (int k = 0; k < N_TYPES; k++) {
+            if (only_type && strcasecmp(only_type, tl_dtype_name(types[k]))) continue;
+            struct tl_weight w;
+            make_weight(&w, types[k], sh->n_out, sh->n_in, arena);
+            size_t mbytes = w.row_bytes * (size_t)w.n_out;
+            size_t stride = (mbytes + 4095) & ~(size_t)4095;
+            int copies = hot ? 1 : (int)(arena_bytes / stride);
+            for (int c = 1; c < copies; c++)
+                memcpy(arena + (size_t)c * stride, arena, mbytes);
+            for (int s = 1; s < 3; s++) {
+                if (only_isa && strcmp(only_isa, isas[s])) continue;
+                if (!tl_kernels_force_isa(isas[s])) continue;
+                for (int th = 1; th <= 2; th++) {
+                    if (only_threads && th != only_threads) continue;
+                    double tps1 = 0;
+                    for (size_t ti = 0; ti < sizeof(toks) / sizeof(toks[0]); ti++) {
+                        int64_t n_tok = toks[ti];
+                        if (quick && n_tok != 1 && n_tok != 32) continue;
+                        if (only_tok && n_tok != only_tok) continue;
+                        int copy = 0;
+                        double per = 1e30;
+                        for (int round = 0; round < 5; round++) {
+                            int calls = 0;
+                            double (*clock_fn)(void) = th == 1 ? thread_cpu_s : now_s;
+                            double t0 = clock_fn(), el = 0;
+                            do {
+                                w.data = arena + (size_t)copy * stride;
+                                copy = (copy + 1) % copies;
+                                tl_matmul(pools[th - 1], &w, x, n_tok, y, work);
+                                calls++;
+                                el = clock_fn() - t0;
+                            } while (el < (quick ? 0.02 : 0.05) || calls < 2);
+                            if (el / calls < per) per = el / calls;
+                        }
+                        double gflops = 2.0 * sh->n_in * sh->n_out * n_tok / per / 1e9;
+                        double gbs = (double)mbytes / per / 1e9;
+                        double tps = n_tok / per;
+                        if (n_tok == 1) tps1 = tps;
+                        printf("%-6s %-5s %-14s %4lld %3d %9.1f %8.1f %7.1f %10.0f %6.1f\n",
+                               isas[s], tl_dtype_name(types[k]), sh->name, (long long)n_tok, th,
+                               per * 1e6, gflops, gbs, tps, tps1 > 0 ? tps / tps1 : 0.0);
+                        fflush(stdout);
+                    }
+                }
+            }
+        }
+    }
+    tl_aligned_free(x);
+    tl_aligned_free(y);
+    tl_aligned_free(work);
+    tl_aligned_free(arena);
+    tl_pool_destroy(pools[0]);
+    tl_pool_destroy(pools[1]);
+    return 0;
+}
