@@ -12,8 +12,13 @@
  * a tensor do not depend on the order tensors are written, and a fixed seed gives an identical
  * file. Tensor data is produced row by row inside the GGUF writer's fill callback and quantized
  * with tl_quantize_row, so memory use is one tensor, never the model. A tensor whose row length
- * is not a multiple of the requested type's block size (e.g. Q8_0 with ff = 172) falls back to
- * F16, as llama.cpp's quantizer does for incompatible tensors.
+ * is not a multiple of the requested type's block size falls back as llama.cpp's quantizer does:
+ * a K-quant to Q5_0 (Q5_1 for Q5_K, Q8_0 for Q6_K) when the row is a multiple of 32, and
+ * anything to F16 otherwise (e.g. Q8_0 with ff = 172).
+ *
+ * Mixes: q4_k_m / q5_k_m follow llama.cpp's recipe roughly: the base type (Q4_K / Q5_K) for most
+ * matrices, Q6_K for output.weight and for attn_v / ffn_down in the layers that llama.cpp gives
+ * more bits (the first and last eighth of the layers and every third one between).
  *
  * Thread model: single-threaded. Ownership: everything is local to tl_cmd_mkmodel.
  */
@@ -59,7 +64,9 @@ static void usage(FILE *f)
     fprintf(f,
             "usage: tokenloom mkmodel -o OUT.gguf [options]\n"
             "  --size 260K|15M|42M|110M|1B   shape preset (default 260K)\n"
-            "  --type f32|f16|bf16|q8_0      weight type (default f32; norms stay f32)\n"
+            "  --type TYPE                   weight type (default f32; norms stay f32): f32, f16,\n"
+            "                                bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q2_k, q3_k, q4_k,\n"
+            "                                q5_k, q6_k, or the mixes q4_k_m, q5_k_m\n"
             "  --tokenizer-from GGUF         copy tokenizer.* from this file (default: the shared\n"
             "                                stories260K.gguf for 260K, llama-2-tiny-random.gguf\n"
             "                                otherwise)\n"
@@ -172,19 +179,90 @@ static bool find_shared_model(const char *file, char *buf, size_t cap)
     return false;
 }
 
-static uint32_t file_type_of(enum tl_dtype t)
+static uint32_t file_type_of(enum tl_dtype t, bool mix)
 {
-    // llama.cpp's llama_ftype numbers: ALL_F32 0, MOSTLY_F16 1, MOSTLY_Q8_0 7, MOSTLY_BF16 32.
+    // llama.cpp's llama_ftype numbers: ALL_F32 0, MOSTLY_F16 1, MOSTLY_Q4_0 2, MOSTLY_Q4_1 3,
+    // MOSTLY_Q8_0 7, MOSTLY_Q5_0 8, MOSTLY_Q5_1 9, MOSTLY_Q2_K 10, MOSTLY_Q3_K_S 11,
+    // MOSTLY_Q4_K_S 14, MOSTLY_Q4_K_M 15, MOSTLY_Q5_K_S 16, MOSTLY_Q5_K_M 17, MOSTLY_Q6_K 18,
+    // MOSTLY_BF16 32.
     switch (t) {
     case TL_DTYPE_F16:
         return 1;
+    case TL_DTYPE_Q4_0:
+        return 2;
+    case TL_DTYPE_Q4_1:
+        return 3;
     case TL_DTYPE_Q8_0:
         return 7;
+    case TL_DTYPE_Q5_0:
+        return 8;
+    case TL_DTYPE_Q5_1:
+        return 9;
+    case TL_DTYPE_Q2_K:
+        return 10;
+    case TL_DTYPE_Q3_K:
+        return 11;
+    case TL_DTYPE_Q4_K:
+        return mix ? 15 : 14;
+    case TL_DTYPE_Q5_K:
+        return mix ? 17 : 16;
+    case TL_DTYPE_Q6_K:
+        return 18;
     case TL_DTYPE_BF16:
         return 32;
     default:
         return 0;
     }
+}
+
+static bool is_weight_type(enum tl_dtype t)
+{
+    switch (t) {
+    case TL_DTYPE_F32:
+    case TL_DTYPE_F16:
+    case TL_DTYPE_BF16:
+    case TL_DTYPE_Q8_0:
+    case TL_DTYPE_Q4_0:
+    case TL_DTYPE_Q4_1:
+    case TL_DTYPE_Q5_0:
+    case TL_DTYPE_Q5_1:
+    case TL_DTYPE_Q2_K:
+    case TL_DTYPE_Q3_K:
+    case TL_DTYPE_Q4_K:
+    case TL_DTYPE_Q5_K:
+    case TL_DTYPE_Q6_K:
+        return tl_kernels_weight_supported(t);
+    default:
+        return false;
+    }
+}
+
+// llama.cpp's use_more_bits: the first and last eighth of the layers, and every third between.
+static bool more_bits(int64_t layer, int64_t n_layer)
+{
+    return layer < n_layer / 8 || layer >= 7 * n_layer / 8 || (layer - n_layer / 8) % 3 == 2;
+}
+
+// The type of a matrix named `suffix` ("output", "token_embd", "attn_v", ...) in `layer`.
+static enum tl_dtype matrix_type(enum tl_dtype base, bool mix, const char *suffix, int64_t layer,
+                                 int64_t n_layer)
+{
+    if (!mix) return base;
+    if (!strcmp(suffix, "output")) return TL_DTYPE_Q6_K;
+    if ((!strcmp(suffix, "attn_v") || !strcmp(suffix, "ffn_down")) && more_bits(layer, n_layer))
+        return TL_DTYPE_Q6_K;
+    return base;
+}
+
+// A type whose block fits rows of n_in values: llama.cpp's fallbacks for K-quants, then F16.
+static enum tl_dtype fitting_type(enum tl_dtype t, int64_t n_in)
+{
+    if (n_in % tl_dtype_info(t)->block_size == 0) return t;
+    if (t == TL_DTYPE_Q2_K || t == TL_DTYPE_Q3_K || t == TL_DTYPE_Q4_K) t = TL_DTYPE_Q5_0;
+    if (t == TL_DTYPE_Q5_K) t = TL_DTYPE_Q5_1;
+    if (t == TL_DTYPE_Q6_K) t = TL_DTYPE_Q8_0;
+    if (n_in % tl_dtype_info(t)->block_size == 0) return t;
+    return TL_DTYPE_F16;
 }
 
 // ---- the command
@@ -258,10 +336,14 @@ int tl_cmd_mkmodel(int argc, char **argv)
         return 2;
     }
     enum tl_dtype wtype;
-    if (!tl_dtype_from_name(type_name, &wtype) ||
-        (wtype != TL_DTYPE_F32 && wtype != TL_DTYPE_F16 && wtype != TL_DTYPE_BF16 &&
-         wtype != TL_DTYPE_Q8_0)) {
-        fprintf(stderr, "tokenloom mkmodel: unsupported --type '%s' (f32, f16, bf16, q8_0)\n",
+    bool mix = false;
+    if (!strcasecmp(type_name, "q4_k_m") || !strcasecmp(type_name, "q5_k_m")) {
+        mix = true;
+        wtype = type_name[1] == '4' ? TL_DTYPE_Q4_K : TL_DTYPE_Q5_K;
+    } else if (!tl_dtype_from_name(type_name, &wtype) || !is_weight_type(wtype)) {
+        fprintf(stderr,
+                "tokenloom mkmodel: unsupported --type '%s' (f32, f16, bf16, q8_0, q4_0, q4_1, "
+                "q5_0, q5_1, q2_k, q3_k, q4_k, q5_k, q6_k, q4_k_m, q5_k_m)\n",
                 type_name);
         return 2;
     }
@@ -325,8 +407,8 @@ int tl_cmd_mkmodel(int argc, char **argv)
     }
     tl_status st = tl_gguf_writer_set_str(w, "general.architecture", "llama");
     if (!st) st = tl_gguf_writer_set_str(w, "general.name", name);
-    if (!st) st = tl_gguf_writer_set_u32(w, "general.file_type", file_type_of(wtype));
-    if (!st && wtype == TL_DTYPE_Q8_0)
+    if (!st) st = tl_gguf_writer_set_u32(w, "general.file_type", file_type_of(wtype, mix));
+    if (!st && tl_dtype_info(wtype)->block_size > 1)
         st = tl_gguf_writer_set_u32(w, "general.quantization_version", 2);
     if (!st) st = tl_gguf_writer_set_u32(w, "llama.context_length", (uint32_t)ctx);
     if (!st) st = tl_gguf_writer_set_u32(w, "llama.embedding_length", (uint32_t)dim);
@@ -370,28 +452,30 @@ int tl_cmd_mkmodel(int argc, char **argv)
     };
     for (int64_t t = 0; t < n_jobs; t++) {
         struct tensor_job *j = &jobs[nj++];
-        int64_t n_in, n_out;
+        int64_t n_in, n_out, layer = -1;
+        const char *suffix;
         if (t == 0) {
             snprintf(j->name, sizeof(j->name), "token_embd.weight");
-            n_in = dim, n_out = n_vocab;
+            n_in = dim, n_out = n_vocab, suffix = "token_embd";
         } else if (t == n_jobs - 2) {
             snprintf(j->name, sizeof(j->name), "output_norm.weight");
-            n_in = dim, n_out = 0;
+            n_in = dim, n_out = 0, suffix = "output_norm";
         } else if (t == n_jobs - 1) {
             snprintf(j->name, sizeof(j->name), "output.weight");
-            n_in = dim, n_out = n_vocab;
+            n_in = dim, n_out = n_vocab, suffix = "output";
         } else {
             int64_t l = (t - 1) / 9, k = (t - 1) % 9;
             snprintf(j->name, sizeof(j->name), "blk.%" PRId64 ".%s.weight", l, blk[k].suffix);
-            n_in = blk[k].n_in, n_out = blk[k].n_out;
+            n_in = blk[k].n_in, n_out = blk[k].n_out, suffix = blk[k].suffix, layer = l;
         }
         j->is_norm = n_out == 0;
         j->n_dims = j->is_norm ? 1 : 2;
         j->ne[0] = n_in;
         j->ne[1] = j->is_norm ? 1 : n_out;
-        j->type = j->is_norm ? TL_DTYPE_F32 : wtype;
-        if (j->ne[0] % tl_dtype_info(j->type)->block_size) {
-            j->type = TL_DTYPE_F16;
+        j->type = j->is_norm ? TL_DTYPE_F32 : matrix_type(wtype, mix, suffix, layer, layers);
+        enum tl_dtype fit = fitting_type(j->type, j->ne[0]);
+        if (fit != j->type) {
+            j->type = fit;
             n_fallback++;
         }
         j->seed = seed ^ hash_name(j->name);
@@ -412,12 +496,12 @@ int tl_cmd_mkmodel(int argc, char **argv)
     }
     struct stat sb;
     long long file_bytes = stat(out, &sb) == 0 ? (long long)sb.st_size : -1;
-    printf("wrote %s: llama, %s weights, dim %d, %d layers, %d heads (%d kv), ff %d, vocab %" PRId64
+    printf("wrote %s: llama, %s%s weights, dim %d, %d layers, %d heads (%d kv), ff %d, vocab %" PRId64
            ", ctx %d\n",
-           out, tl_dtype_name(wtype), dim, layers, heads, kv_heads, ff, n_vocab, ctx);
+           out, tl_dtype_name(wtype), mix ? "_M mix" : "", dim, layers, heads, kv_heads, ff, n_vocab, ctx);
     if (n_fallback)
         printf("note: %" PRId64 " tensors whose row length is not a multiple of the %s block size "
-               "are F16\n",
+               "have a smaller block type (Q5_0, Q5_1, Q8_0 or F16)\n",
                n_fallback, tl_dtype_name(wtype));
     double np = (double)n_params;
     printf("parameters %" PRId64 " (%.2f%s), file size %lld bytes, %.1f s\n", n_params,
