@@ -3,15 +3,20 @@
  * dequantization of hand-built blocks against values computed here from the ggml block
  * layouts (byte offsets written out independently of our structs), quantize -> dequantize
  * error bounds, the reference matmul against double-precision sums, every ISA against the
- * reference on odd shapes, identical activation bytes on every ISA, and the determinism
- * contract (bit-identical rows for n_tok 1..40 and 1..3 threads) for every type.
+ * reference on odd shapes, identical activation bytes on every ISA, the determinism contract
+ * (bit-identical rows for n_tok 1..40 and 1..3 threads) for every type, and whole models: the
+ * logits of a random Llama model quantized to each type stay close to those of the same model
+ * in F32, relative to their spread.
  */
 #include "tl_test.h"
 
 #include "core/alloc.h"
+#include "core/error.h"
 #include "core/pool.h"
+#include "gguf/gguf.h"
 #include "kernels/kernels.h"
 #include "kernels/quants.h"
+#include "model/model.h"
 
 #include <math.h>
 #include <string.h>
@@ -534,10 +539,193 @@ static void test_matmul_deterministic_across_batch_and_threads(void **state)
         tl_pool_destroy(pools[p]);
 }
 
+
+// ---- whole model ------------------------------------------------------------------------------
+
+// A random Llama model (dims multiples of 256) written as GGUF with every matrix of `type`
+// (norms F32) from the same f32 values for every type: N(0, 0.02^2) per tensor, seeded by name.
+enum { M_DIM = 256, M_LAYERS = 2, M_HEADS = 4, M_KV = 2, M_FF = 512 };
+
+static uint64_t splitmix(uint64_t *s)
+{
+    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+struct mtensor {
+    char name[48];
+    int64_t ne[2];
+    int n_dims;
+    enum tl_dtype type;
+    void *data;
+};
+
+static void write_random_model(const char *path, enum tl_dtype type, int64_t *n_vocab_out)
+{
+    struct tl_gguf *tok = NULL;
+    assert_int_equal(tl_gguf_open(tl_test_shared("models/stories260K.gguf"), &tok), TL_OK);
+    const struct tl_gguf_value *toks = tl_gguf_get_arr(tok, "tokenizer.ggml.tokens");
+    assert_non_null(toks);
+    int64_t n_vocab = (int64_t)toks->arr.n;
+    *n_vocab_out = n_vocab;
+    struct tl_gguf_writer *w = tl_gguf_writer_create();
+    assert_non_null(w);
+    tl_status st = tl_gguf_writer_set_str(w, "general.architecture", "llama");
+    if (!st) st = tl_gguf_writer_set_u32(w, "llama.context_length", 256);
+    if (!st) st = tl_gguf_writer_set_u32(w, "llama.embedding_length", M_DIM);
+    if (!st) st = tl_gguf_writer_set_u32(w, "llama.block_count", M_LAYERS);
+    if (!st) st = tl_gguf_writer_set_u32(w, "llama.feed_forward_length", M_FF);
+    if (!st) st = tl_gguf_writer_set_u32(w, "llama.attention.head_count", M_HEADS);
+    if (!st) st = tl_gguf_writer_set_u32(w, "llama.attention.head_count_kv", M_KV);
+    if (!st) st = tl_gguf_writer_set_f32(w, "llama.attention.layer_norm_rms_epsilon", 1e-5f);
+    if (!st) st = tl_gguf_writer_set_u32(w, "llama.rope.dimension_count", M_DIM / M_HEADS);
+    for (int64_t i = 0; !st && i < tl_gguf_n_kv(tok); i++) {
+        const struct tl_gguf_kv *kv = tl_gguf_kv_at(tok, i);
+        char key[256];
+        if (kv->key.len < 10 || kv->key.len >= sizeof(key) || memcmp(kv->key.ptr, "tokenizer.", 10))
+            continue;
+        memcpy(key, kv->key.ptr, kv->key.len);
+        key[kv->key.len] = '\0';
+        st = tl_gguf_writer_set_value(w, key, &kv->value);
+    }
+    assert_int_equal(st, TL_OK);
+    const struct {
+        const char *suffix;
+        int64_t n_in, n_out;
+    } blk[9] = {{"attn_norm", M_DIM, 0},      {"attn_q", M_DIM, M_DIM},
+                {"attn_k", M_DIM, M_DIM / M_HEADS * M_KV}, {"attn_v", M_DIM, M_DIM / M_HEADS * M_KV},
+                {"attn_output", M_DIM, M_DIM}, {"ffn_norm", M_DIM, 0},
+                {"ffn_gate", M_DIM, M_FF},     {"ffn_up", M_DIM, M_FF},
+                {"ffn_down", M_FF, M_DIM}};
+    enum { N_T = 3 + 9 * M_LAYERS };
+    struct mtensor ts[N_T];
+    for (int t = 0; t < N_T; t++) {
+        struct mtensor *mt = &ts[t];
+        int64_t n_in, n_out;
+        if (t == 0)
+            snprintf(mt->name, sizeof(mt->name), "token_embd.weight"), n_in = M_DIM, n_out = n_vocab;
+        else if (t == N_T - 2)
+            snprintf(mt->name, sizeof(mt->name), "output_norm.weight"), n_in = M_DIM, n_out = 0;
+        else if (t == N_T - 1)
+            snprintf(mt->name, sizeof(mt->name), "output.weight"), n_in = M_DIM, n_out = n_vocab;
+        else {
+            int l = (t - 1) / 9, k = (t - 1) % 9;
+            snprintf(mt->name, sizeof(mt->name), "blk.%d.%s.weight", l, blk[k].suffix);
+            n_in = blk[k].n_in, n_out = blk[k].n_out;
+        }
+        mt->n_dims = n_out ? 2 : 1;
+        mt->ne[0] = n_in;
+        mt->ne[1] = n_out ? n_out : 1;
+        mt->type = n_out ? type : TL_DTYPE_F32;
+        size_t rb;
+        assert_true(tl_dtype_row_bytes(mt->type, n_in, &rb));
+        mt->data = malloc(rb * (size_t)mt->ne[1]);
+        float *row = malloc(sizeof(float) * (size_t)n_in);
+        uint64_t seed = 1469598103934665603ull;
+        for (const char *c = mt->name; *c; c++)
+            seed = (seed ^ (uint8_t)*c) * 1099511628211ull;
+        for (int64_t r = 0; r < mt->ne[1]; r++) {
+            for (int64_t i = 0; i < n_in; i += 2) { // Box-Muller, N(0, 0.02^2)
+                double u1 = ((double)(splitmix(&seed) >> 11) + 1.0) * 0x1p-53;
+                double u2 = (double)(splitmix(&seed) >> 11) * 0x1p-53;
+                double rad = sqrt(-2.0 * log(u1)) * 0.02;
+                row[i] = n_out ? (float)(rad * cos(2 * M_PI * u2)) : 1.f;
+                row[i + 1] = n_out ? (float)(rad * sin(2 * M_PI * u2)) : 1.f;
+            }
+            assert_true(tl_quantize_row(mt->type, row, (char *)mt->data + rb * (size_t)r, n_in));
+        }
+        free(row);
+        assert_int_equal(
+            tl_gguf_writer_add_tensor(w, mt->name, mt->type, mt->n_dims, mt->ne, mt->data), TL_OK);
+    }
+    assert_int_equal(tl_gguf_writer_write(w, path), TL_OK);
+    for (int t = 0; t < N_T; t++)
+        free(ts[t].data);
+    tl_gguf_writer_destroy(w);
+    tl_gguf_close(tok);
+}
+
+// Logits of a 12-token prompt (one prefill batch) for every position: (12, n_vocab).
+static void model_logits(const char *path, float *logits)
+{
+    enum { N = 12, BS = 16, N_BLOCKS = 4 };
+    struct tl_model *m = NULL;
+    if (tl_model_load(path, NULL, &m)) fail_msg("load: %s", tl_last_error());
+    struct tl_kv_layer layers[M_LAYERS];
+    size_t elems = (size_t)N_BLOCKS * BS * M_KV * (M_DIM / M_HEADS);
+    for (int l = 0; l < M_LAYERS; l++) {
+        layers[l] = (struct tl_kv_layer){.type = TL_DTYPE_F32, .block_size = BS, .n_kv_head = M_KV,
+                                         .head_dim = M_DIM / M_HEADS};
+        layers[l].k = calloc(elems, 4);
+        layers[l].v = calloc(elems, 4);
+    }
+    struct tl_kv_pages pages = {M_LAYERS, layers};
+    int32_t table[N_BLOCKS] = {2, 0, 3, 1};
+    const int32_t *tables[1] = {table};
+    int32_t tok[N], pos[N], seq[N], out[N];
+    for (int i = 0; i < N; i++)
+        tok[i] = (int32_t)(1 + (i * 97) % 500), pos[i] = i, seq[i] = 0, out[i] = i;
+    struct tl_batch b = {.n_tok = N, .token = tok, .pos = pos, .seq = seq, .block_tables = tables,
+                         .n_out = N, .out_idx = out};
+    struct tl_forward *f = tl_forward_create(m, N, N_BLOCKS * BS, NULL);
+    assert_non_null(f);
+    if (tl_forward_run(f, &b, &pages, logits)) fail_msg("forward: %s", tl_last_error());
+    tl_forward_destroy(f);
+    for (int l = 0; l < M_LAYERS; l++)
+        free(layers[l].k), free(layers[l].v);
+    tl_model_free(m);
+}
+
+// For each type: RMS(logits - f32 logits) / std(f32 logits) below a bound that grows as the bits
+// per weight shrink: about 1.5x what these round-to-nearest quantizers give (Q4_K: 0.20); a
+// model whose logits had nothing to do with the F32 ones would be at sqrt(2).
+static void test_quantized_model_logits_close_to_f32(void **state)
+{
+    (void)state;
+    enum { N = 12 };
+    const char *path = tl_test_tmpfile("qmodel.gguf");
+    char p[256];
+    snprintf(p, sizeof(p), "%s", path);
+    int64_t n_vocab;
+    write_random_model(p, TL_DTYPE_F32, &n_vocab);
+    float *ref = malloc(sizeof(float) * (size_t)(N * n_vocab));
+    float *got = malloc(sizeof(float) * (size_t)(N * n_vocab));
+    model_logits(p, ref);
+    double mean = 0, var = 0;
+    for (int64_t i = 0; i < N * n_vocab; i++)
+        mean += ref[i];
+    mean /= (double)(N * n_vocab);
+    for (int64_t i = 0; i < N * n_vocab; i++)
+        var += (ref[i] - mean) * (ref[i] - mean);
+    double spread = sqrt(var / (double)(N * n_vocab));
+    assert_true(spread > 0.05);
+    const enum tl_dtype types[] = {TL_DTYPE_Q8_0, TL_DTYPE_Q6_K, TL_DTYPE_Q5_K, TL_DTYPE_Q5_0,
+                                   TL_DTYPE_Q5_1, TL_DTYPE_Q4_K, TL_DTYPE_Q4_0, TL_DTYPE_Q4_1,
+                                   TL_DTYPE_Q3_K, TL_DTYPE_Q2_K};
+    const double bound[] = {0.03, 0.08, 0.14, 0.15, 0.17, 0.3, 0.33, 0.3, 0.55, 1.0};
+    for (size_t k = 0; k < sizeof(types) / sizeof(types[0]); k++) {
+        write_random_model(p, types[k], &n_vocab);
+        model_logits(p, got);
+        double se = 0;
+        for (int64_t i = 0; i < N * n_vocab; i++)
+            se += ((double)got[i] - ref[i]) * ((double)got[i] - ref[i]);
+        double rel = sqrt(se / (double)(N * n_vocab)) / spread;
+        print_message("# %s: logits rms error / spread = %.4f\n", tl_dtype_name(types[k]), rel);
+        if (!(rel <= bound[k]))
+            fail_msg("%s: logits rms error / spread %.4f > %.2f", tl_dtype_name(types[k]), rel,
+                     bound[k]);
+    }
+    unlink(p);
+    free(ref), free(got);
+}
+
 TL_TEST_MAIN(cmocka_unit_test(test_traits_match_dtype_table), cmocka_unit_test(test_known_q4_0_q4_1),
              cmocka_unit_test(test_known_q5_0_q5_1), cmocka_unit_test(test_known_q4_k_q5_k),
              cmocka_unit_test(test_known_q6_k), cmocka_unit_test(test_known_q3_k_q2_k),
              cmocka_unit_test(test_quantize_roundtrip), cmocka_unit_test(test_ref_matmul_vs_double),
              cmocka_unit_test(test_activation_bytes_same_on_every_isa),
              cmocka_unit_test(test_matmul_isa_vs_ref),
-             cmocka_unit_test(test_matmul_deterministic_across_batch_and_threads))
+             cmocka_unit_test(test_matmul_deterministic_across_batch_and_threads),
+             cmocka_unit_test(test_quantized_model_logits_close_to_f32))
