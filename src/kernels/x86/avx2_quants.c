@@ -1,17 +1,382 @@
 /*
- * The avx2 matmul of the extra weight types (see kernels/quants.h). Placeholder: the scalar
- * reference until the SIMD kernels land.
+ * The AVX2 (+ FMA, F16C) matmul of the extra weight types of kernels/quants.h, and the AVX2
+ * activation quantizer. Compiled with those -m flags, called only when the CPU has them.
+ *
+ * Design: micro-tiles of R weight rows x T tokens walk the row in 128-value superchunks. Each
+ * row's superchunk is decoded once per tile into a small stack buffer: per 32-block one
+ * register of 32 unsigned quants (first half in the low 128 bits, second half in the high, as
+ * the activation bytes of struct tl__qa_chunk are loaded), and 8-lane vectors of D (lanes 0-3:
+ * first half, 4-7: second half) and M. Per block and (row, token) pair: maddubs(quants,
+ * activation bytes) gives exact int16 pair sums (quants <= 63, |x| <= 127: no saturation), madd
+ * with ones widens them to 8 int32 sums of 4 products, the type-0 offset is added as
+ * off * (-sum of the activation bytes) (carried by the activation row), and
+ * acc = fma(float(sum), D * d_x, acc), minus M * d_x * sum(x) for type-1 formats.
+ * Q4_0, Q4_K, Q5_K and Q6_K have vectorized decoders; the other types (and a partial last
+ * superchunk) use the scalar decoder tl__qx_unpack, which gives the same values.
+ *
+ * Determinism: every (row, token) element sees the same instruction sequence in every tile
+ * shape and is reduced by one fixed horizontal sum.
+ *
+ * Thread model: pure functions over caller-owned memory; re-entrant.
  */
 #include "kernels/quants.h"
+
+#include "core/error.h"
+
+#include <immintrin.h>
+#include <string.h>
+
+#define ALWAYS_INLINE inline __attribute__((always_inline))
+
+// Fixed-order horizontal sum.
+static ALWAYS_INLINE float hsum256(__m256 v)
+{
+    __m128 b = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    b = _mm_add_ps(b, _mm_movehl_ps(b, b));
+    b = _mm_add_ss(b, _mm_movehdup_ps(b));
+    return _mm_cvtss_f32(b);
+}
+
+static ALWAYS_INLINE uint16_t rd16(const void *p)
+{
+    uint16_t v;
+    memcpy(&v, p, 2);
+    return v;
+}
+
+static ALWAYS_INLINE uint32_t rd32(const void *p)
+{
+    uint32_t v;
+    memcpy(&v, p, 4);
+    return v;
+}
+
+// ---- activation quantization ------------------------------------------------------------------
+
+static void quantize(const float *x, int64_t n, void *dst)
+{
+    TL_ASSERT(n % 32 == 0);
+    struct tl__qa_chunk *c = dst;
+    const int64_t n_super = (n + TL__QA_SUPER - 1) / TL__QA_SUPER;
+    const __m256 sign = _mm256_set1_ps(-0.f);
+    for (int64_t s = 0; s < n_super; s++, c++)
+        for (int g = 0; g < 4; g++) {
+            int64_t i0 = s * 128 + g * 32;
+            __m256 v[4];
+            __m256 m = _mm256_setzero_ps();
+            for (int k = 0; k < 4; k++) {
+                v[k] = i0 < n ? _mm256_loadu_ps(x + i0 + 8 * k) : _mm256_setzero_ps();
+                m = _mm256_max_ps(m, _mm256_andnot_ps(sign, v[k]));
+            }
+            __m128 b = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+            b = _mm_max_ps(b, _mm_movehl_ps(b, b));
+            b = _mm_max_ss(b, _mm_movehdup_ps(b));
+            float amax = _mm_cvtss_f32(b);
+            float d = amax / 127.f;
+            __m256 id = _mm256_set1_ps(amax != 0.f ? 127.f / amax : 0.f);
+            __m256i q[4];
+            for (int k = 0; k < 4; k++)
+                q[k] = _mm256_cvtps_epi32(_mm256_mul_ps(v[k], id)); // nearest even
+            // packs interleave 128-bit lanes; the permute restores value order
+            __m256i p8 = _mm256_packs_epi16(_mm256_packs_epi32(q[0], q[1]),
+                                            _mm256_packs_epi32(q[2], q[3]));
+            p8 = _mm256_permutevar8x32_epi32(p8, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+            _mm_storeu_si128((__m128i *)(c->qs + 16 * g), _mm256_castsi256_si128(p8));
+            _mm_storeu_si128((__m128i *)(c->qs + 64 + 16 * g), _mm256_extracti128_si256(p8, 1));
+            _mm_storeu_ps(c->d + 4 * g, _mm_set1_ps(d));
+            // sums of 4 bytes: lanes 0-3 the first half, 4-7 the second
+            __m256i s4 = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(1), p8),
+                                           _mm256_set1_epi16(1));
+            s4 = _mm256_sub_epi32(_mm256_setzero_si256(), s4);
+            _mm_storeu_si128((__m128i *)(c->nslo + 4 * g), _mm256_castsi256_si128(s4));
+            _mm_storeu_si128((__m128i *)(c->nshi + 4 * g), _mm256_extracti128_si256(s4, 1));
+        }
+}
+
+// ---- weight decoders --------------------------------------------------------------------------
+
+// One superchunk of one row: per 32-block g, its quants (value order) and D, M per lane.
+struct wsc {
+    __m256i q[4];
+    __m256 d[4];
+    __m256 m[4];
+};
+
+static ALWAYS_INLINE __m256 halves(float lo, float hi)
+{
+    return _mm256_set_m128(_mm_set1_ps(hi), _mm_set1_ps(lo));
+}
+
+static void load_generic(enum tl_dtype type, const void *row, int64_t n_in, int64_t s,
+                         struct wsc *w)
+{
+    _Alignas(64) struct tl__qx_chunk c;
+    tl__qx_unpack(type, row, n_in, s, &c);
+    for (int g = 0; g < 4; g++) {
+        w->q[g] = _mm256_load_si256((const __m256i *)(c.q + 32 * g));
+        w->d[g] = halves(c.D[2 * g], c.D[2 * g + 1]);
+        w->m[g] = halves(c.M[2 * g], c.M[2 * g + 1]);
+    }
+}
+
+// Q4_0, full superchunk: blocks of 18 bytes (f16 d, 16 bytes of nibbles).
+static ALWAYS_INLINE void load_q4_0(const uint8_t *b, struct wsc *w)
+{
+    const __m256i m4 = _mm256_set1_epi8(15);
+    for (int g = 0; g < 4; g++, b += 18) {
+        __m128i q = _mm_loadu_si128((const __m128i *)(b + 2));
+        w->q[g] = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(q, 4), q), m4);
+        w->d[g] = _mm256_set1_ps(_cvtsh_ss(rd16(b)));
+    }
+}
+
+// Q4_K / Q5_K half n: block g = sub-block 4n+g, the low (even g) or high nibbles of
+// qs[64n + 32(g/2) .. +31]; Q5_K: bit 4n+g of qh[0..31].
+static ALWAYS_INLINE void load_q4k_q5k(const int q5, const uint8_t *blk, int n, struct wsc *w)
+{
+    const __m256i m4 = _mm256_set1_epi8(15), one = _mm256_set1_epi8(1);
+    const uint8_t *qs = blk + (q5 ? 48 : 16) + 64 * n;
+    __m256i qh = q5 ? _mm256_loadu_si256((const __m256i *)(blk + 16)) : _mm256_setzero_si256();
+    uint32_t a0 = rd32(blk + 4), a1 = rd32(blk + 8), a2 = rd32(blk + 12), sc, mn;
+    if (n == 0) {
+        sc = a0 & 0x3f3f3f3f;
+        mn = a1 & 0x3f3f3f3f;
+    } else {
+        sc = (a2 & 0x0f0f0f0f) | ((a0 >> 2) & 0x30303030);
+        mn = ((a2 >> 4) & 0x0f0f0f0f) | ((a1 >> 2) & 0x30303030);
+    }
+    float d = _cvtsh_ss(rd16(blk)), dmin = _cvtsh_ss(rd16(blk + 2));
+    for (int c = 0; c < 2; c++) {
+        __m256i q = _mm256_loadu_si256((const __m256i *)(qs + 32 * c));
+        __m256i lo = _mm256_and_si256(q, m4), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+        if (q5) {
+            int b0 = 4 * n + 2 * c;
+            __m256i h0 = _mm256_and_si256(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(b0)), one);
+            __m256i h1 = _mm256_and_si256(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(b0 + 1)), one);
+            lo = _mm256_or_si256(lo, _mm256_slli_epi16(h0, 4));
+            hi = _mm256_or_si256(hi, _mm256_slli_epi16(h1, 4));
+        }
+        w->q[2 * c] = lo;
+        w->q[2 * c + 1] = hi;
+    }
+    for (int g = 0; g < 4; g++) {
+        w->d[g] = _mm256_set1_ps(d * (float)((sc >> (8 * g)) & 0xff));
+        w->m[g] = _mm256_set1_ps(-(dmin * (float)((mn >> (8 * g)) & 0xff)));
+    }
+}
+
+// Q6_K half n: block g takes the low (g < 2) or high nibbles of ql[64n + 32(g%2) .. +31] and
+// bits 2g..2g+1 of qh[32n .. +31].
+static ALWAYS_INLINE void load_q6k(const uint8_t *blk, int n, struct wsc *w)
+{
+    const __m256i m4 = _mm256_set1_epi8(15), three = _mm256_set1_epi8(3);
+    const uint8_t *ql = blk + 64 * n;
+    __m256i qh = _mm256_loadu_si256((const __m256i *)(blk + 128 + 32 * n));
+    __m256i q0 = _mm256_loadu_si256((const __m256i *)ql);
+    __m256i q1 = _mm256_loadu_si256((const __m256i *)(ql + 32));
+    __m256i nib[4] = {_mm256_and_si256(q0, m4), _mm256_and_si256(q1, m4),
+                      _mm256_and_si256(_mm256_srli_epi16(q0, 4), m4),
+                      _mm256_and_si256(_mm256_srli_epi16(q1, 4), m4)};
+    for (int g = 0; g < 4; g++) {
+        __m256i h = _mm256_and_si256(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(2 * g)), three);
+        w->q[g] = _mm256_or_si256(nib[g], _mm256_slli_epi16(h, 4));
+    }
+    const int8_t *sc = (const int8_t *)(blk + 192 + 8 * n);
+    float d = _cvtsh_ss(rd16(blk + 208));
+    for (int g = 0; g < 4; g++)
+        w->d[g] = halves(d * (float)sc[2 * g], d * (float)sc[2 * g + 1]);
+}
+
+static ALWAYS_INLINE void load_w(const int type, const uint8_t *row, int64_t n_in, int64_t s,
+                                 struct wsc *w)
+{
+    switch (type) {
+    case TL_DTYPE_Q4_0:
+        if ((s + 1) * 128 <= n_in)
+            load_q4_0(row + (size_t)s * 72, w);
+        else
+            load_generic(type, row, n_in, s, w);
+        break;
+    case TL_DTYPE_Q4_K:
+        load_q4k_q5k(0, row + (size_t)(s / 2) * 144, (int)(s % 2), w);
+        break;
+    case TL_DTYPE_Q5_K:
+        load_q4k_q5k(1, row + (size_t)(s / 2) * 176, (int)(s % 2), w);
+        break;
+    case TL_DTYPE_Q6_K:
+        load_q6k(row + (size_t)(s / 2) * 210, (int)(s % 2), w);
+        break;
+    default:
+        load_generic(type, row, n_in, s, w);
+        break;
+    }
+}
+
+// ---- tiles ------------------------------------------------------------------------------------
+
+enum { XR = 2, XT = 4 }; // rows x tokens
+
+static ALWAYS_INLINE int off_shift_of(int type)
+{
+    return type == TL_DTYPE_Q4_0   ? 3
+           : type == TL_DTYPE_Q5_0 ? 4
+           : type == TL_DTYPE_Q6_K ? 5
+           : type == TL_DTYPE_Q3_K ? 2
+                                   : -1;
+}
+
+static ALWAYS_INLINE int has_min_of(int type)
+{
+    return type == TL_DTYPE_Q4_1 || type == TL_DTYPE_Q5_1 || type == TL_DTYPE_Q4_K ||
+           type == TL_DTYPE_Q5_K || type == TL_DTYPE_Q2_K;
+}
+
+static ALWAYS_INLINE void tile(const struct tl__qx_mm *m, int64_t r, int64_t t, const int type,
+                               const int R, const int T)
+{
+    const struct tl_weight *w = m->w;
+    const int64_t n = w->n_in, n_super = (n + 127) / 128;
+    const int k = off_shift_of(type), has_min = has_min_of(type);
+    const __m256i ones = _mm256_set1_epi16(1);
+    const uint8_t *wr[XR];
+    const struct tl__qa_chunk *xr[XT];
+    __m256 acc[XR][XT];
+#pragma GCC unroll 4
+    for (int i = 0; i < R; i++)
+        wr[i] = (const uint8_t *)w->data + (size_t)(r + i) * w->row_bytes;
+#pragma GCC unroll 4
+    for (int j = 0; j < T; j++)
+        xr[j] = m->xa + (t + j) * m->xa_stride;
+#pragma GCC unroll 4
+    for (int i = 0; i < R; i++)
+#pragma GCC unroll 4
+        for (int j = 0; j < T; j++)
+            acc[i][j] = _mm256_setzero_ps();
+    for (int64_t s = 0; s < n_super; s++) {
+        struct wsc W[XR];
+#pragma GCC unroll 4
+        for (int i = 0; i < R; i++)
+            load_w(type, wr[i], n, s, &W[i]);
+#pragma GCC unroll 4
+        for (int j = 0; j < T; j++) {
+            const struct tl__qa_chunk *a = xr[j] + s;
+            for (int g = 0; g < 4; g++) {
+                const __m256i x = _mm256_loadu2_m128i((const __m128i *)(a->qs + 64 + 16 * g),
+                                                      (const __m128i *)(a->qs + 16 * g));
+                const __m256 dx = _mm256_set1_ps(a->d[4 * g]);
+                const __m256i ns = _mm256_loadu2_m128i((const __m128i *)(a->nshi + 4 * g),
+                                                       (const __m128i *)(a->nslo + 4 * g));
+                const __m256 nsx = has_min ? _mm256_mul_ps(_mm256_cvtepi32_ps(ns), dx) : dx;
+#pragma GCC unroll 4
+                for (int i = 0; i < R; i++) {
+                    __m256i v = _mm256_madd_epi16(_mm256_maddubs_epi16(W[i].q[g], x), ones);
+                    if (k >= 0) v = _mm256_add_epi32(v, _mm256_slli_epi32(ns, k));
+                    acc[i][j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(v), _mm256_mul_ps(W[i].d[g], dx),
+                                                acc[i][j]);
+                    if (has_min) acc[i][j] = _mm256_fnmadd_ps(W[i].m[g], nsx, acc[i][j]);
+                }
+            }
+        }
+    }
+#pragma GCC unroll 4
+    for (int j = 0; j < T; j++)
+#pragma GCC unroll 4
+        for (int i = 0; i < R; i++)
+            m->y[(t + j) * w->n_out + r + i] = hsum256(acc[i][j]);
+}
+
+typedef void (*tile_fn)(const struct tl__qx_mm *m, int64_t r, int64_t t);
+
+#define DEF_TILE(NAME, TYPE, R, T)                                                                 \
+    static void NAME##_##R##x##T(const struct tl__qx_mm *m, int64_t r, int64_t t)                  \
+    {                                                                                              \
+        tile(m, r, t, TYPE, R, T);                                                                 \
+    }
+#define DEF_TILES_R(NAME, TYPE, R)                                                                 \
+    DEF_TILE(NAME, TYPE, R, 1) DEF_TILE(NAME, TYPE, R, 2) DEF_TILE(NAME, TYPE, R, 3)               \
+        DEF_TILE(NAME, TYPE, R, 4)
+#define DEF_TILES(NAME, TYPE) DEF_TILES_R(NAME, TYPE, 2) DEF_TILES_R(NAME, TYPE, 1)
+#define LIST_R(NAME, R) {0, NAME##_##R##x1, NAME##_##R##x2, NAME##_##R##x3, NAME##_##R##x4}
+#define LIST(NAME) {LIST_R(NAME, 1), LIST_R(NAME, 2)}
+
+_Static_assert(XR == 2 && XT == 4, "the tile lists below assume 2 x 4 tiles");
+
+DEF_TILES(q4_0, TL_DTYPE_Q4_0)
+DEF_TILES(q4_1, TL_DTYPE_Q4_1)
+DEF_TILES(q5_0, TL_DTYPE_Q5_0)
+DEF_TILES(q5_1, TL_DTYPE_Q5_1)
+DEF_TILES(q2_k, TL_DTYPE_Q2_K)
+DEF_TILES(q3_k, TL_DTYPE_Q3_K)
+DEF_TILES(q4_k, TL_DTYPE_Q4_K)
+DEF_TILES(q5_k, TL_DTYPE_Q5_K)
+DEF_TILES(q6_k, TL_DTYPE_Q6_K)
+
+static const tile_fn tiles_q4_0[2][5] = LIST(q4_0);
+static const tile_fn tiles_q4_1[2][5] = LIST(q4_1);
+static const tile_fn tiles_q5_0[2][5] = LIST(q5_0);
+static const tile_fn tiles_q5_1[2][5] = LIST(q5_1);
+static const tile_fn tiles_q2_k[2][5] = LIST(q2_k);
+static const tile_fn tiles_q3_k[2][5] = LIST(q3_k);
+static const tile_fn tiles_q4_k[2][5] = LIST(q4_k);
+static const tile_fn tiles_q5_k[2][5] = LIST(q5_k);
+static const tile_fn tiles_q6_k[2][5] = LIST(q6_k);
+
+static const tile_fn (*tiles_for(enum tl_dtype type))[5]
+{
+    switch (type) {
+    case TL_DTYPE_Q4_0:
+        return tiles_q4_0;
+    case TL_DTYPE_Q4_1:
+        return tiles_q4_1;
+    case TL_DTYPE_Q5_0:
+        return tiles_q5_0;
+    case TL_DTYPE_Q5_1:
+        return tiles_q5_1;
+    case TL_DTYPE_Q2_K:
+        return tiles_q2_k;
+    case TL_DTYPE_Q3_K:
+        return tiles_q3_k;
+    case TL_DTYPE_Q4_K:
+        return tiles_q4_k;
+    case TL_DTYPE_Q5_K:
+        return tiles_q5_k;
+    case TL_DTYPE_Q6_K:
+        return tiles_q6_k;
+    default:
+        TL_ASSERT(!"unsupported weight type");
+        return NULL;
+    }
+}
+
+enum { CHUNK_BYTES = 256 * 1024 }; // activations of a token chunk stay in L2
+
+static void matmul_rows(const struct tl__qx_mm *m, int64_t r0, int64_t r1)
+{
+    const tile_fn(*tiles)[5] = tiles_for(m->w->type);
+    const size_t tok_bytes = (size_t)m->xa_stride * sizeof(struct tl__qa_chunk);
+    int64_t chunk = (int64_t)(CHUNK_BYTES / tok_bytes) / XT * XT;
+    if (chunk < XT) chunk = XT;
+    for (int64_t c0 = 0; c0 < m->n_tok; c0 += chunk) {
+        const int64_t c1 = c0 + chunk < m->n_tok ? c0 + chunk : m->n_tok;
+        for (int64_t r = r0; r < r1;) {
+            const int rows = r1 - r >= XR ? XR : 1;
+            for (int64_t t = c0; t < c1; t += XT) {
+                const int nt = c1 - t < XT ? (int)(c1 - t) : XT;
+                tiles[rows == XR][nt](m, r, t);
+            }
+            r += rows;
+        }
+    }
+}
 
 static int row_align(enum tl_dtype type)
 {
     (void)type;
-    return 1;
+    return XR;
 }
 
 const struct tl__qx_ops tl__qx_ops_avx2 = {
     .row_align = row_align,
-    .quantize = tl__qa_quantize_ref,
-    .matmul_rows = tl__qx_ref_matmul_rows,
+    .quantize = quantize,
+    .matmul_rows = matmul_rows,
 };
