@@ -11,8 +11,8 @@
  * with ones widens them to 8 int32 sums of 4 products, the type-0 offset is added as
  * off * (-sum of the activation bytes) (carried by the activation row), and
  * acc = fma(float(sum), D * d_x, acc), minus M * d_x * sum(x) for type-1 formats.
- * Q4_0, Q4_K, Q5_K and Q6_K have vectorized decoders; the other types (and a partial last
- * superchunk) use the scalar decoder tl__qx_unpack, which gives the same values.
+ * Every type has a vectorized decoder; a partial last superchunk (32-block types whose row is
+ * not a multiple of 128) uses the scalar decoder tl__qx_unpack, which gives the same values.
  *
  * Determinism: every (row, token) element sees the same instruction sequence in every tile
  * shape and is reduced by one fixed horizontal sum.
@@ -130,6 +130,79 @@ static ALWAYS_INLINE void load_q4_0(const uint8_t *b, struct wsc *w)
     }
 }
 
+// 32 bits to 32 bytes: byte i = 0x10 when bit i of h is set, else 0.
+static ALWAYS_INLINE __m256i bits_to_0x10(uint32_t h)
+{
+    const __m256i spread = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2,
+                                            2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
+    const __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ull);
+    __m256i v = _mm256_shuffle_epi8(_mm256_set1_epi32((int)h), spread);
+    v = _mm256_cmpeq_epi8(_mm256_and_si256(v, bit), bit);
+    return _mm256_and_si256(v, _mm256_set1_epi8(0x10));
+}
+
+// Q4_1, Q5_0, Q5_1, full superchunk: blocks of `bsz` bytes: f16 d, (f16 m), (qh[4]), qs[16].
+static ALWAYS_INLINE void load_q41_q5(const int type, const uint8_t *b, struct wsc *w)
+{
+    const int has_m = type != TL_DTYPE_Q5_0, q5 = type != TL_DTYPE_Q4_1;
+    const int bsz = type == TL_DTYPE_Q4_1 ? 20 : type == TL_DTYPE_Q5_0 ? 22 : 24;
+    const int qs_off = 2 + 2 * has_m + 4 * q5;
+    const __m256i m4 = _mm256_set1_epi8(15);
+    for (int g = 0; g < 4; g++, b += bsz) {
+        __m128i q = _mm_loadu_si128((const __m128i *)(b + qs_off));
+        __m256i v = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(q, 4), q), m4);
+        if (q5) v = _mm256_or_si256(v, bits_to_0x10(rd32(b + 2 + 2 * has_m)));
+        w->q[g] = v;
+        w->d[g] = _mm256_set1_ps(_cvtsh_ss(rd16(b)));
+        if (has_m) w->m[g] = _mm256_set1_ps(_cvtsh_ss(rd16(b + 2)));
+    }
+}
+
+// Q3_K / Q2_K half n: block j takes bits 2j..2j+1 of qs[32n .. +31].
+static ALWAYS_INLINE __m256i two_bits(__m256i q, int j)
+{
+    return _mm256_and_si256(_mm256_srl_epi16(q, _mm_cvtsi32_si128(2 * j)), _mm256_set1_epi8(3));
+}
+
+static ALWAYS_INLINE void load_q3k(const uint8_t *blk, int n, struct wsc *w)
+{
+    __m256i q = _mm256_loadu_si256((const __m256i *)(blk + 32 + 32 * n));
+    __m256i hm = _mm256_loadu_si256((const __m256i *)blk);
+    const __m256i one = _mm256_set1_epi8(1);
+    for (int j = 0; j < 4; j++) {
+        __m256i h = _mm256_and_si256(_mm256_srl_epi16(hm, _mm_cvtsi32_si128(4 * n + j)), one);
+        w->q[j] = _mm256_or_si256(two_bits(q, j), _mm256_slli_epi16(h, 2));
+    }
+    // scales 8n..8n+7: low 4 bits from the low (n = 0) or high nibbles of bytes 0-7, 2 high
+    // bits from bytes 8-11 (scale s: bits 2(s/4) of byte 8 + s%4)
+    uint32_t a0 = rd32(blk + 96), a1 = rd32(blk + 100), t = rd32(blk + 104), s0, s1;
+    if (n == 0) {
+        s0 = (a0 & 0x0f0f0f0f) | ((t & 0x03030303) << 4);
+        s1 = (a1 & 0x0f0f0f0f) | (((t >> 2) & 0x03030303) << 4);
+    } else {
+        s0 = ((a0 >> 4) & 0x0f0f0f0f) | (((t >> 4) & 0x03030303) << 4);
+        s1 = ((a1 >> 4) & 0x0f0f0f0f) | (((t >> 6) & 0x03030303) << 4);
+    }
+    uint64_t sc = (uint64_t)s1 << 32 | s0;
+    float d = _cvtsh_ss(rd16(blk + 108));
+    for (int j = 0; j < 4; j++)
+        w->d[j] = halves(d * (float)((int)((sc >> (16 * j)) & 0xff) - 32),
+                         d * (float)((int)((sc >> (16 * j + 8)) & 0xff) - 32));
+}
+
+static ALWAYS_INLINE void load_q2k(const uint8_t *blk, int n, struct wsc *w)
+{
+    __m256i q = _mm256_loadu_si256((const __m256i *)(blk + 16 + 32 * n));
+    const uint8_t *sc = blk + 8 * n;
+    float d = _cvtsh_ss(rd16(blk + 80)), dmin = _cvtsh_ss(rd16(blk + 82));
+    for (int j = 0; j < 4; j++) {
+        w->q[j] = two_bits(q, j);
+        int a = sc[2 * j], b = sc[2 * j + 1];
+        w->d[j] = halves(d * (float)(a & 15), d * (float)(b & 15));
+        w->m[j] = halves(-(dmin * (float)(a >> 4)), -(dmin * (float)(b >> 4)));
+    }
+}
+
 // Q4_K / Q5_K half n: block g = sub-block 4n+g, the low (even g) or high nibbles of
 // qs[64n + 32(g/2) .. +31]; Q5_K: bit 4n+g of qh[0..31].
 static ALWAYS_INLINE void load_q4k_q5k(const int q5, const uint8_t *blk, int n, struct wsc *w)
@@ -196,6 +269,22 @@ static ALWAYS_INLINE void load_w(const int type, const uint8_t *row, int64_t n_i
             load_q4_0(row + (size_t)s * 72, w);
         else
             load_generic(type, row, n_in, s, w);
+        break;
+    case TL_DTYPE_Q4_1:
+    case TL_DTYPE_Q5_0:
+    case TL_DTYPE_Q5_1: {
+        const size_t bsz = type == TL_DTYPE_Q4_1 ? 20 : type == TL_DTYPE_Q5_0 ? 22 : 24;
+        if ((s + 1) * 128 <= n_in)
+            load_q41_q5(type, row + (size_t)s * 4 * bsz, w);
+        else
+            load_generic(type, row, n_in, s, w);
+        break;
+    }
+    case TL_DTYPE_Q3_K:
+        load_q3k(row + (size_t)(s / 2) * 110, (int)(s % 2), w);
+        break;
+    case TL_DTYPE_Q2_K:
+        load_q2k(row + (size_t)(s / 2) * 84, (int)(s % 2), w);
         break;
     case TL_DTYPE_Q4_K:
         load_q4k_q5k(0, row + (size_t)(s / 2) * 144, (int)(s % 2), w);
