@@ -215,12 +215,93 @@ static ALWAYS_INLINE void load_q4q5(const int type, const uint8_t *b, struct wsc
     }
 }
 
-// Q4_K / Q5_K, half n of a super-block: sub-blocks 4n..4n+3, qs[64n .. 64n+63]. Block g takes
-// the low (even g) or high (odd g) nibbles of qs[64n + 32(g/2) ..], bit 4n+g of qh.
-static ALWAYS_INLINE void load_q4k_q5k(const int type, const uint8_t *blk, int n, struct wsc *w)
+// K-quants are walked a super-block (two superchunks) at a time: the scales and minimums of
+// all its sub-blocks are decoded once into `struct ksc` (lane j = sub-block j: 8 sub-blocks of
+// 32 for Q4_K/Q5_K, 16 of 16 for Q6_K/Q3_K/Q2_K) and each half picks its lanes with a permute.
+struct ksc {
+    __m512 d, m;
+};
+
+// d and dmin are adjacent f16: one conversion, then broadcast one of them.
+static ALWAYS_INLINE __m512 f16_pair(const uint8_t *p, int which)
+{
+    __m128 v = _mm_cvtph_ps(_mm_cvtsi32_si128((int)rd32(p)));
+    return _mm512_broadcastss_ps(which ? _mm_movehdup_ps(v) : v);
+}
+
+// Q4_K/Q5_K: 6-bit scales and mins of the 8 sub-blocks (j < 4: low 6 bits of bytes j, j+4;
+// j >= 4: low 4 bits in byte j+4, high 2 bits atop bytes j-4 and j).
+static ALWAYS_INLINE void kscales_q4k(const uint8_t *blk, struct ksc *S)
+{
+    const uint8_t *sc = blk + 4;
+    uint32_t a0 = rd32(sc), a1 = rd32(sc + 4), a2 = rd32(sc + 8);
+    uint64_t scv =
+        (uint64_t)((a2 & 0x0f0f0f0f) | ((a0 >> 2) & 0x30303030)) << 32 | (a0 & 0x3f3f3f3f);
+    uint64_t mnv =
+        (uint64_t)(((a2 >> 4) & 0x0f0f0f0f) | ((a1 >> 2) & 0x30303030)) << 32 | (a1 & 0x3f3f3f3f);
+    __m512 scf = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_cvtsi64_si128((long long)scv)));
+    __m512 mnf = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_cvtsi64_si128((long long)mnv)));
+    S->d = _mm512_mul_ps(f16_pair(blk, 0), scf);
+    // M = -(dmin * m), as the scalar decoder
+    S->m = _mm512_xor_ps(_mm512_mul_ps(f16_pair(blk, 1), mnf), _mm512_set1_ps(-0.f));
+}
+
+// Q6_K: 16 int8 scales times d.
+static ALWAYS_INLINE void kscales_q6k(const uint8_t *blk, struct ksc *S)
+{
+    __m512i v = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(blk + 192)));
+    S->d = _mm512_mul_ps(_mm512_set1_ps(_cvtsh_ss(rd16(blk + 208))), _mm512_cvtepi32_ps(v));
+}
+
+// Q3_K: 16 scales of 6 bits (low 4 bits: low nibbles of bytes 0-7 for scales 0-7, high nibbles
+// for 8-15; high 2 bits: bits 2(j/4) of byte 8 + j%4), minus 32, times d.
+static ALWAYS_INLINE void kscales_q3k(const uint8_t *blk, struct ksc *S)
+{
+    const uint8_t *sc = blk + 96;
+    uint32_t a0 = rd32(sc), a1 = rd32(sc + 4), t = rd32(sc + 8);
+    uint32_t s0 = (a0 & 0x0f0f0f0f) | ((t & 0x03030303) << 4);
+    uint32_t s1 = (a1 & 0x0f0f0f0f) | (((t >> 2) & 0x03030303) << 4);
+    uint32_t s2 = ((a0 >> 4) & 0x0f0f0f0f) | (((t >> 4) & 0x03030303) << 4);
+    uint32_t s3 = ((a1 >> 4) & 0x0f0f0f0f) | (((t >> 6) & 0x03030303) << 4);
+    __m512i v = _mm512_cvtepu8_epi32(_mm_setr_epi32((int)s0, (int)s1, (int)s2, (int)s3));
+    v = _mm512_sub_epi32(v, _mm512_set1_epi32(32));
+    S->d = _mm512_mul_ps(_mm512_set1_ps(_cvtsh_ss(rd16(blk + 108))), _mm512_cvtepi32_ps(v));
+}
+
+// Q2_K: per 16 values a byte: scale in the low nibble, min in the high one.
+static ALWAYS_INLINE void kscales_q2k(const uint8_t *blk, struct ksc *S)
+{
+    __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)blk));
+    __m512 sc = _mm512_cvtepi32_ps(_mm512_and_si512(v, _mm512_set1_epi32(15)));
+    __m512 mn = _mm512_cvtepi32_ps(_mm512_srli_epi32(v, 4));
+    S->d = _mm512_mul_ps(f16_pair(blk + 80, 0), sc);
+    S->m = _mm512_xor_ps(_mm512_mul_ps(f16_pair(blk + 80, 1), mn), _mm512_set1_ps(-0.f));
+}
+
+// Lanes 4g+k <- lane base+g (Q4_K/Q5_K: sub-block 4n+g), or lane base+2g (16-value sub-blocks:
+// base 8n for the first halves of half n's blocks, 8n+1 for the second halves).
+static ALWAYS_INLINE __m512 pick4(__m512 v, int base)
+{
+    __m512i idx = _mm512_add_epi32(_mm512_set1_epi32(base), _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1,
+                                                                              1, 2, 2, 2, 2, 3, 3,
+                                                                              3, 3));
+    return _mm512_permutexvar_ps(idx, v);
+}
+static ALWAYS_INLINE __m512 pick_even(__m512 v, int base)
+{
+    __m512i idx = _mm512_add_epi32(_mm512_set1_epi32(base), _mm512_setr_epi32(0, 0, 0, 0, 2, 2, 2,
+                                                                              2, 4, 4, 4, 4, 6, 6,
+                                                                              6, 6));
+    return _mm512_permutexvar_ps(idx, v);
+}
+
+// Q4_K / Q5_K, half n: sub-blocks 4n..4n+3, qs[64n .. 64n+63]. Block g takes the low (even g)
+// or high (odd g) nibbles of qs[64n + 32(g/2) ..], bit 4n+g of qh.
+static ALWAYS_INLINE void load_q4k_q5k(const int type, const uint8_t *blk, int n,
+                                       const struct ksc *S, struct wsc *w)
 {
     const int q5 = type == TL_DTYPE_Q5_K;
-    const uint8_t *scales = blk + 4, *qh = blk + 16, *qs = blk + (q5 ? 48 : 16) + 64 * n;
+    const uint8_t *qh = blk + 16, *qs = blk + (q5 ? 48 : 16) + 64 * n;
     __m512i q = _mm512_loadu_si512(qs);
     __m512i nl = _mm512_and_si512(q, *nib_mask());
     __m512i nh = _mm512_and_si512(_mm512_srli_epi16(q, 4), *nib_mask());
@@ -235,29 +316,15 @@ static ALWAYS_INLINE void load_q4k_q5k(const int type, const uint8_t *blk, int n
         hi = _mm512_or_si512(hi, _mm512_maskz_mov_epi8(khi, bit4));
     }
     w->lo = lo, w->hi = hi;
-    uint32_t a0 = rd32(scales), a1 = rd32(scales + 4), a2 = rd32(scales + 8), sc, mn;
-    if (n == 0) {
-        sc = a0 & 0x3f3f3f3f;
-        mn = a1 & 0x3f3f3f3f;
-    } else {
-        sc = (a2 & 0x0f0f0f0f) | ((a0 >> 2) & 0x30303030);
-        mn = ((a2 >> 4) & 0x0f0f0f0f) | ((a1 >> 2) & 0x30303030);
-    }
-    float d = _cvtsh_ss(rd16(blk)), dmin = _cvtsh_ss(rd16(blk + 2));
-    __m128 scf = _mm_cvtepi32_ps(_mm_cvtepu8_epi32(_mm_cvtsi32_si128((int)sc)));
-    __m128 mnf = _mm_cvtepi32_ps(_mm_cvtepu8_epi32(_mm_cvtsi32_si128((int)mn)));
-    w->dlo = w->dhi = expand4(_mm_mul_ps(_mm_set1_ps(d), scf));
-    // M = -(dmin * m), as the scalar decoder
-    __m128 m = _mm_mul_ps(_mm_set1_ps(dmin), mnf);
-    w->mlo = w->mhi = expand4(_mm_xor_ps(m, _mm_set1_ps(-0.f)));
+    w->dlo = w->dhi = pick4(S->d, 4 * n);
+    w->mlo = w->mhi = pick4(S->m, 4 * n);
 }
 
-// Q6_K, half n: ql[64n ..], qh[32n ..], scales[8n ..]. Block 0/1 take the low nibbles of
-// ql[64n + 0 / 32 + l], blocks 2/3 the high nibbles; bits 2g..2g+1 of qh[32n + l] on top.
-static ALWAYS_INLINE void load_q6k(const uint8_t *blk, int n, struct wsc *w)
+// Q6_K, half n: ql[64n ..], qh[32n ..]. Block 0/1 take the low nibbles of ql[64n + 0 / 32 + l],
+// blocks 2/3 the high nibbles; bits 2g..2g+1 of qh[32n + l] on top.
+static ALWAYS_INLINE void load_q6k(const uint8_t *blk, int n, const struct ksc *S, struct wsc *w)
 {
     const uint8_t *ql = blk + 64 * n, *qh = blk + 128 + 32 * n;
-    const int8_t *sc = (const int8_t *)(blk + 192 + 8 * n);
     __m512i q = _mm512_loadu_si512(ql);
     __m512i nl = _mm512_and_si512(q, *nib_mask());
     __m512i nh = _mm512_and_si512(_mm512_srli_epi16(q, 4), *nib_mask());
@@ -268,10 +335,7 @@ static ALWAYS_INLINE void load_q6k(const uint8_t *blk, int n, struct wsc *w)
     __m512i hh = _mm512_and_si512(_mm512_srlv_epi16(bcast16(qh + 16), cnt), three);
     w->lo = _mm512_or_si512(lo, _mm512_slli_epi16(hl, 4));
     w->hi = _mm512_or_si512(hi, _mm512_slli_epi16(hh, 4));
-    float d = _cvtsh_ss(rd16(blk + 208));
-    __m256 D = _mm256_mul_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(
-                                                    _mm_loadl_epi64((const __m128i *)sc))));
-    w->dlo = expand_lo(D), w->dhi = expand_hi(D);
+    w->dlo = pick_even(S->d, 8 * n), w->dhi = pick_even(S->d, 8 * n + 1);
 }
 
 // Q3_K / Q2_K, half n: block j takes bits 2j..2j+1 of qs[32n + l] (l < 16 first half).
@@ -282,75 +346,110 @@ static ALWAYS_INLINE void load_2bit(const uint8_t *qs, __m512i *lo, __m512i *hi)
     *hi = _mm512_and_si512(_mm512_srlv_epi16(bcast16(qs + 16), cnt), three);
 }
 
-static ALWAYS_INLINE void load_q3k(const uint8_t *blk, int n, struct wsc *w)
+static ALWAYS_INLINE void load_q3k(const uint8_t *blk, int n, const struct ksc *S, struct wsc *w)
 {
-    const uint8_t *hmask = blk, *qs = blk + 32 + 32 * n, *scales = blk + 96;
     __m512i lo, hi;
-    load_2bit(qs, &lo, &hi);
+    load_2bit(blk + 32 + 32 * n, &lo, &hi);
     __m512i sel = bit_sel(4 * n), bit2 = _mm512_set1_epi8(4);
-    __mmask64 klo = _mm512_test_epi8_mask(bcast16(hmask), sel);
-    __mmask64 khi = _mm512_test_epi8_mask(bcast16(hmask + 16), sel);
+    __mmask64 klo = _mm512_test_epi8_mask(bcast16(blk), sel);
+    __mmask64 khi = _mm512_test_epi8_mask(bcast16(blk + 16), sel);
     w->lo = _mm512_or_si512(lo, _mm512_maskz_mov_epi8(klo, bit2));
     w->hi = _mm512_or_si512(hi, _mm512_maskz_mov_epi8(khi, bit2));
-    // the 8 scales 8n..8n+7: low 4 bits from the low (n = 0) or high (n = 1) nibbles of bytes
-    // 0-7, 2 high bits from bytes 8-11 (scale s: bits 2(s/4) of byte 8 + s%4)
-    uint32_t a0 = rd32(scales), a1 = rd32(scales + 4), t = rd32(scales + 8), s0, s1;
-    if (n == 0) {
-        s0 = (a0 & 0x0f0f0f0f) | ((t & 0x03030303) << 4);
-        s1 = (a1 & 0x0f0f0f0f) | (((t >> 2) & 0x03030303) << 4);
-    } else {
-        s0 = ((a0 >> 4) & 0x0f0f0f0f) | (((t >> 4) & 0x03030303) << 4);
-        s1 = ((a1 >> 4) & 0x0f0f0f0f) | (((t >> 6) & 0x03030303) << 4);
-    }
-    __m256i si = _mm256_cvtepu8_epi32(_mm_set_epi32(0, 0, (int)s1, (int)s0));
-    si = _mm256_sub_epi32(si, _mm256_set1_epi32(32));
-    float d = _cvtsh_ss(rd16(blk + 108));
-    __m256 D = _mm256_mul_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(si));
-    w->dlo = expand_lo(D), w->dhi = expand_hi(D);
+    w->dlo = pick_even(S->d, 8 * n), w->dhi = pick_even(S->d, 8 * n + 1);
 }
 
-static ALWAYS_INLINE void load_q2k(const uint8_t *blk, int n, struct wsc *w)
+static ALWAYS_INLINE void load_q2k(const uint8_t *blk, int n, const struct ksc *S, struct wsc *w)
 {
     load_2bit(blk + 16 + 32 * n, &w->lo, &w->hi);
-    __m256i sc = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(blk + 8 * n)));
-    float d = _cvtsh_ss(rd16(blk + 80)), dmin = _cvtsh_ss(rd16(blk + 82));
-    __m256 D = _mm256_mul_ps(_mm256_set1_ps(d),
-                             _mm256_cvtepi32_ps(_mm256_and_si256(sc, _mm256_set1_epi32(15))));
-    __m256 M = _mm256_mul_ps(_mm256_set1_ps(dmin), _mm256_cvtepi32_ps(_mm256_srli_epi32(sc, 4)));
-    M = _mm256_xor_ps(M, _mm256_set1_ps(-0.f));
-    w->dlo = expand_lo(D), w->dhi = expand_hi(D);
-    w->mlo = expand_lo(M), w->mhi = expand_hi(M);
+    w->dlo = pick_even(S->d, 8 * n), w->dhi = pick_even(S->d, 8 * n + 1);
+    w->mlo = pick_even(S->m, 8 * n), w->mhi = pick_even(S->m, 8 * n + 1);
 }
 
-static ALWAYS_INLINE void load_w(const int type, const uint8_t *row, int64_t n_in, int64_t s,
-                                 struct wsc *w)
+// Bytes of one block of the type (K-quants: a 256-value super-block).
+static ALWAYS_INLINE size_t blk_bytes_of(int type)
 {
+    switch (type) {
+    case TL_DTYPE_Q4_0:
+        return 18;
+    case TL_DTYPE_Q4_1:
+        return 20;
+    case TL_DTYPE_Q5_0:
+        return 22;
+    case TL_DTYPE_Q5_1:
+        return 24;
+    case TL_DTYPE_Q2_K:
+        return 84;
+    case TL_DTYPE_Q3_K:
+        return 110;
+    case TL_DTYPE_Q4_K:
+        return 144;
+    case TL_DTYPE_Q5_K:
+        return 176;
+    default:
+        return 210;
+    }
+}
+
+static ALWAYS_INLINE int is_k_of(int type)
+{
+    return type == TL_DTYPE_Q2_K || type == TL_DTYPE_Q3_K || type == TL_DTYPE_Q4_K ||
+           type == TL_DTYPE_Q5_K || type == TL_DTYPE_Q6_K;
+}
+
+// The per-super-block part of a K-quant row (nothing for 32-block types).
+static ALWAYS_INLINE void load_scales(const int type, const uint8_t *row, int64_t sb,
+                                      struct ksc *S)
+{
+    const uint8_t *blk = row + (size_t)sb * blk_bytes_of(type);
+    switch (type) {
+    case TL_DTYPE_Q4_K:
+    case TL_DTYPE_Q5_K:
+        kscales_q4k(blk, S);
+        break;
+    case TL_DTYPE_Q6_K:
+        kscales_q6k(blk, S);
+        break;
+    case TL_DTYPE_Q3_K:
+        kscales_q3k(blk, S);
+        break;
+    case TL_DTYPE_Q2_K:
+        kscales_q2k(blk, S);
+        break;
+    default:
+        (void)blk;
+        break;
+    }
+}
+
+// Superchunk s of a row (for K-quants, half s % 2 of the super-block whose scales are S).
+static ALWAYS_INLINE void load_w(const int type, const uint8_t *row, int64_t n_in, int64_t s,
+                                 const struct ksc *S, struct wsc *w)
+{
+    const size_t bb = blk_bytes_of(type);
+    const uint8_t *blk = row + (size_t)(s / 2) * bb;
+    const int n = (int)(s % 2);
     switch (type) {
     case TL_DTYPE_Q4_0:
     case TL_DTYPE_Q4_1:
     case TL_DTYPE_Q5_0:
-    case TL_DTYPE_Q5_1: {
-        const size_t bsz = type == TL_DTYPE_Q4_0 ? 18 : type == TL_DTYPE_Q4_1 ? 20 : type == TL_DTYPE_Q5_0 ? 22 : 24;
+    case TL_DTYPE_Q5_1:
         if ((s + 1) * 128 <= n_in)
-            load_q4q5(type, row + (size_t)s * 4 * bsz, w);
+            load_q4q5(type, row + (size_t)s * 4 * bb, w);
         else
             load_generic(type, row, n_in, s, w);
         break;
-    }
     case TL_DTYPE_Q4_K:
-        load_q4k_q5k(type, row + (size_t)(s / 2) * 144, (int)(s % 2), w);
-        break;
     case TL_DTYPE_Q5_K:
-        load_q4k_q5k(type, row + (size_t)(s / 2) * 176, (int)(s % 2), w);
+        load_q4k_q5k(type, blk, n, S, w);
         break;
     case TL_DTYPE_Q6_K:
-        load_q6k(row + (size_t)(s / 2) * 210, (int)(s % 2), w);
+        load_q6k(blk, n, S, w);
         break;
     case TL_DTYPE_Q3_K:
-        load_q3k(row + (size_t)(s / 2) * 110, (int)(s % 2), w);
+        load_q3k(blk, n, S, w);
         break;
     case TL_DTYPE_Q2_K:
-        load_q2k(row + (size_t)(s / 2) * 84, (int)(s % 2), w);
+        load_q2k(blk, n, S, w);
         break;
     default:
         TL_ASSERT(!"unsupported weight type");
@@ -362,6 +461,9 @@ static ALWAYS_INLINE void load_w(const int type, const uint8_t *row, int64_t n_i
 #ifndef TL_AVX512_XR
 #define TL_AVX512_XR 4
 #define TL_AVX512_XT 4
+#endif
+#ifndef TL_AVX512_XPF
+#define TL_AVX512_XPF 1024
 #endif
 enum { XR = TL_AVX512_XR, XT = TL_AVX512_XT }; // rows x tokens (each <= 8)
 
@@ -427,13 +529,25 @@ static ALWAYS_INLINE void tile(const struct tl__qx_mm *m, int64_t r, int64_t t, 
 #pragma GCC unroll 8
         for (int j = 0; j < T; j++)
             acc[i][j] = _mm512_setzero_ps();
-    for (int64_t s = 0; s < n_super; s++) {
+    // K-quants step a super-block at a time (scales decoded once), then its two superchunks
+    const int per = is_k_of(type) ? 2 : 1;
+    for (int64_t s0 = 0; s0 < n_super; s0 += per) {
+        struct ksc S[8];
+#pragma GCC unroll 8
+        for (int i = 0; i < R; i++)
+            load_scales(type, wr[i], s0 / 2, &S[i]);
+#pragma GCC unroll 2
+    for (int hh = 0; hh < per; hh++) {
+        const int64_t s = s0 + hh;
         struct wsc W[8];
 #pragma GCC unroll 8
         for (int i = 0; i < R; i++) {
-            // software prefetch a few superchunks ahead (harmless past the row's end)
-            _mm_prefetch((const char *)wr[i] + (size_t)(s + 4) * scb, _MM_HINT_T0);
-            load_w(type, wr[i], n, s, &W[i]);
+            // software prefetch TL_AVX512_XPF bytes ahead, two lines per step (a superchunk is
+            // 42..105 bytes); harmless past the row's end
+            const char *pf = (const char *)wr[i] + (size_t)s * scb + TL_AVX512_XPF;
+            _mm_prefetch(pf, _MM_HINT_T0);
+            _mm_prefetch(pf + 64, _MM_HINT_T0);
+            load_w(type, wr[i], n, s, &S[i], &W[i]);
         }
 #pragma GCC unroll 8
         for (int j = 0; j < T; j++) {
@@ -474,6 +588,7 @@ static ALWAYS_INLINE void tile(const struct tl__qx_mm *m, int64_t r, int64_t t, 
                 }
             }
         }
+    }
     }
 #pragma GCC unroll 8
     for (int j = 0; j < T; j++)
