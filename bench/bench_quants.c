@@ -155,8 +155,8 @@ struct shape {
     int64_t n_out, n_in;
 };
 static const struct shape shapes[] = {
-    {"110M qkvo", 768, 768},  {"110M ffn up", 2048, 768}, {"110M ffn down", 768, 2048},
-    {"1B attn", 2048, 2048},  {"1B ffn up", 5632, 2048},  {"1B ffn down", 2048, 5632},
+    {"110M qkvo", 768, 768}, {"110M ffn up", 2048, 768}, {"110M ffn down", 768, 2048},
+    {"1B attn", 2048, 2048}, {"1B ffn up", 5632, 2048},  {"1B ffn down", 2048, 5632},
 };
 static const int64_t toks[] = {1, 4, 16, 32, 64, 128};
 

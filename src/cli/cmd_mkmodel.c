@@ -61,20 +61,20 @@ static const struct preset presets[] = {
 
 static void usage(FILE *f)
 {
-    fprintf(f,
-            "usage: tokenloom mkmodel -o OUT.gguf [options]\n"
-            "  --size 260K|15M|42M|110M|1B   shape preset (default 260K)\n"
-            "  --type TYPE                   weight type (default f32; norms stay f32): f32, f16,\n"
-            "                                bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q2_k, q3_k, q4_k,\n"
-            "                                q5_k, q6_k, or the mixes q4_k_m, q5_k_m\n"
-            "  --tokenizer-from GGUF         copy tokenizer.* from this file (default: the shared\n"
-            "                                stories260K.gguf for 260K, llama-2-tiny-random.gguf\n"
-            "                                otherwise)\n"
-            "  --seed N                      RNG seed (default 42)\n"
-            "  --ctx N                       llama.context_length\n"
-            "  --dim N --layers N --heads N --kv-heads N --ff N   override the preset\n"
-            "                                (--heads without --kv-heads sets both)\n"
-            "  --name NAME                   general.name\n");
+    fprintf(
+        f, "usage: tokenloom mkmodel -o OUT.gguf [options]\n"
+           "  --size 260K|15M|42M|110M|1B   shape preset (default 260K)\n"
+           "  --type TYPE                   weight type (default f32; norms stay f32): f32, f16,\n"
+           "                                bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q2_k, q3_k, q4_k,\n"
+           "                                q5_k, q6_k, or the mixes q4_k_m, q5_k_m\n"
+           "  --tokenizer-from GGUF         copy tokenizer.* from this file (default: the shared\n"
+           "                                stories260K.gguf for 260K, llama-2-tiny-random.gguf\n"
+           "                                otherwise)\n"
+           "  --seed N                      RNG seed (default 42)\n"
+           "  --ctx N                       llama.context_length\n"
+           "  --dim N --layers N --heads N --kv-heads N --ff N   override the preset\n"
+           "                                (--heads without --kv-heads sets both)\n"
+           "  --name NAME                   general.name\n");
 }
 
 // ---- random weights
@@ -496,9 +496,11 @@ int tl_cmd_mkmodel(int argc, char **argv)
     }
     struct stat sb;
     long long file_bytes = stat(out, &sb) == 0 ? (long long)sb.st_size : -1;
-    printf("wrote %s: llama, %s%s weights, dim %d, %d layers, %d heads (%d kv), ff %d, vocab %" PRId64
-           ", ctx %d\n",
-           out, tl_dtype_name(wtype), mix ? "_M mix" : "", dim, layers, heads, kv_heads, ff, n_vocab, ctx);
+    printf(
+        "wrote %s: llama, %s%s weights, dim %d, %d layers, %d heads (%d kv), ff %d, vocab %" PRId64
+        ", ctx %d\n",
+        out, tl_dtype_name(wtype), mix ? "_M mix" : "", dim, layers, heads, kv_heads, ff, n_vocab,
+        ctx);
     if (n_fallback)
         printf("note: %" PRId64 " tensors whose row length is not a multiple of the %s block size "
                "have a smaller block type (Q5_0, Q5_1, Q8_0 or F16)\n",

@@ -437,7 +437,7 @@ static void quantize_q4k_q5k(enum tl_dtype type, const float *x, void *dst, int6
 // quantized to signed integers against d = max|s| / (scale range).
 static void quantize_q6k_q3k(enum tl_dtype type, const float *x, void *dst, int64_t nb)
 {
-    const int half = type == TL_DTYPE_Q6_K ? 32 : 4;  // quant range [-half, half)
+    const int half = type == TL_DTYPE_Q6_K ? 32 : 4;     // quant range [-half, half)
     const int srange = type == TL_DTYPE_Q6_K ? 128 : 32; // scale range [-srange, srange)
     for (int64_t b = 0; b < nb; b++, x += 256) {
         float s[16], smax = 0.f;
@@ -486,8 +486,8 @@ static void quantize_q6k_q3k(enum tl_dtype type, const float *x, void *dst, int6
             for (int n = 0; n < 2; n++)
                 for (int l = 0; l < 32; l++) {
                     const int *v = L + 128 * n + l;
-                    y->qs[32 * n + l] =
-                        (uint8_t)((v[0] & 3) | (v[32] & 3) << 2 | (v[64] & 3) << 4 | (v[96] & 3) << 6);
+                    y->qs[32 * n + l] = (uint8_t)((v[0] & 3) | (v[32] & 3) << 2 | (v[64] & 3) << 4 |
+                                                  (v[96] & 3) << 6);
                 }
         }
     }
@@ -628,8 +628,8 @@ void tl__qx_ref_matmul_rows(const struct tl__qx_mm *m, int64_t r0, int64_t r1)
     }
 }
 
-static void quantize_acts(const struct tl__qx_ops *q, const float *x, int64_t n_in,
-                          int64_t n_tok, void *work);
+static void quantize_acts(const struct tl__qx_ops *q, const float *x, int64_t n_in, int64_t n_tok,
+                          void *work);
 
 void tl__qx_ref_matmul(const struct tl_weight *w, const float *x, int64_t n_tok, float *y,
                        void *work)
@@ -637,9 +637,8 @@ void tl__qx_ref_matmul(const struct tl_weight *w, const float *x, int64_t n_tok,
     const struct tl__qx_traits *tr = tl__qx_traits(w->type);
     TL_ASSERT(tr && w->n_in % tr->blk == 0);
     quantize_acts(&tl__qx_ops_scalar, x, w->n_in, n_tok, work);
-    struct tl__qx_mm m = {w, tr, work,
-                         (int64_t)(tl__qa_row_bytes(w->n_in) / sizeof(struct tl__qa_chunk)), n_tok,
-                         y};
+    struct tl__qx_mm m = {
+        w, tr, work, (int64_t)(tl__qa_row_bytes(w->n_in) / sizeof(struct tl__qa_chunk)), n_tok, y};
     tl__qx_ref_matmul_rows(&m, 0, w->n_out);
 }
 
@@ -690,8 +689,8 @@ static void qa_worker(void *arg, int ith, int nth)
         j->q->quantize(j->x + t * j->n_in, j->n_in, j->xa + (size_t)t * j->stride);
 }
 
-static void quantize_acts(const struct tl__qx_ops *q, const float *x, int64_t n_in,
-                          int64_t n_tok, void *work)
+static void quantize_acts(const struct tl__qx_ops *q, const float *x, int64_t n_in, int64_t n_tok,
+                          void *work)
 {
     struct qa_job j = {q, x, n_in, n_tok, work, tl__qa_row_bytes(n_in)};
     qa_worker(&j, 0, 1);

@@ -30,7 +30,7 @@
 
 // ---- block layouts (ggml-common.h) -----------------------------------------------------------
 
-#define TL_QK4 32  // values per block of Q4_0, Q4_1, Q5_0, Q5_1
+#define TL_QK4 32   // values per block of Q4_0, Q4_1, Q5_0, Q5_1
 #define TL_QK_K 256 // values per K-quant super-block
 
 struct tl_block_q4_0 { // value = d * (q - 8); q[j] = low nibble of qs[j], q[j+16] = high nibble

@@ -401,11 +401,14 @@ static void test_ref_matmul_vs_double(void **state)
 static void test_activation_bytes_same_on_every_isa(void **state)
 {
     (void)state;
-    const struct tl__qx_ops *ops[N_ISA] = {&tl__qx_ops_scalar,
+    const struct tl__qx_ops *ops[N_ISA] = {
+        &tl__qx_ops_scalar,
 #if defined(__x86_64__)
-                                           &tl__qx_ops_avx2, &tl__qx_ops_avx512
+        &tl__qx_ops_avx2,
+        &tl__qx_ops_avx512
 #else
-                                           NULL, NULL
+        NULL,
+        NULL
 #endif
     };
     const int64_t ns[] = {32, 64, 96, 128, 160, 768, 2048, 5632};
@@ -539,7 +542,6 @@ static void test_matmul_deterministic_across_batch_and_threads(void **state)
         tl_pool_destroy(pools[p]);
 }
 
-
 // ---- whole model ------------------------------------------------------------------------------
 
 // A random Llama model (dims multiples of 256) written as GGUF with every matrix of `type`
@@ -594,10 +596,14 @@ static void write_random_model(const char *path, enum tl_dtype type, int64_t *n_
     const struct {
         const char *suffix;
         int64_t n_in, n_out;
-    } blk[9] = {{"attn_norm", M_DIM, 0},      {"attn_q", M_DIM, M_DIM},
-                {"attn_k", M_DIM, M_DIM / M_HEADS * M_KV}, {"attn_v", M_DIM, M_DIM / M_HEADS * M_KV},
-                {"attn_output", M_DIM, M_DIM}, {"ffn_norm", M_DIM, 0},
-                {"ffn_gate", M_DIM, M_FF},     {"ffn_up", M_DIM, M_FF},
+    } blk[9] = {{"attn_norm", M_DIM, 0},
+                {"attn_q", M_DIM, M_DIM},
+                {"attn_k", M_DIM, M_DIM / M_HEADS * M_KV},
+                {"attn_v", M_DIM, M_DIM / M_HEADS * M_KV},
+                {"attn_output", M_DIM, M_DIM},
+                {"ffn_norm", M_DIM, 0},
+                {"ffn_gate", M_DIM, M_FF},
+                {"ffn_up", M_DIM, M_FF},
                 {"ffn_down", M_FF, M_DIM}};
     enum { N_T = 3 + 9 * M_LAYERS };
     struct mtensor ts[N_T];
@@ -605,7 +611,8 @@ static void write_random_model(const char *path, enum tl_dtype type, int64_t *n_
         struct mtensor *mt = &ts[t];
         int64_t n_in, n_out;
         if (t == 0)
-            snprintf(mt->name, sizeof(mt->name), "token_embd.weight"), n_in = M_DIM, n_out = n_vocab;
+            snprintf(mt->name, sizeof(mt->name), "token_embd.weight"), n_in = M_DIM,
+                                                                       n_out = n_vocab;
         else if (t == N_T - 2)
             snprintf(mt->name, sizeof(mt->name), "output_norm.weight"), n_in = M_DIM, n_out = 0;
         else if (t == N_T - 1)
@@ -656,8 +663,8 @@ static void model_logits(const char *path, float *logits)
     struct tl_kv_layer layers[M_LAYERS];
     size_t elems = (size_t)N_BLOCKS * BS * M_KV * (M_DIM / M_HEADS);
     for (int l = 0; l < M_LAYERS; l++) {
-        layers[l] = (struct tl_kv_layer){.type = TL_DTYPE_F32, .block_size = BS, .n_kv_head = M_KV,
-                                         .head_dim = M_DIM / M_HEADS};
+        layers[l] = (struct tl_kv_layer){
+            .type = TL_DTYPE_F32, .block_size = BS, .n_kv_head = M_KV, .head_dim = M_DIM / M_HEADS};
         layers[l].k = calloc(elems, 4);
         layers[l].v = calloc(elems, 4);
     }
@@ -667,8 +674,13 @@ static void model_logits(const char *path, float *logits)
     int32_t tok[N], pos[N], seq[N], out[N];
     for (int i = 0; i < N; i++)
         tok[i] = (int32_t)(1 + (i * 97) % 500), pos[i] = i, seq[i] = 0, out[i] = i;
-    struct tl_batch b = {.n_tok = N, .token = tok, .pos = pos, .seq = seq, .block_tables = tables,
-                         .n_out = N, .out_idx = out};
+    struct tl_batch b = {.n_tok = N,
+                         .token = tok,
+                         .pos = pos,
+                         .seq = seq,
+                         .block_tables = tables,
+                         .n_out = N,
+                         .out_idx = out};
     struct tl_forward *f = tl_forward_create(m, N, N_BLOCKS * BS, NULL);
     assert_non_null(f);
     if (tl_forward_run(f, &b, &pages, logits)) fail_msg("forward: %s", tl_last_error());
@@ -721,10 +733,11 @@ static void test_quantized_model_logits_close_to_f32(void **state)
     free(ref), free(got);
 }
 
-TL_TEST_MAIN(cmocka_unit_test(test_traits_match_dtype_table), cmocka_unit_test(test_known_q4_0_q4_1),
-             cmocka_unit_test(test_known_q5_0_q5_1), cmocka_unit_test(test_known_q4_k_q5_k),
-             cmocka_unit_test(test_known_q6_k), cmocka_unit_test(test_known_q3_k_q2_k),
-             cmocka_unit_test(test_quantize_roundtrip), cmocka_unit_test(test_ref_matmul_vs_double),
+TL_TEST_MAIN(cmocka_unit_test(test_traits_match_dtype_table),
+             cmocka_unit_test(test_known_q4_0_q4_1), cmocka_unit_test(test_known_q5_0_q5_1),
+             cmocka_unit_test(test_known_q4_k_q5_k), cmocka_unit_test(test_known_q6_k),
+             cmocka_unit_test(test_known_q3_k_q2_k), cmocka_unit_test(test_quantize_roundtrip),
+             cmocka_unit_test(test_ref_matmul_vs_double),
              cmocka_unit_test(test_activation_bytes_same_on_every_isa),
              cmocka_unit_test(test_matmul_isa_vs_ref),
              cmocka_unit_test(test_matmul_deterministic_across_batch_and_threads),

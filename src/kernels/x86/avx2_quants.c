@@ -78,8 +78,8 @@ static void quantize(const float *x, int64_t n, void *dst)
             for (int k = 0; k < 4; k++)
                 q[k] = _mm256_cvtps_epi32(_mm256_mul_ps(v[k], id)); // nearest even
             // packs interleave 128-bit lanes; the permute restores value order
-            __m256i p8 = _mm256_packs_epi16(_mm256_packs_epi32(q[0], q[1]),
-                                            _mm256_packs_epi32(q[2], q[3]));
+            __m256i p8 =
+                _mm256_packs_epi16(_mm256_packs_epi32(q[0], q[1]), _mm256_packs_epi32(q[2], q[3]));
             p8 = _mm256_permutevar8x32_epi32(p8, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
             _mm_storeu_si128((__m128i *)(c->qs + 16 * g), _mm256_castsi256_si128(p8));
             _mm_storeu_si128((__m128i *)(c->qs + 64 + 16 * g), _mm256_extracti128_si256(p8, 1));
@@ -382,11 +382,17 @@ typedef void (*tile_fn)(const struct tl__qx_mm *m, int64_t r, int64_t t);
         tile(m, r, t, TYPE, R, T);                                                                 \
     }
 #define DEF_TILES_R(NAME, TYPE, R)                                                                 \
-    DEF_TILE(NAME, TYPE, R, 1) DEF_TILE(NAME, TYPE, R, 2) DEF_TILE(NAME, TYPE, R, 3)               \
-        DEF_TILE(NAME, TYPE, R, 4)
+    DEF_TILE(NAME, TYPE, R, 1)                                                                     \
+    DEF_TILE(NAME, TYPE, R, 2) DEF_TILE(NAME, TYPE, R, 3) DEF_TILE(NAME, TYPE, R, 4)
 #define DEF_TILES(NAME, TYPE) DEF_TILES_R(NAME, TYPE, 2) DEF_TILES_R(NAME, TYPE, 1)
-#define LIST_R(NAME, R) {0, NAME##_##R##x1, NAME##_##R##x2, NAME##_##R##x3, NAME##_##R##x4}
-#define LIST(NAME) {LIST_R(NAME, 1), LIST_R(NAME, 2)}
+#define LIST_R(NAME, R)                                                                            \
+    {                                                                                              \
+        0, NAME##_##R##x1, NAME##_##R##x2, NAME##_##R##x3, NAME##_##R##x4                          \
+    }
+#define LIST(NAME)                                                                                 \
+    {                                                                                              \
+        LIST_R(NAME, 1), LIST_R(NAME, 2)                                                           \
+    }
 
 _Static_assert(XR == 2 && XT == 4, "the tile lists below assume 2 x 4 tiles");
 

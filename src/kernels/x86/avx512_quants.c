@@ -110,8 +110,8 @@ static void quantize(const float *x, int64_t n, void *dst)
             int64_t i0 = s * 128 + g * 32;
             __m512 v0 = _mm512_setzero_ps(), v1 = _mm512_setzero_ps();
             if (i0 < n) v0 = _mm512_loadu_ps(x + i0), v1 = _mm512_loadu_ps(x + i0 + 16);
-            float amax =
-                _mm512_reduce_max_ps(_mm512_max_ps(_mm512_andnot_ps(sign, v0), _mm512_andnot_ps(sign, v1)));
+            float amax = _mm512_reduce_max_ps(
+                _mm512_max_ps(_mm512_andnot_ps(sign, v0), _mm512_andnot_ps(sign, v1)));
             d[g] = amax / 127.f;
             __m512 id = _mm512_set1_ps(amax != 0.f ? 127.f / amax : 0.f);
             // cvtps rounds to nearest even (MXCSR default), like the reference's nearbyintf
@@ -128,7 +128,8 @@ static void quantize(const float *x, int64_t n, void *dst)
     }
 }
 
-// ---- weight loaders -------------------------------------------------------------------------------
+// ---- weight loaders
+// -------------------------------------------------------------------------------
 
 // One superchunk of one weight row, decoded: quants of the first / second halves of the four
 // 32-blocks (lane group g = block g), and per lane 4g+k the D and M of block g's halves.
@@ -164,13 +165,12 @@ static const __m512i *nib_mask(void)
 // Bytes of lane group g = 1 << (base + g): selects bit base+g of bytes broadcast to 4 lanes.
 static ALWAYS_INLINE __m512i bit_sel(int base)
 {
-    return _mm512_set_epi32(0x01010101 << (base + 3), 0x01010101 << (base + 3),
-                            0x01010101 << (base + 3), 0x01010101 << (base + 3),
-                            0x01010101 << (base + 2), 0x01010101 << (base + 2),
-                            0x01010101 << (base + 2), 0x01010101 << (base + 2),
-                            0x01010101 << (base + 1), 0x01010101 << (base + 1),
-                            0x01010101 << (base + 1), 0x01010101 << (base + 1), 0x01010101 << base,
-                            0x01010101 << base, 0x01010101 << base, 0x01010101 << base);
+    return _mm512_set_epi32(
+        0x01010101 << (base + 3), 0x01010101 << (base + 3), 0x01010101 << (base + 3),
+        0x01010101 << (base + 3), 0x01010101 << (base + 2), 0x01010101 << (base + 2),
+        0x01010101 << (base + 2), 0x01010101 << (base + 2), 0x01010101 << (base + 1),
+        0x01010101 << (base + 1), 0x01010101 << (base + 1), 0x01010101 << (base + 1),
+        0x01010101 << base, 0x01010101 << base, 0x01010101 << base, 0x01010101 << base);
 }
 
 // Per 16-bit lane: shift counts 0, 2, 4, 6 for lane groups 0..3 (2-bit fields of a byte).
@@ -184,7 +184,10 @@ static ALWAYS_INLINE __m512i shift_2g(void)
 // m) at the start, then (Q5) qh[4], then qs[16].
 static ALWAYS_INLINE void load_q4q5(const int type, const uint8_t *b, struct wsc *w)
 {
-    const int bsz = type == TL_DTYPE_Q4_0 ? 18 : type == TL_DTYPE_Q4_1 ? 20 : type == TL_DTYPE_Q5_0 ? 22 : 24;
+    const int bsz = type == TL_DTYPE_Q4_0   ? 18
+                    : type == TL_DTYPE_Q4_1 ? 20
+                    : type == TL_DTYPE_Q5_0 ? 22
+                                            : 24;
     const int has_m = type == TL_DTYPE_Q4_1 || type == TL_DTYPE_Q5_1;
     const int q5 = type == TL_DTYPE_Q5_0 || type == TL_DTYPE_Q5_1;
     const int qs_off = 2 + 2 * has_m + 4 * q5;
@@ -196,8 +199,8 @@ static ALWAYS_INLINE void load_q4q5(const int type, const uint8_t *b, struct wsc
         uint64_t h[4];
         for (int g = 0; g < 4; g++)
             h[g] = rd32(b + g * bsz + qh_off);
-        __mmask64 klo = (h[0] & 0xffff) | (h[1] & 0xffff) << 16 | (h[2] & 0xffff) << 32 |
-                        (h[3] & 0xffff) << 48;
+        __mmask64 klo =
+            (h[0] & 0xffff) | (h[1] & 0xffff) << 16 | (h[2] & 0xffff) << 32 | (h[3] & 0xffff) << 48;
         __mmask64 khi = (h[0] >> 16) | (h[1] >> 16) << 16 | (h[2] >> 16) << 32 | (h[3] >> 16) << 48;
         const __m512i bit4 = _mm512_set1_epi8(0x10);
         lo = _mm512_or_si512(lo, _mm512_maskz_mov_epi8(klo, bit4));
@@ -208,9 +211,9 @@ static ALWAYS_INLINE void load_q4q5(const int type, const uint8_t *b, struct wsc
                                 (short)rd16(b + 3 * bsz), 0, 0, 0, 0);
     w->dlo = w->dhi = expand4(_mm_cvtph_ps(hd));
     if (has_m) {
-        __m128i hm = _mm_setr_epi16((short)rd16(b + 2), (short)rd16(b + bsz + 2),
-                                    (short)rd16(b + 2 * bsz + 2), (short)rd16(b + 3 * bsz + 2), 0,
-                                    0, 0, 0);
+        __m128i hm =
+            _mm_setr_epi16((short)rd16(b + 2), (short)rd16(b + bsz + 2),
+                           (short)rd16(b + 2 * bsz + 2), (short)rd16(b + 3 * bsz + 2), 0, 0, 0, 0);
         w->mlo = w->mhi = expand4(_mm_cvtph_ps(hm));
     }
 }
@@ -282,16 +285,14 @@ static ALWAYS_INLINE void kscales_q2k(const uint8_t *blk, struct ksc *S)
 // base 8n for the first halves of half n's blocks, 8n+1 for the second halves).
 static ALWAYS_INLINE __m512 pick4(__m512 v, int base)
 {
-    __m512i idx = _mm512_add_epi32(_mm512_set1_epi32(base), _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1,
-                                                                              1, 2, 2, 2, 2, 3, 3,
-                                                                              3, 3));
+    __m512i idx = _mm512_add_epi32(
+        _mm512_set1_epi32(base), _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3));
     return _mm512_permutexvar_ps(idx, v);
 }
 static ALWAYS_INLINE __m512 pick_even(__m512 v, int base)
 {
-    __m512i idx = _mm512_add_epi32(_mm512_set1_epi32(base), _mm512_setr_epi32(0, 0, 0, 0, 2, 2, 2,
-                                                                              2, 4, 4, 4, 4, 6, 6,
-                                                                              6, 6));
+    __m512i idx = _mm512_add_epi32(
+        _mm512_set1_epi32(base), _mm512_setr_epi32(0, 0, 0, 0, 2, 2, 2, 2, 4, 4, 4, 4, 6, 6, 6, 6));
     return _mm512_permutexvar_ps(idx, v);
 }
 
@@ -397,8 +398,7 @@ static ALWAYS_INLINE int is_k_of(int type)
 }
 
 // The per-super-block part of a K-quant row (nothing for 32-block types).
-static ALWAYS_INLINE void load_scales(const int type, const uint8_t *row, int64_t sb,
-                                      struct ksc *S)
+static ALWAYS_INLINE void load_scales(const int type, const uint8_t *row, int64_t sb, struct ksc *S)
 {
     const uint8_t *blk = row + (size_t)sb * blk_bytes_of(type);
     switch (type) {
@@ -462,39 +462,15 @@ static ALWAYS_INLINE void load_w(const int type, const uint8_t *row, int64_t n_i
 #define TL_AVX512_XR 4
 #define TL_AVX512_XT 4
 #endif
-#ifndef TL_AVX512_XPF
-#define TL_AVX512_XPF 1024
-#endif
 enum { XR = TL_AVX512_XR, XT = TL_AVX512_XT }; // rows x tokens (each <= 8)
-
-// Bytes of weights per 128-value superchunk.
-static ALWAYS_INLINE size_t superchunk_bytes(int type)
-{
-    switch (type) {
-    case TL_DTYPE_Q4_0:
-        return 4 * 18;
-    case TL_DTYPE_Q4_1:
-        return 4 * 20;
-    case TL_DTYPE_Q5_0:
-        return 4 * 22;
-    case TL_DTYPE_Q5_1:
-        return 4 * 24;
-    case TL_DTYPE_Q2_K:
-        return 84 / 2;
-    case TL_DTYPE_Q3_K:
-        return 110 / 2;
-    case TL_DTYPE_Q4_K:
-        return 144 / 2;
-    case TL_DTYPE_Q5_K:
-        return 176 / 2;
-    default:
-        return 210 / 2;
-    }
-}
 
 static ALWAYS_INLINE int off_shift_of(int type)
 {
-    return type == TL_DTYPE_Q4_0 ? 3 : type == TL_DTYPE_Q5_0 ? 4 : type == TL_DTYPE_Q6_K ? 5 : type == TL_DTYPE_Q3_K ? 2 : -1;
+    return type == TL_DTYPE_Q4_0   ? 3
+           : type == TL_DTYPE_Q5_0 ? 4
+           : type == TL_DTYPE_Q6_K ? 5
+           : type == TL_DTYPE_Q3_K ? 2
+                                   : -1;
 }
 
 static ALWAYS_INLINE int has_min_of(int type)
@@ -514,7 +490,6 @@ static ALWAYS_INLINE void tile(const struct tl__qx_mm *m, int64_t r, int64_t t, 
     const struct tl_weight *w = m->w;
     const int64_t n = w->n_in, n_super = (n + 127) / 128;
     const int k = off_shift_of(type), has_min = has_min_of(type), split = split16_of(type);
-    const size_t scb = superchunk_bytes(type);
     const uint8_t *wr[8];
     const struct tl__qa_chunk *xr[8];
     __m512 acc[8][8];
@@ -537,58 +512,55 @@ static ALWAYS_INLINE void tile(const struct tl__qx_mm *m, int64_t r, int64_t t, 
         for (int i = 0; i < R; i++)
             load_scales(type, wr[i], s0 / 2, &S[i]);
 #pragma GCC unroll 2
-    for (int hh = 0; hh < per; hh++) {
-        const int64_t s = s0 + hh;
-        struct wsc W[8];
+        for (int hh = 0; hh < per; hh++) {
+            const int64_t s = s0 + hh;
+            struct wsc W[8];
 #pragma GCC unroll 8
-        for (int i = 0; i < R; i++) {
-            // software prefetch TL_AVX512_XPF bytes ahead, two lines per step (a superchunk is
-            // 42..105 bytes); harmless past the row's end
-            const char *pf = (const char *)wr[i] + (size_t)s * scb + TL_AVX512_XPF;
-            _mm_prefetch(pf, _MM_HINT_T0);
-            _mm_prefetch(pf + 64, _MM_HINT_T0);
-            load_w(type, wr[i], n, s, &S[i], &W[i]);
-        }
+            for (int i = 0; i < R; i++) {
+                load_w(type, wr[i], n, s, &S[i], &W[i]);
+            }
 #pragma GCC unroll 8
-        for (int j = 0; j < T; j++) {
-            const struct tl__qa_chunk *a = xr[j] + s;
-            const __m512i xlo = _mm512_load_si512(a->qs), xhi = _mm512_load_si512(a->qs + 64);
-            const __m512i nslo = _mm512_load_si512(a->nslo), nshi = _mm512_load_si512(a->nshi);
-            const __m512 dx = _mm512_load_ps(a->d);
-            if (!split) {
-                const __m512i ns = _mm512_add_epi32(nslo, nshi);
-                // bias = off * -sum(x): the integer offset of the quants, exactly
-                const __m512i bias = k >= 0 ? _mm512_slli_epi32(ns, k) : _mm512_setzero_si512();
-                const __m512 nsx = has_min ? _mm512_mul_ps(_mm512_cvtepi32_ps(ns), dx) : dx;
+            for (int j = 0; j < T; j++) {
+                const struct tl__qa_chunk *a = xr[j] + s;
+                const __m512i xlo = _mm512_load_si512(a->qs), xhi = _mm512_load_si512(a->qs + 64);
+                const __m512i nslo = _mm512_load_si512(a->nslo), nshi = _mm512_load_si512(a->nshi);
+                const __m512 dx = _mm512_load_ps(a->d);
+                if (!split) {
+                    const __m512i ns = _mm512_add_epi32(nslo, nshi);
+                    // bias = off * -sum(x): the integer offset of the quants, exactly
+                    const __m512i bias = k >= 0 ? _mm512_slli_epi32(ns, k) : _mm512_setzero_si512();
+                    const __m512 nsx = has_min ? _mm512_mul_ps(_mm512_cvtepi32_ps(ns), dx) : dx;
 #pragma GCC unroll 8
-                for (int i = 0; i < R; i++) {
-                    __m512i v = _mm512_dpbusd_epi32(bias, W[i].lo, xlo);
-                    v = _mm512_dpbusd_epi32(v, W[i].hi, xhi);
-                    acc[i][j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(v), _mm512_mul_ps(W[i].dlo, dx),
-                                                acc[i][j]);
-                    if (has_min) acc[i][j] = _mm512_fnmadd_ps(W[i].mlo, nsx, acc[i][j]);
-                }
-            } else {
-                const __m512i blo = k >= 0 ? _mm512_slli_epi32(nslo, k) : _mm512_setzero_si512();
-                const __m512i bhi = k >= 0 ? _mm512_slli_epi32(nshi, k) : _mm512_setzero_si512();
-                const __m512 nsxlo = has_min ? _mm512_mul_ps(_mm512_cvtepi32_ps(nslo), dx) : dx;
-                const __m512 nsxhi = has_min ? _mm512_mul_ps(_mm512_cvtepi32_ps(nshi), dx) : dx;
+                    for (int i = 0; i < R; i++) {
+                        __m512i v = _mm512_dpbusd_epi32(bias, W[i].lo, xlo);
+                        v = _mm512_dpbusd_epi32(v, W[i].hi, xhi);
+                        acc[i][j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(v),
+                                                    _mm512_mul_ps(W[i].dlo, dx), acc[i][j]);
+                        if (has_min) acc[i][j] = _mm512_fnmadd_ps(W[i].mlo, nsx, acc[i][j]);
+                    }
+                } else {
+                    const __m512i blo =
+                        k >= 0 ? _mm512_slli_epi32(nslo, k) : _mm512_setzero_si512();
+                    const __m512i bhi =
+                        k >= 0 ? _mm512_slli_epi32(nshi, k) : _mm512_setzero_si512();
+                    const __m512 nsxlo = has_min ? _mm512_mul_ps(_mm512_cvtepi32_ps(nslo), dx) : dx;
+                    const __m512 nsxhi = has_min ? _mm512_mul_ps(_mm512_cvtepi32_ps(nshi), dx) : dx;
 #pragma GCC unroll 8
-                for (int i = 0; i < R; i++) {
-                    __m512i vlo = _mm512_dpbusd_epi32(blo, W[i].lo, xlo);
-                    __m512i vhi = _mm512_dpbusd_epi32(bhi, W[i].hi, xhi);
-                    acc[i][j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(vlo),
-                                                _mm512_mul_ps(W[i].dlo, dx), acc[i][j]);
-                    acc[i][j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(vhi),
-                                                _mm512_mul_ps(W[i].dhi, dx), acc[i][j]);
-                    if (has_min) {
-                        acc[i][j] = _mm512_fnmadd_ps(W[i].mlo, nsxlo, acc[i][j]);
-                        acc[i][j] = _mm512_fnmadd_ps(W[i].mhi, nsxhi, acc[i][j]);
+                    for (int i = 0; i < R; i++) {
+                        __m512i vlo = _mm512_dpbusd_epi32(blo, W[i].lo, xlo);
+                        __m512i vhi = _mm512_dpbusd_epi32(bhi, W[i].hi, xhi);
+                        acc[i][j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(vlo),
+                                                    _mm512_mul_ps(W[i].dlo, dx), acc[i][j]);
+                        acc[i][j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(vhi),
+                                                    _mm512_mul_ps(W[i].dhi, dx), acc[i][j]);
+                        if (has_min) {
+                            acc[i][j] = _mm512_fnmadd_ps(W[i].mlo, nsxlo, acc[i][j]);
+                            acc[i][j] = _mm512_fnmadd_ps(W[i].mhi, nsxhi, acc[i][j]);
+                        }
                     }
                 }
             }
         }
-    }
     }
 #pragma GCC unroll 8
     for (int j = 0; j < T; j++)
@@ -605,15 +577,21 @@ typedef void (*tile_fn)(const struct tl__qx_mm *m, int64_t r, int64_t t);
         tile(m, r, t, TYPE, R, T);                                                                 \
     }
 #define DEF_TILES_R(NAME, TYPE, R)                                                                 \
-    DEF_TILE(NAME, TYPE, R, 1) DEF_TILE(NAME, TYPE, R, 2) DEF_TILE(NAME, TYPE, R, 3)               \
-        DEF_TILE(NAME, TYPE, R, 4)
+    DEF_TILE(NAME, TYPE, R, 1)                                                                     \
+    DEF_TILE(NAME, TYPE, R, 2) DEF_TILE(NAME, TYPE, R, 3) DEF_TILE(NAME, TYPE, R, 4)
 #define DEF_TILES_R_(NAME, TYPE, R) DEF_TILES_R(NAME, TYPE, R)
 #define DEF_TILES(NAME, TYPE)                                                                      \
     DEF_TILES_R_(NAME, TYPE, TL_AVX512_XR)                                                         \
     DEF_TILES_R(NAME, TYPE, 1)
-#define LIST_R(NAME, R) {0, NAME##_##R##x1, NAME##_##R##x2, NAME##_##R##x3, NAME##_##R##x4}
+#define LIST_R(NAME, R)                                                                            \
+    {                                                                                              \
+        0, NAME##_##R##x1, NAME##_##R##x2, NAME##_##R##x3, NAME##_##R##x4                          \
+    }
 #define LIST_R_(NAME, R) LIST_R(NAME, R)
-#define LIST(NAME) {LIST_R(NAME, 1), LIST_R_(NAME, TL_AVX512_XR)}
+#define LIST(NAME)                                                                                 \
+    {                                                                                              \
+        LIST_R(NAME, 1), LIST_R_(NAME, TL_AVX512_XR)                                               \
+    }
 
 _Static_assert(TL_AVX512_XT == 4, "the tile lists below have 4 token counts");
 
