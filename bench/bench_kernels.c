@@ -7,8 +7,11 @@
  * Weights are "cold": each timed call uses the next copy of the matrix in a 1 GiB arena, so a
  * single-token matmul reads from DRAM rather than from this machine's large L3, as it would in
  * a real model whose layers do not fit in cache. --hot reuses one copy (cache-resident).
+ * Weights are prepared (tl_weight_prepare: Q8_0 repacked) as the model loader does; --raw times
+ * the file layout instead.
  *
- * Usage: bench_kernels [--quick] [--hot] [--no-ceilings] [--isa NAME] [--type NAME] [--threads N]
+ * Usage: bench_kernels [--quick] [--hot] [--raw] [--no-ceilings] [--isa NAME] [--type NAME]
+ * [--threads N]
  * [--shape i]
  *                      [--tok N]      (--type attn: attention only)
  * Each configuration is timed in 5 rounds and the fastest round is reported (other processes
@@ -172,7 +175,8 @@ static void make_weight(struct tl_weight *w, enum tl_dtype type, int64_t n_out, 
         tl_quantize_row(type, row, (char *)data + rb * (size_t)r, n_in);
     }
     free(row);
-    *w = (struct tl_weight){type, n_in, n_out, rb, data};
+    *w = (struct tl_weight){
+        .type = type, .n_in = n_in, .n_out = n_out, .row_bytes = rb, .data = data};
 }
 
 static int check_correctness(struct tl_pool *pool)
@@ -285,13 +289,15 @@ static void bench_attention(struct tl_pool *pool, int threads, const char *only_
 
 int main(int argc, char **argv)
 {
-    int quick = 0, hot = 0, no_ceil = 0, only_threads = 0, only_shape = -1, only_tok = 0;
+    int quick = 0, hot = 0, raw = 0, no_ceil = 0, only_threads = 0, only_shape = -1, only_tok = 0;
     const char *only_isa = NULL, *only_type = NULL;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--quick"))
             quick = 1;
         else if (!strcmp(argv[i], "--hot"))
             hot = 1;
+        else if (!strcmp(argv[i], "--raw"))
+            raw = 1;
         else if (!strcmp(argv[i], "--no-ceilings"))
             no_ceil = 1;
         else if (!strcmp(argv[i], "--isa") && i + 1 < argc)
@@ -305,10 +311,11 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--tok") && i + 1 < argc)
             only_tok = atoi(argv[++i]);
         else {
-            fprintf(stderr,
-                    "usage: %s [--quick] [--hot] [--no-ceilings] [--isa NAME] [--type NAME] "
-                    "[--threads N] [--shape i] [--tok N]\n",
-                    argv[0]);
+            fprintf(
+                stderr,
+                "usage: %s [--quick] [--hot] [--raw] [--no-ceilings] [--isa NAME] [--type NAME] "
+                "[--threads N] [--shape i] [--tok N]\n",
+                argv[0]);
             return 2;
         }
     }
@@ -348,9 +355,9 @@ int main(int argc, char **argv)
     for (int64_t i = 0; i < max_tok * max_in; i++)
         x[i] = rnd();
 
-    printf("\nmatmul (%s weights; GFLOP/s = 2*n_in*n_out*n_tok/s; GB/s = weight bytes/s; "
+    printf("\nmatmul (%s%s weights; GFLOP/s = 2*n_in*n_out*n_tok/s; GB/s = weight bytes/s; "
            "x1 = tokens/s relative to n_tok=1)\n",
-           hot ? "hot" : "cold");
+           hot ? "hot" : "cold", raw ? ", file-layout" : ", prepared");
     printf("%-6s %-5s %-14s %4s %3s %9s %8s %7s %10s %6s\n", "isa", "type", "shape", "tok", "thr",
            "us/call", "GFLOP/s", "GB/s", "tok/s", "x1");
     for (size_t si = 0; si < sizeof(shapes) / sizeof(shapes[0]); si++) {
@@ -361,7 +368,17 @@ int main(int argc, char **argv)
             if (only_type && strcasecmp(only_type, tl_dtype_name(types[k]))) continue;
             struct tl_weight w;
             make_weight(&w, types[k], sh->n_out, sh->n_in, arena);
-            size_t mbytes = w.row_bytes * (size_t)w.n_out;
+            if (!raw) {
+                // as the model loader does: repack once (Q8_0), then time the packed copies
+                void *owned;
+                if (tl_weight_prepare(&w, &owned)) return 1;
+                if (owned) {
+                    memcpy(arena, owned, tl_weight_data_bytes(&w));
+                    tl_aligned_free(owned);
+                    w.data = arena;
+                }
+            }
+            size_t mbytes = tl_weight_data_bytes(&w);
             size_t stride = (mbytes + 4095) & ~(size_t)4095;
             int copies = hot ? 1 : (int)(arena_bytes / stride);
             for (int c = 1; c < copies; c++)

@@ -146,6 +146,7 @@ void tl_matmul(struct tl_pool *pool, const struct tl_weight *w, const float *x, 
 {
     TL_ASSERT(tl_kernels_weight_supported(w->type));
     TL_ASSERT(n_tok >= 0 && w->n_in > 0 && w->n_out >= 0);
+    TL_ASSERT(w->layout == TL_WEIGHT_ROWS || w->type == TL_DTYPE_Q8_0);
     if (n_tok == 0 || w->n_out == 0) return;
     const struct tl__kernel_ops *o = ops();
     if (tl__qx_supported(w->type)) { // Q4_0..Q6_K: quants.c
@@ -164,7 +165,8 @@ void tl_matmul(struct tl_pool *pool, const struct tl_weight *w, const float *x, 
         j.mm.xq = work;
         j.mm.xq_stride = q.stride;
     }
-    j.align = o->row_align(w->type);
+    // packed weights come in groups of TL__QP_ROWS rows: a thread takes whole groups
+    j.align = w->layout == TL_WEIGHT_PACKED ? TL__QP_ROWS : o->row_align(w->type);
     tl_pool_run(pool, mm_worker, &j);
 }
 

@@ -16,6 +16,7 @@
 #define TL_KERNELS_H
 
 #include "core/dtype.h"
+#include "core/error.h"
 #include "core/pool.h"
 
 #include <stdbool.h>
@@ -49,14 +50,35 @@ bool tl_quantize_row(enum tl_dtype type, const float *src, void *dst, int64_t n)
 
 // ---- matmul ---------------------------------------------------------------------------------
 
-// A weight matrix in a model file: n_out rows of n_in elements, rows contiguous.
+// How a weight's bytes are arranged.
+enum tl_weight_layout {
+    TL_WEIGHT_ROWS = 0, // as in the model file: n_out rows of row_bytes, contiguous
+    TL_WEIGHT_PACKED,   // repacked by tl_weight_prepare; only tl_matmul reads it
+};
+
+// A weight matrix: n_out rows of n_in elements, rows contiguous as in the model file, or
+// (layout TL_WEIGHT_PACKED) rearranged by tl_weight_prepare for faster batched matmul.
 struct tl_weight {
     enum tl_dtype type;
-    int64_t n_in;     // row length (elements), ne[0] in GGUF terms
-    int64_t n_out;    // rows, ne[1]
-    size_t row_bytes; // bytes per row
-    const void *data; // mmap or owned by the model
+    int64_t n_in;                 // row length (elements), ne[0] in GGUF terms
+    int64_t n_out;                // rows, ne[1]
+    size_t row_bytes;             // bytes per row in the file layout (even when packed)
+    const void *data;             // mmap or owned by the model; opaque when packed
+    enum tl_weight_layout layout; // TL_WEIGHT_ROWS unless tl_weight_prepare repacked it
 };
+
+// Repacks a file-layout weight into the layout the matmul kernels read fastest, once at load
+// time (now: Q8_0, interleaved 16 rows at a time with the weights pre-offset for VNNI; every
+// ISA variant reads it). On success *owned is NULL when `w` is left as is (type without a
+// packed layout, or already packed), else the new 64-byte aligned buffer that w->data now
+// points to: the caller owns it, frees it with tl_aligned_free after the last matmul, and
+// must not read rows through w->data any more. The results of tl_matmul stay within the
+// tested tolerance of the file layout's, and the determinism contract holds for each layout.
+// Returns TL_ERR_NOMEM (w unchanged) if the copy cannot be allocated. Not thread-safe on `w`.
+tl_status tl_weight_prepare(struct tl_weight *w, void **owned) TL_WARN_UNUSED;
+
+// Bytes that w->data spans in its current layout (what a copy of the weight must hold).
+size_t tl_weight_data_bytes(const struct tl_weight *w);
 
 // Bytes of work buffer tl_matmul needs for n_tok tokens with this weight.
 size_t tl_matmul_work_bytes(const struct tl_weight *w, int64_t n_tok);

@@ -28,7 +28,9 @@
 //   float   d[n_super * 16]     per superchunk: lanes 4g..4g+3 = d of block g
 //   int32_t bias[n_super * 16]  lane 4g+k: -128 * (sum of bytes 4k..4k+3 and 16+4k..16+4k+3
 //                               of block g), which cancels the +128 of unsigned weights
-// The scalar and AVX2 kernels read a block's two halves and d[16s + 4g] and ignore bias.
+//   int32_t bsum[n_super * 4]   per block: -128 * (sum of its 32 bytes), the same correction
+//                               for the packed-weight kernels (one block per accumulator)
+// The scalar and AVX2 kernels read a block's two halves and d[16s + 4g] and ignore the biases.
 #define TL__XQ_SUPER 128
 
 // Bytes of one quantized activation row of n_in values (a multiple of 64).
@@ -38,6 +40,7 @@ struct tl__xq_row {
     int8_t *qs;
     float *d;
     int32_t *bias;
+    int32_t *bsum;
 };
 // Views one quantized row at `base` (tl__xq_row_bytes(n_in) bytes, 64-byte aligned).
 static inline struct tl__xq_row tl__xq_view(void *base, int64_t n_in)
@@ -47,7 +50,24 @@ static inline struct tl__xq_row tl__xq_view(void *base, int64_t n_in)
     r.qs = base;
     r.d = (float *)((char *)base + n_super * 128);
     r.bias = (int32_t *)((char *)base + n_super * 192);
+    r.bsum = (int32_t *)((char *)base + n_super * 256);
     return r;
+}
+
+// Zeroes the bytes after bsum up to tl__xq_row_bytes (every quantizer calls it, so rows are
+// byte-identical across ISAs).
+static inline void tl__xq_clear_pad(void *base, int64_t n_in)
+{
+    int64_t n_super = (n_in + TL__XQ_SUPER - 1) / TL__XQ_SUPER;
+    size_t used = (size_t)n_super * 272, padded = (used + 63) & ~(size_t)63;
+    for (size_t i = used; i < padded; i++)
+        ((char *)base)[i] = 0;
+}
+
+// Offset in a quantized row of bytes 4c..4c+3 (c = 0..7) of block b.
+static inline int64_t tl__xq_off(int64_t b, int c)
+{
+    return (b >> 2) * 128 + (c >> 2) * 64 + (b & 3) * 16 + (c & 3) * 4;
 }
 
 // The two 16-byte halves of block b of a quantized row, and its scale.
@@ -62,6 +82,33 @@ static inline const int8_t *tl__xq_hi(struct tl__xq_row r, int64_t b)
 static inline float tl__xq_d(struct tl__xq_row r, int64_t b)
 {
     return r.d[(b / 4) * 16 + (b % 4) * 4];
+}
+
+// ---- packed Q8_0 weights (tl_weight_prepare) --------------------------------------------------
+//
+// Rows are taken 16 at a time ("groups"; the last one padded with zero rows). A group of
+// nb = n_in / 32 blocks is stored contiguously, tl__qp_group_bytes(nb) bytes at a 64-byte
+// aligned offset g * tl__qp_group_bytes(nb):
+//   uint8_t  qs[nb][8][16][4]  block b, chunk c, row i: bytes 4c..4c+3 of row i's block b,
+//                              each stored as w ^ 0x80 = w + 128 (unsigned, for VNNI)
+//   uint16_t d[nb][16]         block b, row i: the f16 scale of row i's block b (0 = padding)
+// So one 64-byte vector holds 4 consecutive weights of 16 rows, and a VNNI vpdpbusd with one
+// broadcast activation dword advances 16 row dot products at once; the accumulator lanes are
+// rows, so no horizontal sums are needed. An AVX2 register covers rows 0-7 or 8-15.
+#define TL__QP_ROWS 16
+
+static inline size_t tl__qp_group_bytes(int64_t nb)
+{
+    return ((size_t)nb * (512 + 32) + 63) & ~(size_t)63;
+}
+// The qs and d arrays of group g of a packed weight.
+static inline const uint8_t *tl__qp_qs(const struct tl_weight *w, int64_t g)
+{
+    return (const uint8_t *)w->data + (size_t)g * tl__qp_group_bytes(w->n_in / 32);
+}
+static inline const uint16_t *tl__qp_d(const struct tl_weight *w, int64_t g)
+{
+    return (const uint16_t *)(tl__qp_qs(w, g) + (size_t)(w->n_in / 32) * 512);
 }
 
 // ---- per-ISA op table -------------------------------------------------------------------------
@@ -83,7 +130,8 @@ struct tl__kernel_ops {
     // Quantizes one activation row (n values) to the layout above. Must give the same bytes as
     // tl__ref_quantize_x (tests check it), so every ISA sees the same integers.
     void (*quantize_x)(const float *x, int64_t n, void *dst);
-    // y[t][r] for r in [r0, r1), all tokens.
+    // y[t][r] for r in [r0, r1), all tokens. For a packed weight r0 is a multiple of
+    // TL__QP_ROWS and so is r1 unless it is n_out.
     void (*matmul_rows)(const struct tl__mm *m, int64_t r0, int64_t r1);
     void (*rmsnorm)(const float *x, const float *w, float eps, int64_t n, float *y);
     void (*swiglu)(const float *gate, const float *up, float *out, int64_t n);

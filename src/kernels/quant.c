@@ -8,10 +8,16 @@
  * stays NaN (quieted, payload top bits kept). Q8_0 follows ggml's reference quantizer: per block
  * of 32, d = max|x| / 127 (stored as f16), q = round(x / d) with ties away from zero.
  *
+ * Packing (tl_weight_prepare): Q8_0 matrices are rewritten once into the 16-row interleaved
+ * layout described in kernels_impl.h; the packed copy is a new buffer the caller owns.
+ *
  * Thread model: pure functions, re-entrant.
  */
 #include "kernels/kernels_impl.h"
 #include "kernels/quants.h"
+
+#include "core/alloc.h"
+#include "core/error.h"
 
 #include <math.h>
 #include <string.h>
@@ -183,5 +189,63 @@ bool tl_quantize_row(enum tl_dtype type, const float *src, void *dst, int64_t n)
 size_t tl__xq_row_bytes(int64_t n_in)
 {
     int64_t n_super = (n_in + TL__XQ_SUPER - 1) / TL__XQ_SUPER;
-    return (size_t)n_super * (128 + 64 + 64);
+    return ((size_t)n_super * (128 + 64 + 64 + 16) + 63) & ~(size_t)63;
+}
+
+// ---- packed weights ---------------------------------------------------------------------------
+
+size_t tl_weight_data_bytes(const struct tl_weight *w)
+{
+    if (w->layout == TL_WEIGHT_PACKED) {
+        int64_t n_grp = (w->n_out + TL__QP_ROWS - 1) / TL__QP_ROWS;
+        return (size_t)n_grp * tl__qp_group_bytes(w->n_in / TL_QK8_0);
+    }
+    return w->row_bytes * (size_t)w->n_out;
+}
+
+// Q8_0 -> the 16-row interleaved layout of kernels_impl.h.
+static void pack_q8_0(const struct tl_weight *w, uint8_t *dst)
+{
+    const int64_t nb = w->n_in / TL_QK8_0, n_grp = (w->n_out + TL__QP_ROWS - 1) / TL__QP_ROWS;
+    const size_t gbytes = tl__qp_group_bytes(nb);
+    for (int64_t g = 0; g < n_grp; g++) {
+        uint8_t *qs = dst + (size_t)g * gbytes;
+        uint16_t *d = (uint16_t *)(qs + (size_t)nb * 512);
+        memset(qs, 0, gbytes);
+        for (int i = 0; i < TL__QP_ROWS; i++) {
+            int64_t r = g * TL__QP_ROWS + i;
+            const struct tl_block_q8_0 *row =
+                r < w->n_out ? (const void *)((const char *)w->data + (size_t)r * w->row_bytes)
+                             : NULL;
+            for (int64_t b = 0; b < nb; b++) {
+                uint8_t *q = qs + (size_t)b * 512 + (size_t)i * 4;
+                d[b * TL__QP_ROWS + i] = row ? row[b].d : 0;
+                for (int c = 0; c < 8; c++)
+                    for (int e = 0; e < 4; e++)
+                        q[c * 64 + e] = (uint8_t)((row ? (uint8_t)row[b].qs[4 * c + e] : 0) ^ 0x80);
+            }
+        }
+    }
+}
+
+tl_status tl_weight_prepare(struct tl_weight *w, void **owned)
+{
+    *owned = NULL;
+    if (w->layout != TL_WEIGHT_ROWS || w->type != TL_DTYPE_Q8_0) return TL_OK;
+    if (w->n_in <= 0 || w->n_in % TL_QK8_0 || w->n_out <= 0 || !w->data)
+        return tl__errorf(TL_ERR_INVALID_ARG, "cannot pack a Q8_0 weight of shape [%lld, %lld]",
+                          (long long)w->n_in, (long long)w->n_out);
+    int64_t n_grp = (w->n_out + TL__QP_ROWS - 1) / TL__QP_ROWS;
+    size_t bytes;
+    if (!tl_mul_size((size_t)n_grp, tl__qp_group_bytes(w->n_in / TL_QK8_0), &bytes))
+        return tl__errorf(TL_ERR_NOMEM, "packed weight size overflows");
+    uint8_t *buf = tl_aligned_alloc(bytes);
+    if (!buf)
+        return tl__errorf(TL_ERR_NOMEM, "out of memory packing a %lld x %lld weight",
+                          (long long)w->n_out, (long long)w->n_in);
+    pack_q8_0(w, buf);
+    w->data = buf;
+    w->layout = TL_WEIGHT_PACKED;
+    *owned = buf;
+    return TL_OK;
 }

@@ -33,6 +33,7 @@ static inline int8_t q8_rne(float v)
 void tl__ref_quantize_x(const float *x, int64_t n, void *dst)
 {
     struct tl__xq_row r = tl__xq_view(dst, n);
+    tl__xq_clear_pad(dst, n);
     int64_t n_super = (n + TL__XQ_SUPER - 1) / TL__XQ_SUPER;
     for (int64_t b = 0; b < n_super * 4; b++) {
         int64_t i0 = b * TL_QK8_0;
@@ -51,6 +52,10 @@ void tl__ref_quantize_x(const float *x, int64_t n, void *dst)
         memcpy(lo, q, 16);
         memcpy(hi, q + 16, 16);
         int64_t s = b / 4, g = b % 4;
+        int32_t total = 0;
+        for (int j = 0; j < TL_QK8_0; j++)
+            total += q[j];
+        r.bsum[b] = -128 * total;
         for (int k = 0; k < 4; k++) {
             r.d[s * 16 + g * 4 + k] = d;
             int32_t sum = 0;
@@ -120,6 +125,28 @@ static float dot_q8_0(const struct tl_block_q8_0 *w, struct tl__xq_row xq, int64
     return acc;
 }
 
+// The same for row r of a packed weight (kernels_impl.h): the same integers and the same
+// float operations in the same order, so the result is bit-identical to dot_q8_0.
+static float dot_q8_0_packed(const struct tl_weight *w, int64_t r, struct tl__xq_row xq, int64_t n)
+{
+    const uint8_t *qs = tl__qp_qs(w, r / TL__QP_ROWS) + (r % TL__QP_ROWS) * 4;
+    const uint16_t *d = tl__qp_d(w, r / TL__QP_ROWS) + r % TL__QP_ROWS;
+    float acc = 0.f;
+    for (int64_t b = 0; b < n / TL_QK8_0; b++) {
+        int32_t sumi = 0;
+        const int8_t *lo = tl__xq_lo(xq, b), *hi = tl__xq_hi(xq, b);
+        for (int c = 0; c < 8; c++)
+            for (int e = 0; e < 4; e++) {
+                int32_t wv = (int8_t)(qs[b * 512 + c * 64 + e] ^ 0x80); // stored as w + 128
+                int j = 4 * c + e;
+                sumi += wv * (j < 16 ? lo[j] : hi[j - 16]);
+            }
+        float da = tl__xq_d(xq, b);
+        acc += (float)sumi * (tl_fp16_to_f32(d[b * TL__QP_ROWS]) * da);
+    }
+    return acc;
+}
+
 void tl__ref_matmul_rows(const struct tl__mm *m, int64_t r0, int64_t r1)
 {
     const struct tl_weight *w = m->w;
@@ -142,7 +169,8 @@ void tl__ref_matmul_rows(const struct tl__mm *m, int64_t r0, int64_t r1)
                 v = dot_bf16(row, x, n);
                 break;
             case TL_DTYPE_Q8_0:
-                v = dot_q8_0(row, xq, n);
+                v = w->layout == TL_WEIGHT_PACKED ? dot_q8_0_packed(w, r, xq, n)
+                                                  : dot_q8_0(row, xq, n);
                 break;
             default:
                 TL_ASSERT(!"unsupported weight type");

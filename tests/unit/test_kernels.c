@@ -77,7 +77,8 @@ enum { N_ISA = 3 };
 struct test_weight {
     struct tl_weight w;
     void *data;
-    float *deq; // (n_out, n_in) dequantized values
+    void *packed; // tl_weight_prepare's copy (owned), or NULL
+    float *deq;   // (n_out, n_in) dequantized values
 };
 
 static void weight_make(struct test_weight *tw, enum tl_dtype type, int64_t n_out, int64_t n_in)
@@ -85,6 +86,7 @@ static void weight_make(struct test_weight *tw, enum tl_dtype type, int64_t n_ou
     size_t rb;
     assert_true(tl_dtype_row_bytes(type, n_in, &rb));
     tw->data = tl_aligned_alloc(rb * (size_t)n_out + 64);
+    tw->packed = NULL;
     tw->deq = malloc(sizeof(float) * (size_t)(n_out * n_in));
     float *row = malloc(sizeof(float) * (size_t)n_in);
     assert_non_null(tw->data);
@@ -95,11 +97,19 @@ static void weight_make(struct test_weight *tw, enum tl_dtype type, int64_t n_ou
         assert_true(tl_dequantize_row(type, dst, tw->deq + r * n_in, n_in));
     }
     free(row);
-    tw->w = (struct tl_weight){type, n_in, n_out, rb, tw->data};
+    tw->w = (struct tl_weight){
+        .type = type, .n_in = n_in, .n_out = n_out, .row_bytes = rb, .data = tw->data};
+}
+
+// Repacks the weight with tl_weight_prepare (a no-op for types without a packed layout).
+static void weight_pack(struct test_weight *tw)
+{
+    assert_int_equal(tl_weight_prepare(&tw->w, &tw->packed), TL_OK);
 }
 
 static void weight_free(struct test_weight *tw)
 {
+    tl_aligned_free(tw->packed);
     tl_aligned_free(tw->data);
     free(tw->deq);
 }
@@ -429,18 +439,95 @@ static void test_matmul_isa_vs_ref(void **state)
     tl_pool_destroy(pool);
 }
 
+// tl_weight_prepare: packed Q8_0 weights give the reference's results on every ISA (the scalar
+// variant bit for bit, since it does the same arithmetic on the packed bytes), odd shapes
+// included (a partial last group of 16 rows, 1 and 3 blocks per row); other types and packed
+// weights are left alone; bad shapes are refused.
+static void test_weight_prepare(void **state)
+{
+    (void)state;
+    struct tl_pool *pool = tl_pool_create(2);
+    assert_non_null(pool);
+    const int64_t ins[] = {32, 96, 160, 512, 1120};
+    const int64_t outs[] = {1, 3, 16, 37, 64};
+    const int64_t toks[] = {1, 2, 3, 7, 17, 33};
+    for (int a = 0; a < 5; a++)
+        for (int b = 0; b < 5; b++) {
+            int64_t n_in = ins[a], n_out = outs[b], max_tok = 33;
+            struct test_weight tw;
+            weight_make(&tw, TL_DTYPE_Q8_0, n_out, n_in);
+            struct tl_weight raw = tw.w;
+            weight_pack(&tw);
+            assert_non_null(tw.packed);
+            assert_ptr_equal(tw.w.data, tw.packed);
+            assert_int_equal(tw.w.layout, TL_WEIGHT_PACKED);
+            assert_int_equal(tl_weight_data_bytes(&tw.w),
+                             (size_t)((n_out + 15) / 16) * ((n_in / 32 * 544 + 63) / 64 * 64));
+            float *x = malloc(sizeof(float) * (size_t)(max_tok * n_in));
+            float *y = malloc(sizeof(float) * (size_t)(max_tok * n_out));
+            float *want = malloc(sizeof(float) * (size_t)(max_tok * n_out));
+            void *work = tl_aligned_alloc(tl_matmul_work_bytes(&tw.w, max_tok) + 64);
+            fill(x, max_tok * n_in, 1.f);
+            for (int c = 0; c < 6; c++) {
+                int64_t n_tok = toks[c];
+                tl__ref_matmul(&raw, x, n_tok, want, work);
+                for (int s = 0; s < N_ISA; s++) {
+                    if (!tl_kernels_force_isa(isas[s])) continue;
+                    memset(y, 0xff, sizeof(float) * (size_t)(n_tok * n_out));
+                    tl_matmul(pool, &tw.w, x, n_tok, y, work);
+                    double e = nmse(y, want, n_tok * n_out);
+                    bool exact = !memcmp(y, want, sizeof(float) * (size_t)(n_tok * n_out));
+                    if (!(e <= 1e-10) || (s == 0 && !exact))
+                        fail_msg("%s packed n_in=%lld n_out=%lld n_tok=%lld: nmse %g", isas[s],
+                                 (long long)n_in, (long long)n_out, (long long)n_tok, e);
+                }
+            }
+            // a second prepare leaves the packed weight alone
+            void *again = (void *)1;
+            assert_int_equal(tl_weight_prepare(&tw.w, &again), TL_OK);
+            assert_null(again);
+            assert_ptr_equal(tw.w.data, tw.packed);
+            tl_aligned_free(work);
+            free(x), free(y), free(want);
+            weight_free(&tw);
+        }
+    // types without a packed layout are left as they are
+    for (int k = 0; k < 3; k++) {
+        struct test_weight tw;
+        weight_make(&tw, mm_types[k], 5, 64);
+        const void *data = tw.w.data;
+        weight_pack(&tw);
+        assert_null(tw.packed);
+        assert_ptr_equal(tw.w.data, data);
+        assert_int_equal(tw.w.layout, TL_WEIGHT_ROWS);
+        assert_int_equal(tl_weight_data_bytes(&tw.w), tw.w.row_bytes * 5);
+        weight_free(&tw);
+    }
+    // a Q8_0 shape no file can hold is refused with a message, the weight untouched
+    struct tl_weight bad = {.type = TL_DTYPE_Q8_0, .n_in = 48, .n_out = 2, .row_bytes = 51};
+    char dummy[128] = {0};
+    bad.data = dummy;
+    void *owned = (void *)1;
+    assert_int_equal(tl_weight_prepare(&bad, &owned), TL_ERR_INVALID_ARG);
+    assert_null(owned);
+    assert_ptr_equal(bad.data, dummy);
+    assert_int_equal(bad.layout, TL_WEIGHT_ROWS);
+    tl_pool_destroy(pool);
+}
+
 // The determinism contract: for n_tok in 1..40 and 1..3 threads, every token's row equals its
 // n_tok = 1 result bit for bit, wherever it sits in the batch. A second, wider shape takes the
 // blocked paths (k-blocks of the weight rows, token chunks, converted weight blocks) with a few
 // larger batches.
 static void check_deterministic(enum tl_dtype type, int64_t n_in, int64_t n_out, const int *n_toks,
-                                int n_n_toks, struct tl_pool **pools)
+                                int n_n_toks, struct tl_pool **pools, bool packed)
 {
     int max_tok = 0;
     for (int i = 0; i < n_n_toks; i++)
         max_tok = n_toks[i] > max_tok ? n_toks[i] : max_tok;
     struct test_weight tw;
     weight_make(&tw, type, n_out, n_in);
+    if (packed) weight_pack(&tw);
     float *x = malloc(sizeof(float) * (size_t)(max_tok * n_in));
     float *xb = malloc(sizeof(float) * (size_t)(max_tok * n_in));
     float *solo = malloc(sizeof(float) * (size_t)(max_tok * n_out));
@@ -462,8 +549,9 @@ static void check_deterministic(enum tl_dtype type, int64_t n_in, int64_t n_out,
                 for (int i = 0; i < n_tok; i++) {
                     int t = (i + n_tok + p) % max_tok;
                     if (memcmp(y + i * n_out, solo + t * n_out, sizeof(float) * (size_t)n_out))
-                        fail_msg("%s %s n_in %lld: token %d in slot %d of %d, %d threads differs",
-                                 isas[s], tl_dtype_name(type), (long long)n_in, t, i, n_tok, p + 1);
+                        fail_msg("%s %s%s n_in %lld: token %d in slot %d of %d, %d threads differs",
+                                 isas[s], tl_dtype_name(type), packed ? " packed" : "",
+                                 (long long)n_in, t, i, n_tok, p + 1);
                 }
             }
     }
@@ -484,9 +572,13 @@ static void test_matmul_deterministic_across_batch_and_threads(void **state)
     const int wide[] = {1, 2, 3, 4, 5, 9, 47, 48, 49, 97};
     for (int k = 0; k < 4; k++) {
         int q = mm_types[k] == TL_DTYPE_Q8_0;
-        check_deterministic(mm_types[k], q ? 160 : 157, 37, small, 40, pools);
-        check_deterministic(mm_types[k], q ? 1120 : 1100, 13, wide, 10, pools);
+        check_deterministic(mm_types[k], q ? 160 : 157, 37, small, 40, pools, false);
+        check_deterministic(mm_types[k], q ? 1120 : 1100, 13, wide, 10, pools, false);
     }
+    // packed Q8_0: a partial last row group (37 = 2 x 16 + 5), several groups per thread
+    check_deterministic(TL_DTYPE_Q8_0, 160, 37, small, 40, pools, true);
+    check_deterministic(TL_DTYPE_Q8_0, 1120, 13, wide, 10, pools, true);
+    check_deterministic(TL_DTYPE_Q8_0, 96, 200, small, 40, pools, true);
     for (int p = 0; p < 3; p++)
         tl_pool_destroy(pools[p]);
 }
@@ -831,7 +923,7 @@ TL_TEST_MAIN(cmocka_unit_test(test_fp16_exhaustive_roundtrip),
              cmocka_unit_test(test_quantize_x_same_on_every_isa),
              cmocka_unit_test(test_matmul_ref_vs_double), cmocka_unit_test(test_matmul_isa_vs_ref),
              cmocka_unit_test(test_matmul_deterministic_across_batch_and_threads),
-             cmocka_unit_test(test_rmsnorm), cmocka_unit_test(test_rope_modes),
-             cmocka_unit_test(test_swiglu_add_softmax), cmocka_unit_test(test_attention),
-             cmocka_unit_test(test_kv_store_layout), cmocka_unit_test(test_kv_store_f16_every_isa),
-             cmocka_unit_test(test_isa_selection))
+             cmocka_unit_test(test_weight_prepare), cmocka_unit_test(test_rmsnorm),
+             cmocka_unit_test(test_rope_modes), cmocka_unit_test(test_swiglu_add_softmax),
+             cmocka_unit_test(test_attention), cmocka_unit_test(test_kv_store_layout),
+             cmocka_unit_test(test_kv_store_f16_every_isa), cmocka_unit_test(test_isa_selection))

@@ -90,6 +90,7 @@ static ALWAYS_INLINE __m256 exp256(__m256 x)
 static void quantize_x(const float *x, int64_t n, void *dst)
 {
     struct tl__xq_row row = tl__xq_view(dst, n);
+    tl__xq_clear_pad(dst, n);
     int64_t n_super = (n + TL__XQ_SUPER - 1) / TL__XQ_SUPER;
     const __m256 sign = _mm256_set1_ps(-0.f);
     for (int64_t b = 0; b < n_super * 4; b++) {
@@ -124,6 +125,8 @@ static void quantize_x(const float *x, int64_t n, void *dst)
         __m128i s8 = _mm_add_epi32(_mm256_castsi256_si128(s4), _mm256_extracti128_si256(s4, 1));
         _mm_storeu_si128((__m128i *)(row.bias + s * 16 + g * 4),
                          _mm_sub_epi32(_mm_setzero_si128(), _mm_slli_epi32(s8, 7)));
+        const int32_t *bl = row.bias + s * 16 + g * 4;
+        row.bsum[b] = bl[0] + bl[1] + bl[2] + bl[3];
     }
 }
 
@@ -327,8 +330,151 @@ static int row_align(enum tl_dtype type)
 
 enum { CHUNK_BYTES = 256 * 1024 };
 
+// ---- matmul: packed Q8_0 weights (tl_weight_prepare) ------------------------------------------
+//
+// A 32-byte register holds 4 consecutive weights of 8 rows (half of a packed 16-row group,
+// layout in kernels_impl.h), so the accumulator lanes are rows: a tile is RH halves x T tokens
+// of ymm accumulators, with no horizontal sums. Per 32-block and (half, token): 8 steps of
+// maddubs(|w|, sign(x, w)) on the token's 4 activation bytes broadcast, widened by madd with
+// ones and summed in int32 (|w| and w's sign computed once per weight vector for the T
+// tokens), then acc = fma(float(sumi), d_w * d_x, acc). Each (row, token) lane goes through
+// the same sequence in every tile shape.
+
+#ifndef TL_AVX2_PH
+#define TL_AVX2_PH 1
+#define TL_AVX2_PT 4
+#endif
+enum { PH = TL_AVX2_PH, PT = TL_AVX2_PT }; // packed tile: 8-row halves x tokens
+
+static ALWAYS_INLINE void ptile(const struct tl__mm *m, int64_t u, int64_t t, const int RH,
+                                const int T)
+{
+    const struct tl_weight *w = m->w;
+    const int64_t n = w->n_in, nb = n / TL_QK8_0, n_out = w->n_out;
+    const uint8_t *wq[2];
+    const uint16_t *wd[2];
+    const int8_t *xq[4];
+    const float *xd[4];
+    __m256 acc[2][4];
+    const __m256i ones = _mm256_set1_epi16(1), flip = _mm256_set1_epi8((char)0x80);
+#pragma GCC unroll 2
+    for (int i = 0; i < RH; i++) {
+        int64_t h = u + i;
+        wq[i] = tl__qp_qs(w, h / 2) + (h & 1) * 32;
+        wd[i] = tl__qp_d(w, h / 2) + (h & 1) * 8;
+    }
+#pragma GCC unroll 4
+    for (int j = 0; j < T; j++) {
+        struct tl__xq_row v = tl__xq_view((char *)m->xq + (size_t)(t + j) * m->xq_stride, n);
+        xq[j] = v.qs;
+        xd[j] = v.d;
+    }
+#pragma GCC unroll 2
+    for (int i = 0; i < RH; i++)
+#pragma GCC unroll 4
+        for (int j = 0; j < T; j++)
+            acc[i][j] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        __m256i ai[2][4];
+#pragma GCC unroll 2
+        for (int i = 0; i < RH; i++)
+#pragma GCC unroll 4
+            for (int j = 0; j < T; j++)
+                ai[i][j] = _mm256_setzero_si256();
+        const int64_t xo = (b >> 2) * 128 + (b & 3) * 16;
+#pragma GCC unroll 8
+        for (int c = 0; c < 8; c++) {
+            __m256i ws[2], wa[2];
+#pragma GCC unroll 2
+            for (int i = 0; i < RH; i++) {
+                const uint8_t *p = wq[i] + b * 512 + c * 64;
+                _mm_prefetch((const char *)p + 1024, _MM_HINT_T0);
+                ws[i] = _mm256_xor_si256(_mm256_load_si256((const __m256i *)p), flip);
+                wa[i] = _mm256_abs_epi8(ws[i]);
+            }
+            const int64_t off = xo + (c >> 2) * 64 + (c & 3) * 4;
+#pragma GCC unroll 4
+            for (int j = 0; j < T; j++) {
+                int32_t x4;
+                memcpy(&x4, xq[j] + off, 4);
+                __m256i xv = _mm256_set1_epi32(x4);
+#pragma GCC unroll 2
+                for (int i = 0; i < RH; i++) {
+                    __m256i p16 = _mm256_maddubs_epi16(wa[i], _mm256_sign_epi8(xv, ws[i]));
+                    ai[i][j] = _mm256_add_epi32(ai[i][j], _mm256_madd_epi16(p16, ones));
+                }
+            }
+        }
+        __m256 dw[2];
+#pragma GCC unroll 2
+        for (int i = 0; i < RH; i++)
+            dw[i] = _mm256_cvtph_ps(_mm_load_si128((const __m128i *)(wd[i] + b * 16)));
+        const int64_t dofs = (b >> 2) * 16 + (b & 3) * 4;
+#pragma GCC unroll 4
+        for (int j = 0; j < T; j++) {
+            __m256 dx = _mm256_broadcast_ss(xd[j] + dofs);
+#pragma GCC unroll 2
+            for (int i = 0; i < RH; i++)
+                acc[i][j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(ai[i][j]), _mm256_mul_ps(dw[i], dx),
+                                            acc[i][j]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int j = 0; j < T; j++)
+#pragma GCC unroll 2
+        for (int i = 0; i < RH; i++) {
+            int64_t r = (u + i) * 8;
+            float *y = m->y + (t + j) * n_out + r;
+            if (n_out - r >= 8)
+                _mm256_storeu_ps(y, acc[i][j]);
+            else
+                store_tail(y, n_out - r, acc[i][j]);
+        }
+}
+
+#define DEF_PTILE(R, T)                                                                            \
+    static void qp_##R##x##T(const struct tl__mm *m, int64_t u, int64_t t)                         \
+    {                                                                                              \
+        ptile(m, u, t, R, T);                                                                      \
+    }
+#define DEF_PTILES(R) DEF_PTILE(R, 1) DEF_PTILE(R, 2) DEF_PTILE(R, 3) DEF_PTILE(R, 4)
+#define DEF_PTILES_(R) DEF_PTILES(R)
+DEF_PTILES_(TL_AVX2_PH)
+#if TL_AVX2_PH != 1
+DEF_PTILES(1)
+#endif
+#define PT_LIST(R)                                                                                 \
+    {                                                                                              \
+        0, qp_##R##x1, qp_##R##x2, qp_##R##x3, qp_##R##x4                                          \
+    }
+#define PT_LIST_(R) PT_LIST(R)
+static const tile_fn qp_table[2][5] = {PT_LIST(1), PT_LIST_(TL_AVX2_PH)};
+
+static void qp_rows(const struct tl__mm *m, int64_t r0, int64_t r1)
+{
+    TL_ASSERT(r0 % TL__QP_ROWS == 0 && PT <= 4 && PH <= 2);
+    const int64_t h0 = r0 / 8, h1 = (r1 + 7) / 8; // 8-row halves (the last may be partial)
+    int64_t chunk = (int64_t)(CHUNK_BYTES / m->xq_stride) / PT * PT;
+    if (chunk < PT) chunk = PT;
+    for (int64_t c0 = 0; c0 < m->n_tok; c0 += chunk) {
+        int64_t c1 = c0 + chunk < m->n_tok ? c0 + chunk : m->n_tok;
+        for (int64_t u = h0; u < h1;) {
+            const int rh = h1 - u >= PH ? PH : 1;
+            for (int64_t t = c0; t < c1; t += PT) {
+                int nt = c1 - t < PT ? (int)(c1 - t) : PT;
+                qp_table[rh == PH][nt](m, u, t);
+            }
+            u += rh;
+        }
+    }
+}
+
 static void matmul_rows(const struct tl__mm *m, int64_t r0, int64_t r1)
 {
+    if (m->w->layout == TL_WEIGHT_PACKED) {
+        qp_rows(m, r0, r1);
+        return;
+    }
     const struct tileset *ts = tiles_for(m->w->type);
     size_t tok_bytes = m->w->type == TL_DTYPE_Q8_0 ? m->xq_stride : (size_t)m->w->n_in * 4;
     int64_t chunk = (int64_t)(CHUNK_BYTES / tok_bytes) / ts->T * ts->T;

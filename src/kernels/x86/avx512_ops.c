@@ -145,6 +145,7 @@ static ALWAYS_INLINE void store_tile(__m512 acc[8][8], float *y, int64_t y_strid
 static void quantize_x(const float *x, int64_t n, void *dst)
 {
     struct tl__xq_row row = tl__xq_view(dst, n);
+    tl__xq_clear_pad(dst, n);
     int64_t n_super = (n + TL__XQ_SUPER - 1) / TL__XQ_SUPER;
     const __m512 sign = _mm512_set1_ps(-0.f);
     const __m512i expand4 = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
@@ -177,6 +178,9 @@ static void quantize_x(const float *x, int64_t n, void *dst)
         sum = _mm512_dpbusd_epi32(sum, ones, half[1]);
         _mm512_store_si512(row.bias + s * 16,
                            _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(sum, 7)));
+        for (int g = 0; g < 4; g++) // per-block totals for the packed-weight kernel
+            row.bsum[s * 4 + g] = row.bias[s * 16 + 4 * g] + row.bias[s * 16 + 4 * g + 1] +
+                                  row.bias[s * 16 + 4 * g + 2] + row.bias[s * 16 + 4 * g + 3];
         _mm512_store_ps(row.d + s * 16,
                         _mm512_permutexvar_ps(expand4, _mm512_castps128_ps512(_mm_load_ps(d))));
     }
@@ -512,6 +516,189 @@ static void q8_rows(const struct tl__mm *m, int64_t r0, int64_t r1)
     }
 }
 
+// ---- matmul: packed Q8_0 weights (tl_weight_prepare) ------------------------------------------
+//
+// The packed layout (kernels_impl.h) puts 4 consecutive weights of 16 rows in one 64-byte
+// vector, so the accumulator lanes are the 16 rows of a group: a tile is RG groups x T tokens
+// of zmm accumulators and needs no horizontal sums. Per 32-block and (group, token): the int32
+// accumulator starts at the token's block bias (which cancels the +128 of the stored weights),
+// takes 8 vpdpbusd (a weight vector, loaded once for the T tokens, times the token's 4
+// activation bytes broadcast), then acc = fma(float(sumi), d_w * d_x, acc): 11 ALU ops per
+// 512 MACs against 20 for the file layout, and no assembling of weight blocks. Each (row, token)
+// lane computes, block after block, acc = fma(float(sumi_b), d_w,b * d_x,b, acc) whatever
+// the tile shape, so results do not depend on the batch.
+
+#ifndef TL_AVX512_PR
+#define TL_AVX512_PR 2
+#define TL_AVX512_PT 8
+#endif
+enum { PR = TL_AVX512_PR, PT = TL_AVX512_PT }; // packed tile: groups of 16 rows x tokens
+enum { PF_DIST = 1024 };                       // weight prefetch distance (bytes)
+
+// One k-block [b0, b1) of blocks of an RG x T tile; `park` holds the tile's accumulators between
+// k-blocks (ACC_LOAD: resume from it; ACC_REDUCE: last k-block, store y).
+struct pblock {
+    int64_t g, t, b0, b1;
+    __m512 *park;
+    int mode, prefetch;
+};
+
+static ALWAYS_INLINE void ptile(const struct tl__mm *m, const struct pblock *pb, const int RG,
+                                const int T)
+{
+    const struct tl_weight *w = m->w;
+    const int64_t n = w->n_in, n_out = w->n_out, g = pb->g, t = pb->t;
+    const uint8_t *wq[4];
+    const uint16_t *wd[4];
+    const int8_t *xq[8];
+    const float *xd[8];
+    const int32_t *xb[8];
+    __m512 acc[4][8];
+#pragma GCC unroll 4
+    for (int i = 0; i < RG; i++) {
+        wq[i] = tl__qp_qs(w, g + i);
+        wd[i] = tl__qp_d(w, g + i);
+    }
+#pragma GCC unroll 8
+    for (int j = 0; j < T; j++) {
+        struct tl__xq_row v = tl__xq_view((char *)m->xq + (size_t)(t + j) * m->xq_stride, n);
+        xq[j] = v.qs;
+        xd[j] = v.d;
+        xb[j] = v.bsum;
+    }
+#pragma GCC unroll 4
+    for (int i = 0; i < RG; i++)
+#pragma GCC unroll 8
+        for (int j = 0; j < T; j++)
+            acc[i][j] = (pb->mode & ACC_LOAD) ? pb->park[i * T + j] : _mm512_setzero_ps();
+    const int pf = pb->prefetch;
+    for (int64_t b = pb->b0; b < pb->b1; b++) {
+        __m512i ai[4][8];
+#pragma GCC unroll 8
+        for (int j = 0; j < T; j++) {
+            __m512i bias = _mm512_set1_epi32(xb[j][b]);
+#pragma GCC unroll 4
+            for (int i = 0; i < RG; i++)
+                ai[i][j] = bias;
+        }
+        const int64_t xo = (b >> 2) * 128 + (b & 3) * 16;
+#pragma GCC unroll 8
+        for (int c = 0; c < 8; c++) {
+            __m512i wv[4];
+#pragma GCC unroll 4
+            for (int i = 0; i < RG; i++) {
+                const uint8_t *p = wq[i] + b * 512 + c * 64;
+                if (pf) _mm_prefetch((const char *)p + PF_DIST, _MM_HINT_T0);
+                wv[i] = _mm512_load_si512(p);
+            }
+            const int64_t off = xo + (c >> 2) * 64 + (c & 3) * 4;
+#pragma GCC unroll 8
+            for (int j = 0; j < T; j++) {
+                int32_t xv;
+                memcpy(&xv, xq[j] + off, 4);
+                __m512i xb4 = _mm512_set1_epi32(xv);
+#pragma GCC unroll 4
+                for (int i = 0; i < RG; i++)
+                    ai[i][j] = _mm512_dpbusd_epi32(ai[i][j], wv[i], xb4);
+            }
+        }
+        __m512 dw[4];
+#pragma GCC unroll 4
+        for (int i = 0; i < RG; i++)
+            dw[i] = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(wd[i] + b * 16)));
+        const int64_t dofs = (b >> 2) * 16 + (b & 3) * 4;
+#pragma GCC unroll 8
+        for (int j = 0; j < T; j++) {
+            __m512 dx = _mm512_set1_ps(xd[j][dofs]);
+#pragma GCC unroll 4
+            for (int i = 0; i < RG; i++)
+                acc[i][j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ai[i][j]), _mm512_mul_ps(dw[i], dx),
+                                            acc[i][j]);
+        }
+    }
+    if (!(pb->mode & ACC_REDUCE)) {
+#pragma GCC unroll 4
+        for (int i = 0; i < RG; i++)
+#pragma GCC unroll 8
+            for (int j = 0; j < T; j++)
+                pb->park[i * T + j] = acc[i][j];
+        return;
+    }
+#pragma GCC unroll 8
+    for (int j = 0; j < T; j++)
+#pragma GCC unroll 4
+        for (int i = 0; i < RG; i++) {
+            int64_t r = (g + i) * TL__QP_ROWS;
+            float *y = m->y + (t + j) * n_out + r;
+            if (n_out - r >= 16)
+                _mm512_storeu_ps(y, acc[i][j]);
+            else
+                _mm512_mask_storeu_ps(y, tail_mask16(n_out - r), acc[i][j]);
+        }
+}
+
+typedef void (*qp_fn)(const struct tl__mm *m, const struct pblock *pb);
+#define DEF_PK(R, T)                                                                               \
+    static void qp_##R##x##T(const struct tl__mm *m, const struct pblock *pb)                      \
+    {                                                                                              \
+        ptile(m, pb, R, T);                                                                        \
+    }
+#define DEF_PK_R(R)                                                                                \
+    DEF_PK(R, 1)                                                                                   \
+    DEF_PK(R, 2)                                                                                   \
+    DEF_PK(R, 3)                                                                                   \
+    DEF_PK(R, 4)                                                                                   \
+    DEF_PK(R, 5) DEF_PK(R, 6) DEF_PK(R, 7) DEF_PK(R, 8)
+#define DEF_PK_R_(R) DEF_PK_R(R)
+DEF_PK_R_(TL_AVX512_PR)
+#if TL_AVX512_PR != 1
+DEF_PK_R(1)
+#endif
+static const qp_fn qp_table[2][9] = {FK_LIST(qp, 1), FK_LIST_(qp, TL_AVX512_PR)};
+
+#ifndef TL_AVX512_PKB
+#define TL_AVX512_PKB 16
+#endif
+#ifndef TL_AVX512_PCHUNK
+#define TL_AVX512_PCHUNK (256 * 1024)
+#endif
+#ifndef TL_AVX512_PPF
+#define TL_AVX512_PPF 1
+#endif
+// k-block (32-blocks): PR groups' weights of one k-block (PR x PKB x 544 bytes) stay in L1
+// while every token tile of the chunk uses them.
+enum { PKB = TL_AVX512_PKB, P_CHUNK_BYTES = TL_AVX512_PCHUNK };
+enum { P_PARK_TOK = 128 }; // tokens whose parked accumulators fit the stack buffer
+
+static void qp_rows(const struct tl__mm *m, int64_t r0, int64_t r1)
+{
+    TL_ASSERT(r0 % TL__QP_ROWS == 0);
+    const int64_t g0 = r0 / TL__QP_ROWS, g1 = (r1 + TL__QP_ROWS - 1) / TL__QP_ROWS;
+    const int64_t nb = m->w->n_in / TL_QK8_0;
+    int64_t chunk = (int64_t)(P_CHUNK_BYTES / m->xq_stride) / PT * PT;
+    if (chunk < PT) chunk = PT;
+    if (chunk > P_PARK_TOK / PT * PT) chunk = P_PARK_TOK / PT * PT;
+    _Alignas(64) __m512 park[(P_PARK_TOK + PT - 1) / PT * PR * PT];
+    for (int64_t c0 = 0; c0 < m->n_tok; c0 += chunk) {
+        int64_t c1 = c0 + chunk < m->n_tok ? c0 + chunk : m->n_tok;
+        for (int64_t g = g0; g < g1;) {
+            const int rg = g1 - g >= PR ? PR : 1;
+            for (int64_t b0 = 0; b0 < nb; b0 += PKB) {
+                struct pblock pb = {.g = g, .b0 = b0, .b1 = b0 + PKB < nb ? b0 + PKB : nb};
+                pb.mode = (b0 > 0 ? ACC_LOAD : 0) | (pb.b1 == nb ? ACC_REDUCE : 0);
+                for (int64_t t = c0; t < c1; t += PT) {
+                    int nt = c1 - t < PT ? (int)(c1 - t) : PT;
+                    pb.t = t;
+                    pb.park = park + (t - c0) / PT * (PR * PT);
+                    pb.prefetch = TL_AVX512_PPF && t == c0; // the first tile streams from memory
+                    qp_table[rg == PR][nt](m, &pb);
+                }
+            }
+            g += rg;
+        }
+    }
+}
+
 static int row_align(enum tl_dtype type)
 {
     return type == TL_DTYPE_Q8_0 ? QR : FR;
@@ -519,7 +706,9 @@ static int row_align(enum tl_dtype type)
 
 static void matmul_rows(const struct tl__mm *m, int64_t r0, int64_t r1)
 {
-    if (m->w->type == TL_DTYPE_Q8_0)
+    if (m->w->type == TL_DTYPE_Q8_0 && m->w->layout == TL_WEIGHT_PACKED)
+        qp_rows(m, r0, r1);
+    else if (m->w->type == TL_DTYPE_Q8_0)
         q8_rows(m, r0, r1);
     else
         float_rows(m, r0, r1);
