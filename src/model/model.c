@@ -28,6 +28,32 @@ bool tl__model_own(struct tl_model *m, void *buf)
     return true;
 }
 
+// Lets the kernels repack every matrix the forward pass multiplies with (tl_weight_prepare:
+// Q8_0 becomes a 16-row interleaved copy, ~2x faster batched matmul). The copies are owned by
+// the model. tok_embd stays as in the file: its rows are read for embedding lookups (a tied
+// `output` gets its own packed copy).
+static tl_status prepare_weight(struct tl_model *m, struct tl_weight *w)
+{
+    void *owned;
+    tl_status rc = tl_weight_prepare(w, &owned);
+    if (rc) return tl__error_prefix(rc, m->path);
+    if (owned && !tl__model_own(m, owned))
+        return tl__errorf(TL_ERR_NOMEM, "%s: out of memory", m->path);
+    return TL_OK;
+}
+
+static tl_status prepare_weights(struct tl_model *m)
+{
+    tl_status rc = prepare_weight(m, &m->output);
+    for (int il = 0; !rc && il < m->hp.n_layer; il++) {
+        struct tl_layer *L = &m->layers[il];
+        struct tl_weight *ws[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
+        for (int i = 0; !rc && i < 7; i++)
+            rc = prepare_weight(m, ws[i]);
+    }
+    return rc;
+}
+
 static bool is_gguf_file(const char *path, bool *readable)
 {
     unsigned char magic[4] = {0};
@@ -69,6 +95,7 @@ tl_status tl_model_load(const char *path, const struct tl_model_params *params, 
         rc = tl__errorf(TL_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
     }
     if (!rc) rc = tl__model_validate(m);
+    if (!rc) rc = prepare_weights(m);
     if (rc) {
         tl_model_free(m);
         return rc;
