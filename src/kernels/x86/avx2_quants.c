@@ -303,6 +303,9 @@ static ALWAYS_INLINE void load_w(const int type, const uint8_t *row, int64_t n_i
 
 // ---- tiles ------------------------------------------------------------------------------------
 
+#ifndef TL_AVX2_XPF
+#define TL_AVX2_XPF 512
+#endif
 enum { XR = 2, XT = 4 }; // rows x tokens
 
 static ALWAYS_INLINE int off_shift_of(int type)
@@ -326,6 +329,7 @@ static ALWAYS_INLINE void tile(const struct tl__qx_mm *m, int64_t r, int64_t t, 
     const struct tl_weight *w = m->w;
     const int64_t n = w->n_in, n_super = (n + 127) / 128;
     const int k = off_shift_of(type), has_min = has_min_of(type);
+    const size_t scb = w->row_bytes / (size_t)((n + 127) / 128); // bytes per superchunk (~)
     const __m256i ones = _mm256_set1_epi16(1);
     const uint8_t *wr[XR];
     const struct tl__qa_chunk *xr[XT];
@@ -344,8 +348,15 @@ static ALWAYS_INLINE void tile(const struct tl__qx_mm *m, int64_t r, int64_t t, 
     for (int64_t s = 0; s < n_super; s++) {
         struct wsc W[XR];
 #pragma GCC unroll 4
-        for (int i = 0; i < R; i++)
+        for (int i = 0; i < R; i++) {
+            if (TL_AVX2_XPF) {
+                // software prefetch TL_AVX2_XPF bytes ahead, two lines per superchunk
+                const char *pf = (const char *)wr[i] + (size_t)s * scb + TL_AVX2_XPF;
+                _mm_prefetch(pf, _MM_HINT_T0);
+                _mm_prefetch(pf + 64, _MM_HINT_T0);
+            }
             load_w(type, wr[i], n, s, &W[i]);
+        }
 #pragma GCC unroll 4
         for (int j = 0; j < T; j++) {
             const struct tl__qa_chunk *a = xr[j] + s;

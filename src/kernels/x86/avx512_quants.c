@@ -462,6 +462,9 @@ static ALWAYS_INLINE void load_w(const int type, const uint8_t *row, int64_t n_i
 #define TL_AVX512_XR 4
 #define TL_AVX512_XT 4
 #endif
+#ifndef TL_AVX512_XPF
+#define TL_AVX512_XPF 512
+#endif
 enum { XR = TL_AVX512_XR, XT = TL_AVX512_XT }; // rows x tokens (each <= 8)
 
 static ALWAYS_INLINE int off_shift_of(int type)
@@ -490,6 +493,7 @@ static ALWAYS_INLINE void tile(const struct tl__qx_mm *m, int64_t r, int64_t t, 
     const struct tl_weight *w = m->w;
     const int64_t n = w->n_in, n_super = (n + 127) / 128;
     const int k = off_shift_of(type), has_min = has_min_of(type), split = split16_of(type);
+    const size_t scb = is_k_of(type) ? blk_bytes_of(type) / 2 : 4 * blk_bytes_of(type);
     const uint8_t *wr[8];
     const struct tl__qa_chunk *xr[8];
     __m512 acc[8][8];
@@ -517,6 +521,12 @@ static ALWAYS_INLINE void tile(const struct tl__qx_mm *m, int64_t r, int64_t t, 
             struct wsc W[8];
 #pragma GCC unroll 8
             for (int i = 0; i < R; i++) {
+                if (TL_AVX512_XPF) {
+                    // software prefetch TL_AVX512_XPF bytes ahead, two lines per superchunk
+                    const char *pf = (const char *)wr[i] + (size_t)s * scb + TL_AVX512_XPF;
+                    _mm_prefetch(pf, _MM_HINT_T0);
+                    _mm_prefetch(pf + 64, _MM_HINT_T0);
+                }
                 load_w(type, wr[i], n, s, &S[i], &W[i]);
             }
 #pragma GCC unroll 8
@@ -578,14 +588,17 @@ typedef void (*tile_fn)(const struct tl__qx_mm *m, int64_t r, int64_t t);
     }
 #define DEF_TILES_R(NAME, TYPE, R)                                                                 \
     DEF_TILE(NAME, TYPE, R, 1)                                                                     \
-    DEF_TILE(NAME, TYPE, R, 2) DEF_TILE(NAME, TYPE, R, 3) DEF_TILE(NAME, TYPE, R, 4)
+    DEF_TILE(NAME, TYPE, R, 2)                                                                     \
+    DEF_TILE(NAME, TYPE, R, 3) DEF_TILE(NAME, TYPE, R, 4) DEF_TILE(NAME, TYPE, R, 5)               \
+        DEF_TILE(NAME, TYPE, R, 6) DEF_TILE(NAME, TYPE, R, 7) DEF_TILE(NAME, TYPE, R, 8)
 #define DEF_TILES_R_(NAME, TYPE, R) DEF_TILES_R(NAME, TYPE, R)
 #define DEF_TILES(NAME, TYPE)                                                                      \
     DEF_TILES_R_(NAME, TYPE, TL_AVX512_XR)                                                         \
     DEF_TILES_R(NAME, TYPE, 1)
 #define LIST_R(NAME, R)                                                                            \
     {                                                                                              \
-        0, NAME##_##R##x1, NAME##_##R##x2, NAME##_##R##x3, NAME##_##R##x4                          \
+        0, NAME##_##R##x1, NAME##_##R##x2, NAME##_##R##x3, NAME##_##R##x4, NAME##_##R##x5,         \
+            NAME##_##R##x6, NAME##_##R##x7, NAME##_##R##x8                                         \
     }
 #define LIST_R_(NAME, R) LIST_R(NAME, R)
 #define LIST(NAME)                                                                                 \
@@ -593,7 +606,7 @@ typedef void (*tile_fn)(const struct tl__qx_mm *m, int64_t r, int64_t t);
         LIST_R(NAME, 1), LIST_R_(NAME, TL_AVX512_XR)                                               \
     }
 
-_Static_assert(TL_AVX512_XT == 4, "the tile lists below have 4 token counts");
+_Static_assert(TL_AVX512_XT >= 1 && TL_AVX512_XT <= 8, "tiles exist for 1..8 tokens");
 
 DEF_TILES(q4_0, TL_DTYPE_Q4_0)
 DEF_TILES(q4_1, TL_DTYPE_Q4_1)
@@ -606,17 +619,17 @@ DEF_TILES(q5_k, TL_DTYPE_Q5_K)
 DEF_TILES(q6_k, TL_DTYPE_Q6_K)
 
 // [r_full][n_tok]: r_full 1 = XR rows, 0 = one row
-static const tile_fn tiles_q4_0[2][5] = LIST(q4_0);
-static const tile_fn tiles_q4_1[2][5] = LIST(q4_1);
-static const tile_fn tiles_q5_0[2][5] = LIST(q5_0);
-static const tile_fn tiles_q5_1[2][5] = LIST(q5_1);
-static const tile_fn tiles_q2_k[2][5] = LIST(q2_k);
-static const tile_fn tiles_q3_k[2][5] = LIST(q3_k);
-static const tile_fn tiles_q4_k[2][5] = LIST(q4_k);
-static const tile_fn tiles_q5_k[2][5] = LIST(q5_k);
-static const tile_fn tiles_q6_k[2][5] = LIST(q6_k);
+static const tile_fn tiles_q4_0[2][9] = LIST(q4_0);
+static const tile_fn tiles_q4_1[2][9] = LIST(q4_1);
+static const tile_fn tiles_q5_0[2][9] = LIST(q5_0);
+static const tile_fn tiles_q5_1[2][9] = LIST(q5_1);
+static const tile_fn tiles_q2_k[2][9] = LIST(q2_k);
+static const tile_fn tiles_q3_k[2][9] = LIST(q3_k);
+static const tile_fn tiles_q4_k[2][9] = LIST(q4_k);
+static const tile_fn tiles_q5_k[2][9] = LIST(q5_k);
+static const tile_fn tiles_q6_k[2][9] = LIST(q6_k);
 
-static const tile_fn (*tiles_for(enum tl_dtype type))[5]
+static const tile_fn (*tiles_for(enum tl_dtype type))[9]
 {
     switch (type) {
     case TL_DTYPE_Q4_0:
@@ -648,7 +661,7 @@ enum { CHUNK_BYTES = 512 * 1024 };
 
 static void matmul_rows(const struct tl__qx_mm *m, int64_t r0, int64_t r1)
 {
-    const tile_fn(*tiles)[5] = tiles_for(m->w->type);
+    const tile_fn(*tiles)[9] = tiles_for(m->w->type);
     const size_t tok_bytes = (size_t)m->xa_stride * sizeof(struct tl__qa_chunk);
     int64_t chunk = (int64_t)(CHUNK_BYTES / tok_bytes) / XT * XT;
     if (chunk < XT) chunk = XT;
