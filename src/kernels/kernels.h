@@ -37,14 +37,16 @@ struct tl_block_q8_0 {
     int8_t qs[TL_QK8_0];
 };
 
-// Whether the kernels can multiply with weights of this type (F32, F16, BF16, Q8_0 now).
+// Whether the kernels can multiply with weights of this type: F32, F16, BF16, Q8_0, and
+// Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K (kernels/quants.h).
 bool tl_kernels_weight_supported(enum tl_dtype type);
 
 // Dequantizes n elements (a multiple of the type's block size) of a row of `type` to f32.
 // Works for every weight-supported type. Returns false for other types.
 bool tl_dequantize_row(enum tl_dtype type, const void *src, float *dst, int64_t n);
 
-// Quantizes n f32 values (n a multiple of the block size) to `type` (F32, F16, BF16, Q8_0);
+// Quantizes n f32 values (n a multiple of the block size) to `type` (any weight-supported type;
+// round-to-nearest for the 4/5/6-bit and K types);
 // used by mkmodel and tests. Returns false for other types.
 bool tl_quantize_row(enum tl_dtype type, const float *src, void *dst, int64_t n);
 
