@@ -7,13 +7,12 @@
  * Weights are "cold": each timed call uses the next copy of the matrix in a 1 GiB arena, so a
  * single-token matmul reads from DRAM rather than from this machine's large L3, as it would in
  * a real model whose layers do not fit in cache. --hot reuses one copy (cache-resident).
- * Weights are prepared (tl_weight_prepare: Q8_0 repacked) as the model loader does; --raw times
- * the file layout instead.
+ * Weights are prepared (tl_weight_prepare: repacked) as the model loader does; --raw times the
+ * file layout instead.
  *
  * Usage: bench_kernels [--quick] [--hot] [--raw] [--no-ceilings] [--isa NAME] [--type NAME]
- * [--threads N]
- * [--shape i]
- *                      [--tok N]      (--type attn: attention only)
+ *                      [--threads N] [--shape i | --dims N_OUTxN_IN] [--tok N (1..128)]
+ *                      (--type attn: attention only)
  * Each configuration is timed in 5 rounds and the fastest round is reported (other processes
  * on a shared machine can only make a round slower); single-thread runs are timed in thread CPU
  * time, which excludes time slices taken by other processes.
@@ -188,13 +187,16 @@ static int check_correctness(struct tl_pool *pool)
     for (int64_t i = 0; i < n_in * n_tok; i++)
         x[i] = rnd();
     void *data = tl_aligned_alloc((size_t)n_in * n_out * 4);
-    void *work = tl_aligned_alloc((size_t)n_tok * tl__xq_row_bytes(n_in));
-    printf("correctness vs scalar reference (n_in %lld, n_out %lld, n_tok %lld):\n",
+    void *work = tl_aligned_alloc((size_t)n_tok * (tl__xq_row_bytes(n_in) + 4 * (size_t)n_in + 64));
+    printf("correctness vs scalar reference (n_in %lld, n_out %lld, n_tok %lld; file layout, "
+           "then prepared):\n",
            (long long)n_in, (long long)n_out, (long long)n_tok);
-    for (int k = 0; k < 4; k++) {
+    for (int k = 0; k < 8; k++) {
         struct tl_weight w;
-        make_weight(&w, types[k], n_out, n_in, data);
+        make_weight(&w, types[k % 4], n_out, n_in, data);
         tl__ref_matmul(&w, x, n_tok, ref, work);
+        void *owned = NULL;
+        if (k >= 4 && tl_weight_prepare(&w, &owned)) return 1;
         for (int s = 0; s < 3; s++) {
             if (!tl_kernels_force_isa(isas[s])) continue;
             tl_matmul(pool, &w, x, n_tok, y, work);
@@ -205,9 +207,10 @@ static int check_correctness(struct tl_pool *pool)
             }
             int ok = num / den < 1e-10;
             bad += !ok;
-            printf("  %-6s %-5s nmse %.2e %s\n", isas[s], tl_dtype_name(types[k]), num / den,
-                   ok ? "ok" : "FAIL");
+            printf("  %-6s %-5s %-8s nmse %.2e %s\n", isas[s], tl_dtype_name(types[k % 4]),
+                   k >= 4 ? "prepared" : "file", num / den, ok ? "ok" : "FAIL");
         }
+        tl_aligned_free(owned);
     }
     free(x), free(y), free(ref);
     tl_aligned_free(data);
@@ -290,6 +293,7 @@ static void bench_attention(struct tl_pool *pool, int threads, const char *only_
 int main(int argc, char **argv)
 {
     int quick = 0, hot = 0, raw = 0, no_ceil = 0, only_threads = 0, only_shape = -1, only_tok = 0;
+    struct shape custom = {0};
     const char *only_isa = NULL, *only_type = NULL;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--quick"))
@@ -308,13 +312,24 @@ int main(int argc, char **argv)
             only_threads = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--shape") && i + 1 < argc)
             only_shape = atoi(argv[++i]);
-        else if (!strcmp(argv[i], "--tok") && i + 1 < argc)
+        else if (!strcmp(argv[i], "--dims") && i + 1 < argc) {
+            // a custom shape N_OUTxN_IN (n_in at most 2048), timed instead of the list
+            long o = 0, in = 0;
+            if (sscanf(argv[++i], "%ldx%ld", &o, &in) != 2 || o < 1 || o > 32000 || in < 32 ||
+                in > 2048 || in % 32) {
+                fprintf(stderr,
+                        "--dims wants N_OUTxN_IN, n_out <= 32000, n_in <= 2048, n_in %% 32 == 0\n");
+                return 2;
+            }
+            custom = (struct shape){"custom", o, in};
+            only_shape = 0;
+        } else if (!strcmp(argv[i], "--tok") && i + 1 < argc)
             only_tok = atoi(argv[++i]);
         else {
             fprintf(
                 stderr,
                 "usage: %s [--quick] [--hot] [--raw] [--no-ceilings] [--isa NAME] [--type NAME] "
-                "[--threads N] [--shape i] [--tok N]\n",
+                "[--threads N] [--shape i | --dims OxI] [--tok N]\n",
                 argv[0]);
             return 2;
         }
@@ -351,7 +366,9 @@ int main(int argc, char **argv)
     int64_t max_in = 2048;
     float *x = tl_aligned_alloc(sizeof(float) * (size_t)(max_tok * max_in));
     float *y = tl_aligned_alloc(sizeof(float) * (size_t)(max_tok * 32000));
-    void *work = tl_aligned_alloc((size_t)max_tok * tl__xq_row_bytes(max_in));
+    // room for the quantized (Q8_0) or restrided (packed float) activations
+    void *work =
+        tl_aligned_alloc((size_t)max_tok * (tl__xq_row_bytes(max_in) + 4 * (size_t)max_in + 64));
     for (int64_t i = 0; i < max_tok * max_in; i++)
         x[i] = rnd();
 
@@ -363,7 +380,7 @@ int main(int argc, char **argv)
     for (size_t si = 0; si < sizeof(shapes) / sizeof(shapes[0]); si++) {
         if (only_shape >= 0 && (size_t)only_shape != si) continue;
         if (quick && si != 1 && si != 5) continue;
-        const struct shape *sh = &shapes[si];
+        const struct shape *sh = custom.n_out ? &custom : &shapes[si];
         for (int k = 0; k < 4; k++) {
             if (only_type && strcasecmp(only_type, tl_dtype_name(types[k]))) continue;
             struct tl_weight w;
@@ -390,7 +407,8 @@ int main(int argc, char **argv)
                     if (only_threads && th != only_threads) continue;
                     double tps1 = 0;
                     for (size_t ti = 0; ti < sizeof(toks) / sizeof(toks[0]); ti++) {
-                        int64_t n_tok = toks[ti];
+                        int64_t n_tok = only_tok > 0 && only_tok <= max_tok ? only_tok : toks[ti];
+                        if (only_tok && ti > 0) break;
                         if (quick && n_tok != 1 && n_tok != 32) continue;
                         if (only_tok && n_tok != only_tok) continue;
                         // The best of 5 rounds: other processes on the machine only slow

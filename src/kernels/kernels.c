@@ -106,8 +106,36 @@ bool tl_kernels_force_isa(const char *isa)
 size_t tl_matmul_work_bytes(const struct tl_weight *w, int64_t n_tok)
 {
     if (tl__qx_supported(w->type)) return tl__qx_work_bytes(w, n_tok); // Q4_0..Q6_K: quants.c
-    if (w->type != TL_DTYPE_Q8_0 || n_tok <= 0) return 0;
-    return (size_t)n_tok * tl__xq_row_bytes(w->n_in);
+    if (w->type == TL_DTYPE_Q8_0 && n_tok > 0) return (size_t)n_tok * tl__xq_row_bytes(w->n_in);
+    // packed floats: the interleaved activation copy, room for any ISA's tile width
+    if (w->layout == TL_WEIGHT_PACKED && n_tok > 1)
+        return (size_t)(n_tok + TL__X_TILE_MAX - 1) * (size_t)w->n_in * sizeof(float);
+    return 0;
+}
+
+struct interleave_job {
+    const float *x;
+    int64_t n_in, n_tok;
+    int tile;
+    float *dst;
+};
+
+// Copies token tiles of the activations into the interleaved layout of kernels_impl.h.
+static void interleave_worker(void *arg, int ith, int nth)
+{
+    struct interleave_job *j = arg;
+    const int W = j->tile;
+    int64_t b0, b1;
+    tl_pool_range((j->n_tok + W - 1) / W, 1, ith, nth, &b0, &b1);
+    for (int64_t b = b0; b < b1; b++) {
+        float *dst = j->dst + b * W * j->n_in;
+        const float *src = j->x + b * W * j->n_in;
+        int nt = j->n_tok - b * W < W ? (int)(j->n_tok - b * W) : W;
+        // sequential writes, nt sequential read streams
+        for (int64_t k = 0; k < j->n_in; k++)
+            for (int u = 0; u < nt; u++)
+                dst[k * W + u] = src[u * j->n_in + k];
+    }
 }
 
 struct quant_job {
@@ -146,7 +174,6 @@ void tl_matmul(struct tl_pool *pool, const struct tl_weight *w, const float *x, 
 {
     TL_ASSERT(tl_kernels_weight_supported(w->type));
     TL_ASSERT(n_tok >= 0 && w->n_in > 0 && w->n_out >= 0);
-    TL_ASSERT(w->layout == TL_WEIGHT_ROWS || w->type == TL_DTYPE_Q8_0);
     if (n_tok == 0 || w->n_out == 0) return;
     const struct tl__kernel_ops *o = ops();
     if (tl__qx_supported(w->type)) { // Q4_0..Q6_K: quants.c
@@ -154,6 +181,16 @@ void tl_matmul(struct tl_pool *pool, const struct tl_weight *w, const float *x, 
         return;
     }
     struct mm_job j = {.o = o, .mm = {.w = w, .x = x, .n_tok = n_tok, .y = y}};
+    if (w->type != TL_DTYPE_Q8_0 && w->layout == TL_WEIGHT_PACKED && n_tok > 1 && o->x_tile) {
+        TL_ASSERT(work && ((uintptr_t)work & 63) == 0 && o->x_tile <= TL__X_TILE_MAX);
+        struct interleave_job c = {x, w->n_in, n_tok, o->x_tile, work};
+        if (n_tok * w->n_in >= (1 << 18))
+            tl_pool_run(pool, interleave_worker, &c);
+        else
+            interleave_worker(&c, 0, 1);
+        j.mm.x = work;
+        j.mm.x_tile = o->x_tile;
+    }
     if (w->type == TL_DTYPE_Q8_0) {
         TL_ASSERT(w->n_in % TL_QK8_0 == 0 && work && ((uintptr_t)work & 63) == 0);
         struct quant_job q = {o, x, w->n_in, n_tok, work, tl__xq_row_bytes(w->n_in)};

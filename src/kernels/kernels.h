@@ -70,19 +70,21 @@ struct tl_weight {
 };
 
 // Repacks a file-layout weight into the layout the matmul kernels read fastest, once at load
-// time (now: Q8_0, interleaved 16 rows at a time with the weights pre-offset for VNNI; every
-// ISA variant reads it). On success *owned is NULL when `w` is left as is (type without a
-// packed layout, or already packed), else the new 64-byte aligned buffer that w->data now
-// points to: the caller owns it, frees it with tl_aligned_free after the last matmul, and
-// must not read rows through w->data any more. The results of tl_matmul stay within the
-// tested tolerance of the file layout's, and the determinism contract holds for each layout.
-// Returns TL_ERR_NOMEM (w unchanged) if the copy cannot be allocated. Not thread-safe on `w`.
+// time: rows interleaved 16 at a time so one vector load holds 16 rows (Q8_0: 4 bytes of each,
+// pre-offset for VNNI; F32/F16/BF16: one column); every ISA variant reads it. On success
+// *owned is NULL when `w` is left as is (a type without a packed layout, or already packed),
+// else the new 64-byte aligned buffer that w->data now points to: the caller owns it, frees it
+// with tl_aligned_free after the last matmul, and must not read rows through w->data any more.
+// tl_matmul's results stay within the tested tolerance of the file layout's, and the
+// determinism contract holds for each layout. Returns TL_ERR_NOMEM (w unchanged) if the copy
+// cannot be allocated, TL_ERR_INVALID_ARG for an inconsistent shape. Not thread-safe on `w`.
 tl_status tl_weight_prepare(struct tl_weight *w, void **owned) TL_WARN_UNUSED;
 
 // Bytes that w->data spans in its current layout (what a copy of the weight must hold).
 size_t tl_weight_data_bytes(const struct tl_weight *w);
 
-// Bytes of work buffer tl_matmul needs for n_tok tokens with this weight.
+// Bytes of work buffer tl_matmul needs for n_tok tokens with this weight (as prepared: the
+// answer depends on the layout, so ask after tl_weight_prepare).
 size_t tl_matmul_work_bytes(const struct tl_weight *w, int64_t n_tok);
 
 // y[t * n_out + r] = sum_i w[r][i] * x[t * n_in + i] for t < n_tok, r < n_out.

@@ -198,7 +198,7 @@ size_t tl_weight_data_bytes(const struct tl_weight *w)
 {
     if (w->layout == TL_WEIGHT_PACKED) {
         int64_t n_grp = (w->n_out + TL__QP_ROWS - 1) / TL__QP_ROWS;
-        return (size_t)n_grp * tl__qp_group_bytes(w->n_in / TL_QK8_0);
+        return (size_t)n_grp * tl__pk_group_bytes(w->type, w->n_in);
     }
     return w->row_bytes * (size_t)w->n_out;
 }
@@ -228,22 +228,50 @@ static void pack_q8_0(const struct tl_weight *w, uint8_t *dst)
     }
 }
 
+// F32/F16/BF16 -> groups of 16 rows, k-major (kernels_impl.h).
+static void pack_float(const struct tl_weight *w, uint8_t *dst)
+{
+    const int64_t n = w->n_in, n_grp = (w->n_out + TL__QP_ROWS - 1) / TL__QP_ROWS;
+    const size_t esz = w->type == TL_DTYPE_F32 ? 4 : 2, gbytes = tl__pk_group_bytes(w->type, n);
+    for (int64_t g = 0; g < n_grp; g++) {
+        uint8_t *grp = dst + (size_t)g * gbytes;
+        memset(grp, 0, gbytes); // padding rows are +0 in every type
+        for (int i = 0; i < TL__QP_ROWS && g * TL__QP_ROWS + i < w->n_out; i++) {
+            const uint8_t *row =
+                (const uint8_t *)w->data + (size_t)(g * TL__QP_ROWS + i) * w->row_bytes;
+            for (int64_t k = 0; k < n; k++)
+                memcpy(grp + ((size_t)k * TL__QP_ROWS + i) * esz, row + (size_t)k * esz, esz);
+        }
+    }
+}
+
+static bool packable(enum tl_dtype type)
+{
+    return type == TL_DTYPE_Q8_0 || type == TL_DTYPE_F32 || type == TL_DTYPE_F16 ||
+           type == TL_DTYPE_BF16;
+}
+
 tl_status tl_weight_prepare(struct tl_weight *w, void **owned)
 {
     *owned = NULL;
-    if (w->layout != TL_WEIGHT_ROWS || w->type != TL_DTYPE_Q8_0) return TL_OK;
-    if (w->n_in <= 0 || w->n_in % TL_QK8_0 || w->n_out <= 0 || !w->data)
-        return tl__errorf(TL_ERR_INVALID_ARG, "cannot pack a Q8_0 weight of shape [%lld, %lld]",
-                          (long long)w->n_in, (long long)w->n_out);
+    if (w->layout != TL_WEIGHT_ROWS || !packable(w->type)) return TL_OK;
+    size_t rb;
+    if (w->n_in <= 0 || w->n_out <= 0 || !w->data || !tl_dtype_row_bytes(w->type, w->n_in, &rb) ||
+        rb != w->row_bytes)
+        return tl__errorf(TL_ERR_INVALID_ARG, "cannot pack a %s weight of shape [%lld, %lld]",
+                          tl_dtype_name(w->type), (long long)w->n_in, (long long)w->n_out);
     int64_t n_grp = (w->n_out + TL__QP_ROWS - 1) / TL__QP_ROWS;
     size_t bytes;
-    if (!tl_mul_size((size_t)n_grp, tl__qp_group_bytes(w->n_in / TL_QK8_0), &bytes))
+    if (!tl_mul_size((size_t)n_grp, tl__pk_group_bytes(w->type, w->n_in), &bytes))
         return tl__errorf(TL_ERR_NOMEM, "packed weight size overflows");
     uint8_t *buf = tl_aligned_alloc(bytes);
     if (!buf)
         return tl__errorf(TL_ERR_NOMEM, "out of memory packing a %lld x %lld weight",
                           (long long)w->n_out, (long long)w->n_in);
-    pack_q8_0(w, buf);
+    if (w->type == TL_DTYPE_Q8_0)
+        pack_q8_0(w, buf);
+    else
+        pack_float(w, buf);
     w->data = buf;
     w->layout = TL_WEIGHT_PACKED;
     *owned = buf;

@@ -147,30 +147,53 @@ static float dot_q8_0_packed(const struct tl_weight *w, int64_t r, struct tl__xq
     return acc;
 }
 
+// Element k of row r of a packed F32/F16/BF16 weight, as f32.
+static inline float packed_elem(const struct tl_weight *w, int64_t r, int64_t k)
+{
+    size_t idx = (size_t)k * TL__QP_ROWS + (size_t)(r % TL__QP_ROWS);
+    const void *g = tl__pk_group(w, r / TL__QP_ROWS);
+    if (w->type == TL_DTYPE_F32) return ((const float *)g)[idx];
+    uint16_t h = ((const uint16_t *)g)[idx];
+    return w->type == TL_DTYPE_F16 ? tl_fp16_to_f32(h) : tl_bf16_to_f32(h);
+}
+
+// dot_f32/f16/bf16 for row r of a packed weight: the same values in the same order.
+static float dot_packed_float(const struct tl_weight *w, int64_t r, const float *x, int64_t n)
+{
+    float acc[8] = {0};
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int l = 0; l < 8; l++)
+            acc[l] += packed_elem(w, r, i + l) * x[i + l];
+    for (int l = 0; i < n; i++, l++)
+        acc[l] += packed_elem(w, r, i) * x[i];
+    return hsum8(acc);
+}
+
 void tl__ref_matmul_rows(const struct tl__mm *m, int64_t r0, int64_t r1)
 {
     const struct tl_weight *w = m->w;
     int64_t n = w->n_in;
     for (int64_t t = 0; t < m->n_tok; t++) {
-        const float *x = m->x + t * n;
+        const float *x = m->x + t * n; // x_tile is 0 for this variant
         struct tl__xq_row xq = {0};
         if (w->type == TL_DTYPE_Q8_0) xq = tl__xq_view((char *)m->xq + (size_t)t * m->xq_stride, n);
         for (int64_t r = r0; r < r1; r++) {
             const void *row = (const char *)w->data + (size_t)r * w->row_bytes;
+            const bool packed = w->layout == TL_WEIGHT_PACKED;
             float v = 0.f;
             switch (w->type) {
             case TL_DTYPE_F32:
-                v = dot_f32(row, x, n);
+                v = packed ? dot_packed_float(w, r, x, n) : dot_f32(row, x, n);
                 break;
             case TL_DTYPE_F16:
-                v = dot_f16(row, x, n);
+                v = packed ? dot_packed_float(w, r, x, n) : dot_f16(row, x, n);
                 break;
             case TL_DTYPE_BF16:
-                v = dot_bf16(row, x, n);
+                v = packed ? dot_packed_float(w, r, x, n) : dot_bf16(row, x, n);
                 break;
             case TL_DTYPE_Q8_0:
-                v = w->layout == TL_WEIGHT_PACKED ? dot_q8_0_packed(w, r, xq, n)
-                                                  : dot_q8_0(row, xq, n);
+                v = packed ? dot_q8_0_packed(w, r, xq, n) : dot_q8_0(row, xq, n);
                 break;
             default:
                 TL_ASSERT(!"unsupported weight type");

@@ -439,75 +439,80 @@ static void test_matmul_isa_vs_ref(void **state)
     tl_pool_destroy(pool);
 }
 
-// tl_weight_prepare: packed Q8_0 weights give the reference's results on every ISA (the scalar
-// variant bit for bit, since it does the same arithmetic on the packed bytes), odd shapes
-// included (a partial last group of 16 rows, 1 and 3 blocks per row); other types and packed
-// weights are left alone; bad shapes are refused.
+// tl_weight_prepare: packed weights (Q8_0, F32, F16, BF16) give the reference's results on
+// every ISA (the scalar variant bit for bit, since it does the same arithmetic on the packed
+// values), odd shapes included (a partial last group of 16 rows, 1 and 3 Q8_0 blocks per row);
+// other types and packed weights are left alone; bad shapes are refused.
 static void test_weight_prepare(void **state)
 {
     (void)state;
     struct tl_pool *pool = tl_pool_create(2);
     assert_non_null(pool);
-    const int64_t ins[] = {32, 96, 160, 512, 1120};
+    const int64_t ins_q[] = {32, 96, 160, 512, 1120}, ins_f[] = {1, 7, 96, 257, 1100};
     const int64_t outs[] = {1, 3, 16, 37, 64};
-    const int64_t toks[] = {1, 2, 3, 7, 17, 33};
-    for (int a = 0; a < 5; a++)
-        for (int b = 0; b < 5; b++) {
-            int64_t n_in = ins[a], n_out = outs[b], max_tok = 33;
-            struct test_weight tw;
-            weight_make(&tw, TL_DTYPE_Q8_0, n_out, n_in);
-            struct tl_weight raw = tw.w;
-            weight_pack(&tw);
-            assert_non_null(tw.packed);
-            assert_ptr_equal(tw.w.data, tw.packed);
-            assert_int_equal(tw.w.layout, TL_WEIGHT_PACKED);
-            assert_int_equal(tl_weight_data_bytes(&tw.w),
-                             (size_t)((n_out + 15) / 16) * ((n_in / 32 * 544 + 63) / 64 * 64));
-            float *x = malloc(sizeof(float) * (size_t)(max_tok * n_in));
-            float *y = malloc(sizeof(float) * (size_t)(max_tok * n_out));
-            float *want = malloc(sizeof(float) * (size_t)(max_tok * n_out));
-            void *work = tl_aligned_alloc(tl_matmul_work_bytes(&tw.w, max_tok) + 64);
-            fill(x, max_tok * n_in, 1.f);
-            for (int c = 0; c < 6; c++) {
-                int64_t n_tok = toks[c];
-                tl__ref_matmul(&raw, x, n_tok, want, work);
-                for (int s = 0; s < N_ISA; s++) {
-                    if (!tl_kernels_force_isa(isas[s])) continue;
-                    memset(y, 0xff, sizeof(float) * (size_t)(n_tok * n_out));
-                    tl_matmul(pool, &tw.w, x, n_tok, y, work);
-                    double e = nmse(y, want, n_tok * n_out);
-                    bool exact = !memcmp(y, want, sizeof(float) * (size_t)(n_tok * n_out));
-                    if (!(e <= 1e-10) || (s == 0 && !exact))
-                        fail_msg("%s packed n_in=%lld n_out=%lld n_tok=%lld: nmse %g", isas[s],
-                                 (long long)n_in, (long long)n_out, (long long)n_tok, e);
+    const int64_t toks[] = {1, 2, 3, 7, 13, 33};
+    for (int k = 0; k < 4; k++)
+        for (int a = 0; a < 5; a++)
+            for (int b = 0; b < 5; b++) {
+                enum tl_dtype type = mm_types[k];
+                int64_t n_in = type == TL_DTYPE_Q8_0 ? ins_q[a] : ins_f[a];
+                int64_t n_out = outs[b], max_tok = 33;
+                struct test_weight tw;
+                weight_make(&tw, type, n_out, n_in);
+                struct tl_weight raw = tw.w;
+                weight_pack(&tw);
+                assert_non_null(tw.packed);
+                assert_ptr_equal(tw.w.data, tw.packed);
+                assert_int_equal(tw.w.layout, TL_WEIGHT_PACKED);
+                size_t esz = type == TL_DTYPE_F32 ? 4 : 2;
+                size_t group = type == TL_DTYPE_Q8_0 ? (size_t)(n_in / 32 * 544)
+                                                     : (size_t)n_in * 16 * esz;
+                assert_int_equal(tl_weight_data_bytes(&tw.w),
+                                 (size_t)((n_out + 15) / 16) * ((group + 63) / 64 * 64));
+                float *x = malloc(sizeof(float) * (size_t)(max_tok * n_in));
+                float *y = malloc(sizeof(float) * (size_t)(max_tok * n_out));
+                float *want = malloc(sizeof(float) * (size_t)(max_tok * n_out));
+                void *work = tl_aligned_alloc(tl_matmul_work_bytes(&tw.w, max_tok) + 64);
+                fill(x, max_tok * n_in, 1.f);
+                for (int c = 0; c < 6; c++) {
+                    int64_t n_tok = toks[c];
+                    tl__ref_matmul(&raw, x, n_tok, want, work);
+                    for (int s = 0; s < N_ISA; s++) {
+                        if (!tl_kernels_force_isa(isas[s])) continue;
+                        memset(y, 0xff, sizeof(float) * (size_t)(n_tok * n_out));
+                        tl_matmul(pool, &tw.w, x, n_tok, y, work);
+                        double e = nmse(y, want, n_tok * n_out);
+                        bool exact = !memcmp(y, want, sizeof(float) * (size_t)(n_tok * n_out));
+                        if (!(e <= 1e-10) || (s == 0 && !exact))
+                            fail_msg("%s packed %s n_in=%lld n_out=%lld n_tok=%lld: nmse %g",
+                                     isas[s], tl_dtype_name(type), (long long)n_in,
+                                     (long long)n_out, (long long)n_tok, e);
+                    }
                 }
+                // a second prepare leaves the packed weight alone
+                void *again = (void *)1;
+                assert_int_equal(tl_weight_prepare(&tw.w, &again), TL_OK);
+                assert_null(again);
+                assert_ptr_equal(tw.w.data, tw.packed);
+                tl_aligned_free(work);
+                free(x), free(y), free(want);
+                weight_free(&tw);
             }
-            // a second prepare leaves the packed weight alone
-            void *again = (void *)1;
-            assert_int_equal(tl_weight_prepare(&tw.w, &again), TL_OK);
-            assert_null(again);
-            assert_ptr_equal(tw.w.data, tw.packed);
-            tl_aligned_free(work);
-            free(x), free(y), free(want);
-            weight_free(&tw);
-        }
-    // types without a packed layout are left as they are
-    for (int k = 0; k < 3; k++) {
-        struct test_weight tw;
-        weight_make(&tw, mm_types[k], 5, 64);
-        const void *data = tw.w.data;
-        weight_pack(&tw);
-        assert_null(tw.packed);
-        assert_ptr_equal(tw.w.data, data);
-        assert_int_equal(tw.w.layout, TL_WEIGHT_ROWS);
-        assert_int_equal(tl_weight_data_bytes(&tw.w), tw.w.row_bytes * 5);
-        weight_free(&tw);
-    }
+    // a type without a packed layout is left as it is
+    struct tl_weight q4 = {.type = TL_DTYPE_Q4_0, .n_in = 64, .n_out = 5, .row_bytes = 36};
+    char q4data[5 * 36] = {0};
+    q4.data = q4data;
+    void *owned = (void *)1;
+    assert_int_equal(tl_weight_prepare(&q4, &owned), TL_OK);
+    assert_null(owned);
+    assert_ptr_equal(q4.data, q4data);
+    assert_int_equal(q4.layout, TL_WEIGHT_ROWS);
+    assert_int_equal(tl_weight_data_bytes(&q4), 5 * 36);
     // a Q8_0 shape no file can hold is refused with a message, the weight untouched
     struct tl_weight bad = {.type = TL_DTYPE_Q8_0, .n_in = 48, .n_out = 2, .row_bytes = 51};
     char dummy[128] = {0};
     bad.data = dummy;
-    void *owned = (void *)1;
+    owned = (void *)1;
     assert_int_equal(tl_weight_prepare(&bad, &owned), TL_ERR_INVALID_ARG);
     assert_null(owned);
     assert_ptr_equal(bad.data, dummy);
@@ -575,10 +580,15 @@ static void test_matmul_deterministic_across_batch_and_threads(void **state)
         check_deterministic(mm_types[k], q ? 160 : 157, 37, small, 40, pools, false);
         check_deterministic(mm_types[k], q ? 1120 : 1100, 13, wide, 10, pools, false);
     }
-    // packed Q8_0: a partial last row group (37 = 2 x 16 + 5), several groups per thread
-    check_deterministic(TL_DTYPE_Q8_0, 160, 37, small, 40, pools, true);
-    check_deterministic(TL_DTYPE_Q8_0, 1120, 13, wide, 10, pools, true);
-    check_deterministic(TL_DTYPE_Q8_0, 96, 200, small, 40, pools, true);
+    // packed weights: a partial last row group (37 = 2 x 16 + 5), several groups per thread,
+    // k-blocks and token chunks
+    for (int k = 0; k < 4; k++) {
+        int q = mm_types[k] == TL_DTYPE_Q8_0;
+        check_deterministic(mm_types[k], q ? 160 : 157, 37, small, 40, pools, true);
+        check_deterministic(mm_types[k], q ? 1120 : 1100, 13, wide, 10, pools, true);
+        check_deterministic(mm_types[k], 96, 200, small, 40, pools, true);
+        check_deterministic(mm_types[k], 8192, 21, wide, 10, pools, true); // several chunks
+    }
     for (int p = 0; p < 3; p++)
         tl_pool_destroy(pools[p]);
 }

@@ -329,6 +329,9 @@ static int row_align(enum tl_dtype type)
 }
 
 enum { CHUNK_BYTES = 256 * 1024 };
+// Packed weights: a token chunk's activations (at most this many bytes) stay in L2 while every
+// row group is multiplied with all of them, so the weights stream from memory once per chunk.
+enum { P_CHUNK_BYTES = 512 * 1024 };
 
 // ---- matmul: packed Q8_0 weights (tl_weight_prepare) ------------------------------------------
 //
@@ -454,8 +457,8 @@ static void qp_rows(const struct tl__mm *m, int64_t r0, int64_t r1)
 {
     TL_ASSERT(r0 % TL__QP_ROWS == 0 && PT <= 4 && PH <= 2);
     const int64_t h0 = r0 / 8, h1 = (r1 + 7) / 8; // 8-row halves (the last may be partial)
-    int64_t chunk = (int64_t)(CHUNK_BYTES / m->xq_stride) / PT * PT;
-    if (chunk < PT) chunk = PT;
+    const int64_t chunk =
+        tl__even_chunk(m->n_tok, (int64_t)(P_CHUNK_BYTES / m->xq_stride) / PT * PT, PT);
     for (int64_t c0 = 0; c0 < m->n_tok; c0 += chunk) {
         int64_t c1 = c0 + chunk < m->n_tok ? c0 + chunk : m->n_tok;
         for (int64_t u = h0; u < h1;) {
@@ -469,16 +472,137 @@ static void qp_rows(const struct tl__mm *m, int64_t r0, int64_t r1)
     }
 }
 
+// ---- matmul: packed F32 / F16 / BF16 weights (tl_weight_prepare) -------------------------------
+//
+// Column k of 8 rows (half a packed group) is one load, converted to f32 once and multiplied by
+// x[t][k] broadcast for the T tokens: RH halves x T accumulators with rows in the lanes. Each
+// (row, token) lane computes acc = fma(w[k], x[k], acc) for k in order in every tile shape.
+
+#ifndef TL_AVX2_GH
+#define TL_AVX2_GH 2
+#define TL_AVX2_GT 6
+#endif
+enum { GH = TL_AVX2_GH, GT = TL_AVX2_GT };
+
+static ALWAYS_INLINE __m256 load_col8(const int type, const void *p)
+{
+    if (type == TL_DTYPE_F32) return _mm256_load_ps(p);
+    __m128i h = _mm_load_si128((const __m128i *)p);
+    if (type == TL_DTYPE_F16) return _mm256_cvtph_ps(h);
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+
+static ALWAYS_INLINE void gtile(const struct tl__mm *m, int64_t u, int64_t t, const int type,
+                                const int RH, const int T)
+{
+    const struct tl_weight *w = m->w;
+    const int64_t n = w->n_in, n_out = w->n_out;
+    const size_t col = TL__QP_ROWS * (type == TL_DTYPE_F32 ? 4 : 2); // bytes per column
+    const char *wp[2];
+    __m256 acc[2][6];
+    // token j's x[k] at xs[k * S + j] (an interleaved tile, or one token's row)
+    const int64_t S = m->x_tile ? m->x_tile : 1;
+    const float *xs = m->x + t * n;
+#pragma GCC unroll 2
+    for (int i = 0; i < RH; i++)
+        wp[i] = (const char *)tl__pk_group(w, (u + i) / 2) + ((u + i) & 1) * (col / 2);
+#pragma GCC unroll 2
+    for (int i = 0; i < RH; i++)
+#pragma GCC unroll 6
+        for (int j = 0; j < T; j++)
+            acc[i][j] = _mm256_setzero_ps();
+    for (int64_t k = 0; k < n; k++) {
+        __m256 wv[2];
+#pragma GCC unroll 2
+        for (int i = 0; i < RH; i++) {
+            _mm_prefetch(wp[i] + k * col + 1024, _MM_HINT_T0);
+            wv[i] = load_col8(type, wp[i] + k * col);
+        }
+#pragma GCC unroll 6
+        for (int j = 0; j < T; j++) {
+            __m256 xv = _mm256_broadcast_ss(xs + k * S + j);
+#pragma GCC unroll 2
+            for (int i = 0; i < RH; i++)
+                acc[i][j] = _mm256_fmadd_ps(wv[i], xv, acc[i][j]);
+        }
+    }
+#pragma GCC unroll 6
+    for (int j = 0; j < T; j++)
+#pragma GCC unroll 2
+        for (int i = 0; i < RH; i++) {
+            int64_t r = (u + i) * 8;
+            float *y = m->y + (t + j) * n_out + r;
+            if (n_out - r >= 8)
+                _mm256_storeu_ps(y, acc[i][j]);
+            else
+                store_tail(y, n_out - r, acc[i][j]);
+        }
+}
+
+#define DEF_GTILE(NAME, TYPE, R, T)                                                                \
+    static void NAME##_##R##x##T(const struct tl__mm *m, int64_t u, int64_t t)                     \
+    {                                                                                              \
+        gtile(m, u, t, TYPE, R, T);                                                                \
+    }
+#define DEF_GTILES(NAME, TYPE, R)                                                                  \
+    DEF_GTILE(NAME, TYPE, R, 1)                                                                    \
+    DEF_GTILE(NAME, TYPE, R, 2)                                                                    \
+    DEF_GTILE(NAME, TYPE, R, 3)                                                                    \
+    DEF_GTILE(NAME, TYPE, R, 4) DEF_GTILE(NAME, TYPE, R, 5) DEF_GTILE(NAME, TYPE, R, 6)
+#define DEF_GTILES_(NAME, TYPE, R) DEF_GTILES(NAME, TYPE, R)
+#define GT_LIST(NAME, R)                                                                           \
+    {                                                                                              \
+        0, NAME##_##R##x1, NAME##_##R##x2, NAME##_##R##x3, NAME##_##R##x4, NAME##_##R##x5,         \
+            NAME##_##R##x6                                                                         \
+    }
+#define GT_LIST_(NAME, R) GT_LIST(NAME, R)
+DEF_GTILES_(gk_f32, TL_DTYPE_F32, TL_AVX2_GH)
+DEF_GTILES_(gk_f16, TL_DTYPE_F16, TL_AVX2_GH)
+DEF_GTILES_(gk_bf16, TL_DTYPE_BF16, TL_AVX2_GH)
+#if TL_AVX2_GH != 1
+DEF_GTILES(gk_f32, TL_DTYPE_F32, 1)
+DEF_GTILES(gk_f16, TL_DTYPE_F16, 1)
+DEF_GTILES(gk_bf16, TL_DTYPE_BF16, 1)
+#endif
+// [type][r_full][nt]: r_full 1 = GH halves, 0 = one half.
+static const tile_fn gk_table[3][2][7] = {
+    {GT_LIST(gk_f32, 1), GT_LIST_(gk_f32, TL_AVX2_GH)},
+    {GT_LIST(gk_f16, 1), GT_LIST_(gk_f16, TL_AVX2_GH)},
+    {GT_LIST(gk_bf16, 1), GT_LIST_(gk_bf16, TL_AVX2_GH)},
+};
+
+static void gp_rows(const struct tl__mm *m, int64_t r0, int64_t r1)
+{
+    TL_ASSERT(r0 % TL__QP_ROWS == 0 && GT <= 6 && GH <= 2);
+    TL_ASSERT(m->x_tile == GT || (m->x_tile == 0 && m->n_tok == 1));
+    const struct tl_weight *w = m->w;
+    const int ti = w->type == TL_DTYPE_F32 ? 0 : w->type == TL_DTYPE_F16 ? 1 : 2;
+    const int64_t h0 = r0 / 8, h1 = (r1 + 7) / 8; // 8-row halves (the last may be partial)
+    const int64_t chunk =
+        tl__even_chunk(m->n_tok, (int64_t)(P_CHUNK_BYTES / ((size_t)w->n_in * 4)) / GT * GT, GT);
+    for (int64_t c0 = 0; c0 < m->n_tok; c0 += chunk) {
+        int64_t c1 = c0 + chunk < m->n_tok ? c0 + chunk : m->n_tok;
+        for (int64_t u = h0; u < h1;) {
+            const int rh = h1 - u >= GH ? GH : 1;
+            for (int64_t t = c0; t < c1; t += GT) {
+                int nt = c1 - t < GT ? (int)(c1 - t) : GT;
+                gk_table[ti][rh == GH][nt](m, u, t);
+            }
+            u += rh;
+        }
+    }
+}
+
 static void matmul_rows(const struct tl__mm *m, int64_t r0, int64_t r1)
 {
     if (m->w->layout == TL_WEIGHT_PACKED) {
-        qp_rows(m, r0, r1);
+        (m->w->type == TL_DTYPE_Q8_0 ? qp_rows : gp_rows)(m, r0, r1);
         return;
     }
     const struct tileset *ts = tiles_for(m->w->type);
     size_t tok_bytes = m->w->type == TL_DTYPE_Q8_0 ? m->xq_stride : (size_t)m->w->n_in * 4;
-    int64_t chunk = (int64_t)(CHUNK_BYTES / tok_bytes) / ts->T * ts->T;
-    if (chunk < ts->T) chunk = ts->T;
+    const int64_t chunk =
+        tl__even_chunk(m->n_tok, (int64_t)(CHUNK_BYTES / tok_bytes) / ts->T * ts->T, ts->T);
     for (int64_t c0 = 0; c0 < m->n_tok; c0 += chunk) {
         int64_t c1 = c0 + chunk < m->n_tok ? c0 + chunk : m->n_tok;
         int64_t r = r0;
@@ -711,6 +835,7 @@ static void f32_to_f16(const float *src, uint16_t *dst, int64_t n)
 const struct tl__kernel_ops tl__ops_avx2 = {
     .name = "avx2",
     .row_align = row_align,
+    .x_tile = GT,
     .quantize_x = quantize_x,
     .matmul_rows = matmul_rows,
     .rmsnorm = rmsnorm,

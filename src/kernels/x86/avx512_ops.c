@@ -501,8 +501,8 @@ enum { Q_CHUNK_BYTES = 512 * 1024 };
 
 static void q8_rows(const struct tl__mm *m, int64_t r0, int64_t r1)
 {
-    int64_t chunk = (int64_t)(Q_CHUNK_BYTES / m->xq_stride) / QT * QT;
-    if (chunk < QT) chunk = QT;
+    const int64_t chunk =
+        tl__even_chunk(m->n_tok, (int64_t)(Q_CHUNK_BYTES / m->xq_stride) / QT * QT, QT);
     for (int64_t c0 = 0; c0 < m->n_tok; c0 += chunk) {
         int64_t c1 = c0 + chunk < m->n_tok ? c0 + chunk : m->n_tok;
         for (int64_t r = r0; r < r1;) {
@@ -539,9 +539,30 @@ enum { PF_DIST = 1024 };                       // weight prefetch distance (byte
 // k-blocks (ACC_LOAD: resume from it; ACC_REDUCE: last k-block, store y).
 struct pblock {
     int64_t g, t, b0, b1;
+    const char *wbase[4]; // (packed floats) column k of group i at wbase[i] + k * column bytes
     __m512 *park;
     int mode, prefetch;
+    // Prefetch of the next k-block's weights, spread over the token tiles of this one: per
+    // group i, iteration k prefetches pf[i] + (k - b0) * pf_step (pf[i] NULL: nothing).
+    const char *pf[4];
+    size_t pf_step;
 };
+
+#ifndef TL_AVX512_PFHINT
+#define TL_AVX512_PFHINT _MM_HINT_T1
+#endif
+
+// Fills pb->pf for token tile `ti` of `n_tiles`: the next slab is `bytes` bytes at next[i]
+// for each of the n_next groups.
+static void pblock_set_pf(struct pblock *pb, const char *const *next, int n_next, size_t bytes,
+                          int64_t ti, int64_t n_tiles)
+{
+    size_t share = (bytes + (size_t)n_tiles - 1) / (size_t)n_tiles;
+    int64_t nk = pb->b1 - pb->b0;
+    pb->pf_step = (share + (size_t)nk - 1) / (size_t)nk;
+    for (int i = 0; i < 4; i++)
+        pb->pf[i] = i < n_next ? next[i] + (size_t)ti * share : NULL;
+}
 
 static ALWAYS_INLINE void ptile(const struct tl__mm *m, const struct pblock *pb, const int RG,
                                 const int T)
@@ -660,7 +681,7 @@ static const qp_fn qp_table[2][9] = {FK_LIST(qp, 1), FK_LIST_(qp, TL_AVX512_PR)}
 #define TL_AVX512_PKB 16
 #endif
 #ifndef TL_AVX512_PCHUNK
-#define TL_AVX512_PCHUNK (256 * 1024)
+#define TL_AVX512_PCHUNK (512 * 1024)
 #endif
 #ifndef TL_AVX512_PPF
 #define TL_AVX512_PPF 1
@@ -675,9 +696,9 @@ static void qp_rows(const struct tl__mm *m, int64_t r0, int64_t r1)
     TL_ASSERT(r0 % TL__QP_ROWS == 0);
     const int64_t g0 = r0 / TL__QP_ROWS, g1 = (r1 + TL__QP_ROWS - 1) / TL__QP_ROWS;
     const int64_t nb = m->w->n_in / TL_QK8_0;
-    int64_t chunk = (int64_t)(P_CHUNK_BYTES / m->xq_stride) / PT * PT;
-    if (chunk < PT) chunk = PT;
-    if (chunk > P_PARK_TOK / PT * PT) chunk = P_PARK_TOK / PT * PT;
+    int64_t max_chunk = (int64_t)(P_CHUNK_BYTES / m->xq_stride) / PT * PT;
+    if (max_chunk > P_PARK_TOK / PT * PT) max_chunk = P_PARK_TOK / PT * PT;
+    const int64_t chunk = tl__even_chunk(m->n_tok, max_chunk, PT);
     _Alignas(64) __m512 park[(P_PARK_TOK + PT - 1) / PT * PR * PT];
     for (int64_t c0 = 0; c0 < m->n_tok; c0 += chunk) {
         int64_t c1 = c0 + chunk < m->n_tok ? c0 + chunk : m->n_tok;
@@ -699,6 +720,190 @@ static void qp_rows(const struct tl__mm *m, int64_t r0, int64_t r1)
     }
 }
 
+// ---- matmul: packed F32 / F16 / BF16 weights (tl_weight_prepare) -------------------------------
+//
+// Column k of 16 rows is one load (kernels_impl.h), converted to f32 once and multiplied by
+// x[t][k] broadcast for the T tokens of the tile: a GEMM micro-kernel with RG x T accumulators
+// whose lanes are rows. Each (row, token) lane computes acc = fma(w[k], x[k], acc) for k in
+// order, whatever the tile shape, k-block or thread; k-blocks park the accumulators bitwise.
+
+#ifndef TL_AVX512_GR
+#define TL_AVX512_GR 2
+#define TL_AVX512_GT 12
+#endif
+#ifndef TL_AVX512_GKC
+#define TL_AVX512_GKC 256
+#endif
+enum { GR = TL_AVX512_GR, GT = TL_AVX512_GT, GKC = TL_AVX512_GKC };
+enum { G_PARK_TOK = 120, G_CHUNK_BYTES = 512 * 1024 };
+
+static ALWAYS_INLINE __m512 load_col16(const int type, const void *p)
+{
+    if (type == TL_DTYPE_F32) return _mm512_load_ps(p);
+    __m256i h = _mm256_load_si256((const __m256i *)p);
+    if (type == TL_DTYPE_F16) return _mm512_cvtph_ps(h);
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+
+static ALWAYS_INLINE void gtile(const struct tl__mm *m, const struct pblock *pb, const int type,
+                                const int RG, const int T)
+{
+    const struct tl_weight *w = m->w;
+    const int64_t n_out = w->n_out;
+    const size_t col = TL__QP_ROWS * (type == TL_DTYPE_F32 ? 4 : 2); // bytes per column
+    const char *wp[4];
+    __m512 acc[4][12];
+#pragma GCC unroll 4
+    for (int i = 0; i < RG; i++)
+        wp[i] = pb->wbase[i];
+    // token j's x[k] at xs[k * S + j] (an interleaved tile, or one token's row)
+    const int64_t S = m->x_tile ? m->x_tile : 1;
+    const float *xs = m->x + pb->t * w->n_in;
+#pragma GCC unroll 4
+    for (int i = 0; i < RG; i++)
+#pragma GCC unroll 12
+        for (int j = 0; j < T; j++)
+            acc[i][j] = (pb->mode & ACC_LOAD) ? pb->park[i * T + j] : _mm512_setzero_ps();
+    if (pb->pf[0]) {
+        for (int64_t k = pb->b0; k < pb->b1; k++) {
+            __m512 wv[4];
+#pragma GCC unroll 4
+            for (int i = 0; i < RG; i++) {
+                if (pb->pf[i])
+                    _mm_prefetch(pb->pf[i] + (k - pb->b0) * pb->pf_step, TL_AVX512_PFHINT);
+                wv[i] = load_col16(type, wp[i] + k * col);
+            }
+#pragma GCC unroll 12
+            for (int j = 0; j < T; j++) {
+                __m512 xv = _mm512_set1_ps(xs[k * S + j]);
+#pragma GCC unroll 4
+                for (int i = 0; i < RG; i++)
+                    acc[i][j] = _mm512_fmadd_ps(wv[i], xv, acc[i][j]);
+            }
+        }
+    } else {
+        for (int64_t k = pb->b0; k < pb->b1; k++) {
+            __m512 wv[4];
+#pragma GCC unroll 4
+            for (int i = 0; i < RG; i++)
+                wv[i] = load_col16(type, wp[i] + k * col);
+#pragma GCC unroll 12
+            for (int j = 0; j < T; j++) {
+                __m512 xv = _mm512_set1_ps(xs[k * S + j]);
+#pragma GCC unroll 4
+                for (int i = 0; i < RG; i++)
+                    acc[i][j] = _mm512_fmadd_ps(wv[i], xv, acc[i][j]);
+            }
+        }
+    }
+    if (!(pb->mode & ACC_REDUCE)) {
+#pragma GCC unroll 4
+        for (int i = 0; i < RG; i++)
+#pragma GCC unroll 12
+            for (int j = 0; j < T; j++)
+                pb->park[i * T + j] = acc[i][j];
+        return;
+    }
+#pragma GCC unroll 12
+    for (int j = 0; j < T; j++)
+#pragma GCC unroll 4
+        for (int i = 0; i < RG; i++) {
+            int64_t r = (pb->g + i) * TL__QP_ROWS;
+            float *y = m->y + (pb->t + j) * n_out + r;
+            if (n_out - r >= 16)
+                _mm512_storeu_ps(y, acc[i][j]);
+            else
+                _mm512_mask_storeu_ps(y, tail_mask16(n_out - r), acc[i][j]);
+        }
+}
+
+#define DEF_GK(NAME, TYPE, R, T)                                                                   \
+    static void NAME##_##R##x##T(const struct tl__mm *m, const struct pblock *pb)                  \
+    {                                                                                              \
+        gtile(m, pb, TYPE, R, T);                                                                  \
+    }
+#define DEF_GK_R(NAME, TYPE, R)                                                                    \
+    DEF_GK(NAME, TYPE, R, 1)                                                                       \
+    DEF_GK(NAME, TYPE, R, 2)                                                                       \
+    DEF_GK(NAME, TYPE, R, 3)                                                                       \
+    DEF_GK(NAME, TYPE, R, 4)                                                                       \
+    DEF_GK(NAME, TYPE, R, 5)                                                                       \
+    DEF_GK(NAME, TYPE, R, 6)                                                                       \
+    DEF_GK(NAME, TYPE, R, 7)                                                                       \
+    DEF_GK(NAME, TYPE, R, 8)                                                                       \
+    DEF_GK(NAME, TYPE, R, 9)                                                                       \
+    DEF_GK(NAME, TYPE, R, 10) DEF_GK(NAME, TYPE, R, 11) DEF_GK(NAME, TYPE, R, 12)
+#define DEF_GK_R_(NAME, TYPE, R) DEF_GK_R(NAME, TYPE, R)
+#define GK_LIST(NAME, R)                                                                           \
+    {                                                                                              \
+        0, NAME##_##R##x1, NAME##_##R##x2, NAME##_##R##x3, NAME##_##R##x4, NAME##_##R##x5,         \
+            NAME##_##R##x6, NAME##_##R##x7, NAME##_##R##x8, NAME##_##R##x9, NAME##_##R##x10,       \
+            NAME##_##R##x11, NAME##_##R##x12                                                       \
+    }
+#define GK_LIST_(NAME, R) GK_LIST(NAME, R)
+DEF_GK_R_(gk_f32, TL_DTYPE_F32, TL_AVX512_GR)
+DEF_GK_R_(gk_f16, TL_DTYPE_F16, TL_AVX512_GR)
+DEF_GK_R_(gk_bf16, TL_DTYPE_BF16, TL_AVX512_GR)
+#if TL_AVX512_GR != 1
+DEF_GK_R(gk_f32, TL_DTYPE_F32, 1)
+DEF_GK_R(gk_f16, TL_DTYPE_F16, 1)
+DEF_GK_R(gk_bf16, TL_DTYPE_BF16, 1)
+#endif
+// [type][r_full][nt]: r_full 1 = GR groups, 0 = one group.
+static const qp_fn gk_table[3][2][13] = {
+    {GK_LIST(gk_f32, 1), GK_LIST_(gk_f32, TL_AVX512_GR)},
+    {GK_LIST(gk_f16, 1), GK_LIST_(gk_f16, TL_AVX512_GR)},
+    {GK_LIST(gk_bf16, 1), GK_LIST_(gk_bf16, TL_AVX512_GR)},
+};
+
+static void gp_rows(const struct tl__mm *m, int64_t r0, int64_t r1)
+{
+    TL_ASSERT(r0 % TL__QP_ROWS == 0 && GT <= 12 && GR <= 4);
+    TL_ASSERT(m->x_tile == GT || (m->x_tile == 0 && m->n_tok == 1));
+    const struct tl_weight *w = m->w;
+    const int ti = w->type == TL_DTYPE_F32 ? 0 : w->type == TL_DTYPE_F16 ? 1 : 2;
+    const int64_t g0 = r0 / TL__QP_ROWS, g1 = (r1 + TL__QP_ROWS - 1) / TL__QP_ROWS, n = w->n_in;
+    int64_t max_chunk = (int64_t)(G_CHUNK_BYTES / ((size_t)n * 4)) / GT * GT;
+    if (max_chunk > G_PARK_TOK / GT * GT) max_chunk = G_PARK_TOK / GT * GT;
+    const int64_t chunk = tl__even_chunk(m->n_tok, max_chunk, GT);
+    _Alignas(64) __m512 park[(G_PARK_TOK + GT - 1) / GT * GR * GT];
+    const size_t col = TL__QP_ROWS * (ti == 0 ? 4 : 2);
+    for (int64_t c0 = 0; c0 < m->n_tok; c0 += chunk) {
+        int64_t c1 = c0 + chunk < m->n_tok ? c0 + chunk : m->n_tok;
+        const int64_t n_tiles = (c1 - c0 + GT - 1) / GT;
+        for (int64_t g = g0; g < g1;) {
+            const int rg = g1 - g >= GR ? GR : 1;
+            for (int64_t k0 = 0; k0 < n; k0 += GKC) {
+                struct pblock pb = {.g = g, .b0 = k0, .b1 = k0 + GKC < n ? k0 + GKC : n};
+                pb.mode = (k0 > 0 ? ACC_LOAD : 0) | (pb.b1 == n ? ACC_REDUCE : 0);
+                // (converting an F16/BF16 k-block to f32 once for all the tiles measured no
+                // faster than converting in registers per tile)
+                for (int i = 0; i < rg; i++)
+                    pb.wbase[i] = (const char *)tl__pk_group(w, g + i);
+                // the next k-block: the rest of these rows, else the next row groups
+                const char *next[4];
+                int n_next = 0;
+                int64_t nk0 = pb.b1, ng = g, nrg = rg;
+                if (nk0 == n) {
+                    nk0 = 0, ng = g + rg;
+                    nrg = g1 - ng >= GR ? GR : g1 - ng;
+                }
+                for (; n_next < nrg; n_next++)
+                    next[n_next] = (const char *)tl__pk_group(w, ng + n_next) + nk0 * col;
+                size_t nbytes = (size_t)((nk0 + GKC < n ? nk0 + GKC : n) - nk0) * col;
+                for (int64_t t = c0; t < c1; t += GT) {
+                    int nt = c1 - t < GT ? (int)(c1 - t) : GT;
+                    pb.t = t;
+                    pb.park = park + (t - c0) / GT * (GR * GT);
+                    pblock_set_pf(&pb, next, n_next, nbytes, (t - c0) / GT, n_tiles);
+                    gk_table[ti][rg == GR][nt](m, &pb);
+                }
+            }
+            g += rg;
+        }
+    }
+}
+
 static int row_align(enum tl_dtype type)
 {
     return type == TL_DTYPE_Q8_0 ? QR : FR;
@@ -706,12 +911,11 @@ static int row_align(enum tl_dtype type)
 
 static void matmul_rows(const struct tl__mm *m, int64_t r0, int64_t r1)
 {
-    if (m->w->type == TL_DTYPE_Q8_0 && m->w->layout == TL_WEIGHT_PACKED)
-        qp_rows(m, r0, r1);
-    else if (m->w->type == TL_DTYPE_Q8_0)
-        q8_rows(m, r0, r1);
+    const bool packed = m->w->layout == TL_WEIGHT_PACKED;
+    if (m->w->type == TL_DTYPE_Q8_0)
+        (packed ? qp_rows : q8_rows)(m, r0, r1);
     else
-        float_rows(m, r0, r1);
+        (packed ? gp_rows : float_rows)(m, r0, r1);
 }
 
 // ---- row-wise ops -----------------------------------------------------------------------------
@@ -1128,6 +1332,7 @@ static void f32_to_f16(const float *src, uint16_t *dst, int64_t n)
 const struct tl__kernel_ops tl__ops_avx512 = {
     .name = "avx512",
     .row_align = row_align,
+    .x_tile = GT,
     .quantize_x = quantize_x,
     .matmul_rows = matmul_rows,
     .rmsnorm = rmsnorm,
