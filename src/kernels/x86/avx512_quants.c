@@ -169,12 +169,10 @@ static const __m512i *nib_mask(void)
 // Bytes of lane group g = 1 << (base + g): selects bit base+g of bytes broadcast to 4 lanes.
 static ALWAYS_INLINE __m512i bit_sel(int base)
 {
-    return _mm512_set_epi32(
-        0x01010101 << (base + 3), 0x01010101 << (base + 3), 0x01010101 << (base + 3),
-        0x01010101 << (base + 3), 0x01010101 << (base + 2), 0x01010101 << (base + 2),
-        0x01010101 << (base + 2), 0x01010101 << (base + 2), 0x01010101 << (base + 1),
-        0x01010101 << (base + 1), 0x01010101 << (base + 1), 0x01010101 << (base + 1),
-        0x01010101 << base, 0x01010101 << base, 0x01010101 << base, 0x01010101 << base);
+    // unsigned shifts: 0x01010101 << 7 does not fit an int
+    const int b0 = (int)(0x01010101u << base), b1 = (int)(0x01010101u << (base + 1));
+    const int b2 = (int)(0x01010101u << (base + 2)), b3 = (int)(0x01010101u << (base + 3));
+    return _mm512_set_epi32(b3, b3, b3, b3, b2, b2, b2, b2, b1, b1, b1, b1, b0, b0, b0, b0);
 }
 
 // Per 16-bit lane: shift counts 0, 2, 4, 6 for lane groups 0..3 (2-bit fields of a byte).
@@ -594,8 +592,9 @@ typedef void (*tile_fn)(const struct tl__qx_mm *m, int64_t r, int64_t t);
     DEF_TILE(NAME, TYPE, R, 1)                                                                     \
     DEF_TILE(NAME, TYPE, R, 2)                                                                     \
     DEF_TILE(NAME, TYPE, R, 3)                                                                     \
-    DEF_TILE(NAME, TYPE, R, 4) DEF_TILE(NAME, TYPE, R, 5) DEF_TILE(NAME, TYPE, R, 6)               \
-        DEF_TILE(NAME, TYPE, R, 7) DEF_TILE(NAME, TYPE, R, 8)
+    DEF_TILE(NAME, TYPE, R, 4)                                                                     \
+    DEF_TILE(NAME, TYPE, R, 5) DEF_TILE(NAME, TYPE, R, 6) DEF_TILE(NAME, TYPE, R, 7)               \
+        DEF_TILE(NAME, TYPE, R, 8)
 #define DEF_TILES_R_(NAME, TYPE, R) DEF_TILES_R(NAME, TYPE, R)
 #define DEF_TILES(NAME, TYPE)                                                                      \
     DEF_TILES_R_(NAME, TYPE, TL_AVX512_XR)                                                         \
