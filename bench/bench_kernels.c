@@ -2,7 +2,8 @@
  * Kernel benchmark. First checks every ISA variant against the scalar reference (exit 1 on a
  * mismatch), then measures the machine's ceilings (streaming read bandwidth, peak f32 FMA and
  * int8 VNNI rate of one core) and times tl_matmul for the shapes of a 110M and a 1B Llama at
- * n_tok = 1..128 for each weight type, ISA and thread count.
+ * n_tok = 1..128 for each weight type, ISA and thread count, then attention (1B-like with
+ * grouped-query heads, and 110M-like without).
  *
  * Weights are "cold": each timed call uses the next copy of the matrix in a 1 GiB arena, so a
  * single-token matmul reads from DRAM rather than from this machine's large L3, as it would in
@@ -234,17 +235,18 @@ static const int64_t toks[] = {1, 4, 16, 32, 64, 128};
 
 // Decode-style attention: n_tok tokens of different sequences, each attending to n_ctx
 // positions of a 1B-like layer (32 heads, 4 KV heads, head_dim 64, F16 KV, blocks of 16).
-static void bench_attention(struct tl_pool *pool, int threads, const char *only_isa)
+static void bench_attention(struct tl_pool *pool, int threads, const char *only_isa, int N_HEAD,
+                            int N_KV)
 {
-    enum { N_HEAD = 32, N_KV = 4, HD = 64, BS = 16, MAX_TOK = 16 };
+    enum { HD = 64, BS = 16, MAX_TOK = 16, MAX_HEAD = 32 };
     const int64_t ctxs[] = {256, 1024, 4096};
     int64_t max_ctx = 4096, blocks_per_seq = max_ctx / BS;
     size_t n_blocks = (size_t)(MAX_TOK * blocks_per_seq);
     size_t elems = n_blocks * BS * N_KV * HD;
     uint16_t *k = tl_aligned_alloc(elems * 2), *v = tl_aligned_alloc(elems * 2);
     int32_t *tables = malloc(sizeof(int32_t) * n_blocks);
-    float *q = tl_aligned_alloc(sizeof(float) * MAX_TOK * N_HEAD * HD);
-    float *out = tl_aligned_alloc(sizeof(float) * MAX_TOK * N_HEAD * HD);
+    float *q = tl_aligned_alloc(sizeof(float) * MAX_TOK * MAX_HEAD * HD);
+    float *out = tl_aligned_alloc(sizeof(float) * MAX_TOK * MAX_HEAD * HD);
     void *work = tl_aligned_alloc(tl_attention_work_bytes(threads, max_ctx, HD));
     for (size_t i = 0; i < elems; i++) {
         k[i] = tl_f32_to_fp16(rnd());
@@ -255,8 +257,9 @@ static void bench_attention(struct tl_pool *pool, int threads, const char *only_
     for (int i = 0; i < MAX_TOK * N_HEAD * HD; i++)
         q[i] = rnd();
     struct tl_kv_layer kv = {TL_DTYPE_F16, BS, N_KV, HD, k, v};
-    printf("\nattention (32 heads, 4 KV heads, head_dim 64, F16 KV; per layer; KV GB/s = K+V "
-           "bytes of each token's context / time)\n");
+    printf("\nattention (%d heads, %d KV heads, head_dim 64, F16 KV; per layer; KV GB/s = K+V "
+           "bytes of each token's context / time)\n",
+           N_HEAD, N_KV);
     printf("%-6s %5s %4s %3s %10s %9s\n", "isa", "ctx", "tok", "thr", "us/call", "KV GB/s");
     for (int s = 0; s < 3; s++) {
         if (only_isa && strcmp(only_isa, isas[s])) continue;
@@ -443,7 +446,10 @@ int main(int argc, char **argv)
     }
     if (!only_type || !strcasecmp(only_type, "attn"))
         for (int th = 1; th <= 2; th++)
-            if (!only_threads || th == only_threads) bench_attention(pools[th - 1], th, only_isa);
+            if (!only_threads || th == only_threads) {
+                bench_attention(pools[th - 1], th, only_isa, 32, 4);  // 1B-like: GQA groups of 8
+                bench_attention(pools[th - 1], th, only_isa, 12, 12); // 110M: no sharing
+            }
     tl_aligned_free(x);
     tl_aligned_free(y);
     tl_aligned_free(work);

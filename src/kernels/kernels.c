@@ -4,9 +4,10 @@
  * Design: one `struct tl__kernel_ops` table per ISA (ref.c, x86/avx2_ops.c, x86/avx512_ops.c).
  * The first op picks the best table the CPU supports (or the one named by $TL_ISA) once per
  * process; tl_kernels_force_isa swaps it between ops (tests, benchmarks). This file owns what
- * every ISA shares: splitting rows and (token, head) pairs -- or (token, KV head, group of
- * query heads) when the ISA reads shared K/V once per group -- over the pool, quantizing the
- * activations of a Q8_0 matmul once per call into the work buffer, and carving work buffers.
+ * every ISA shares: splitting rows and (token, head) pairs -- or (token, range of KV heads)
+ * when the ISA reads each chunk of K/V once for all their query heads -- over the pool,
+ * quantizing the activations of a Q8_0 matmul (or interleaving them for packed float weights)
+ * once per call into the work buffer, and carving work buffers.
  *
  * Determinism: threads only ever split output rows (matmul) or query heads (attention); each
  * output element is computed start-to-finish by one thread with the ISA's fixed per-element
@@ -286,30 +287,27 @@ struct attn_job {
     const float *q;
     const struct tl_attn_query *queries;
     int64_t n_tok;
-    int n_head, group, gh;
+    int n_head, group, n_ranges;
     float scale;
     float *out;
     char *work;
     size_t thread_bytes, scores_bytes;
 };
 
-// Units of (token, KV head, sub-group of at most `gh` of the query heads sharing that KV head),
-// for ISAs whose attn_group reads each K/V row once for several heads.
-static void attn_group_worker(void *arg, int ith, int nth)
+// Units of (token, range of KV heads) for ISAs whose attn_kv reads each chunk of K/V rows once
+// for all the query heads of the range; consecutive units are the ranges of one token.
+static void attn_kv_worker(void *arg, int ith, int nth)
 {
     struct attn_job *j = arg;
-    const int hd = j->kv->head_dim, n_kv = j->kv->n_kv_head;
-    const int n_sub = (j->group + j->gh - 1) / j->gh;
+    const int n_kv = j->kv->n_kv_head, R = j->n_ranges;
     int64_t u0, u1;
-    tl_pool_range(j->n_tok * n_kv * n_sub, 1, ith, nth, &u0, &u1);
+    tl_pool_range(j->n_tok * R, 1, ith, nth, &u0, &u1);
     for (int64_t u = u0; u < u1; u++) {
-        int64_t t = u / (n_kv * n_sub);
-        int rem = (int)(u % (n_kv * n_sub)), kvh = rem / n_sub, sub = rem % n_sub;
-        int h0 = kvh * j->group + sub * j->gh;
-        int nh = j->group - sub * j->gh < j->gh ? j->group - sub * j->gh : j->gh;
-        size_t off = ((size_t)t * j->n_head + h0) * hd;
-        j->o->attn_group(j->kv, j->queries[t].block_table, j->queries[t].n_ctx, kvh, j->q + off, nh,
-                         j->scale, j->out + off);
+        int64_t t = u / R;
+        int r = (int)(u % R), kvh0 = r * n_kv / R, kvh1 = (r + 1) * n_kv / R;
+        size_t off = (size_t)t * j->n_head * j->kv->head_dim;
+        j->o->attn_kv(j->kv, j->queries[t].block_table, j->queries[t].n_ctx, kvh0, kvh1 - kvh0,
+                      j->group, j->q + off, j->scale, j->out + off);
     }
 }
 
@@ -357,6 +355,17 @@ void tl_attention(struct tl_pool *pool, const struct tl_kv_layer *kv, const floa
         .thread_bytes = attn_thread_bytes(max_ctx, kv->head_dim),
         .scores_bytes = align64((size_t)max_ctx * 4),
     };
-    j.gh = j.o->attn_group ? j.o->attn_group_heads(kv->head_dim) : 0;
-    tl_pool_run(pool, j.gh > 0 ? attn_group_worker : attn_worker, &j);
+    // attn_kv: as few KV-head ranges per token as its accumulators allow, more when there are
+    // few tokens so that every thread gets several units
+    int max_heads = j.o->attn_kv ? j.o->attn_kv_heads(kv->head_dim) : 0;
+    if (max_heads >= j.group) {
+        const int n_kv = kv->n_kv_head, per = max_heads / j.group;
+        int r = (n_kv + per - 1) / per;
+        int64_t want = (4 * (int64_t)tl_pool_size(pool) + n_tok - 1) / n_tok;
+        if (want > r) r = want > n_kv ? n_kv : (int)want;
+        j.n_ranges = r;
+        tl_pool_run(pool, attn_kv_worker, &j);
+    } else {
+        tl_pool_run(pool, attn_worker, &j);
+    }
 }

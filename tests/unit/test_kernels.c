@@ -465,8 +465,8 @@ static void test_weight_prepare(void **state)
                 assert_ptr_equal(tw.w.data, tw.packed);
                 assert_int_equal(tw.w.layout, TL_WEIGHT_PACKED);
                 size_t esz = type == TL_DTYPE_F32 ? 4 : 2;
-                size_t group = type == TL_DTYPE_Q8_0 ? (size_t)(n_in / 32 * 544)
-                                                     : (size_t)n_in * 16 * esz;
+                size_t group =
+                    type == TL_DTYPE_Q8_0 ? (size_t)(n_in / 32 * 544) : (size_t)n_in * 16 * esz;
                 assert_int_equal(tl_weight_data_bytes(&tw.w),
                                  (size_t)((n_out + 15) / 16) * ((group + 63) / 64 * 64));
                 float *x = malloc(sizeof(float) * (size_t)(max_tok * n_in));
@@ -775,14 +775,15 @@ static void test_attention(void **state)
 {
     (void)state;
     enum { N_SEQ = 3, CTX = 45, MAX_HEAD = 16 };
-    // (query heads, KV heads): groups of 3 and 8 heads share a KV head
-    const int head_cfg[][2] = {{6, 2}, {16, 2}, {8, 1}};
+    // (query heads, KV heads): groups of 3 and 8 heads share a KV head; 5/5 has one query
+    // head per KV head (no sharing) and an odd KV head count to split into ranges
+    const int head_cfg[][2] = {{6, 2}, {16, 2}, {8, 1}, {5, 5}};
     // 128 and 136: the most kept in registers, and more
     const int head_dims[] = {64, 40, 8, 128, 136};
     const int block_sizes[] = {16, 5};
     const enum tl_dtype types[] = {TL_DTYPE_F32, TL_DTYPE_F16};
     struct tl_pool *pool = tl_pool_create(3);
-    for (int ci = 0; ci < 3; ci++)
+    for (int ci = 0; ci < 4; ci++)
         for (int ti = 0; ti < 2; ti++)
             for (int hi = 0; hi < 5; hi++)
                 for (int bi = 0; bi < 2; bi++) {

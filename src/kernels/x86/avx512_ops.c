@@ -2,11 +2,20 @@
  * The AVX-512 kernel variant (F, BW, VL, DQ, VNNI; compiled with those -m flags and only called
  * when the CPU has them).
  *
- * Matmul design: micro-tiles of R weight rows x T tokens. Each weight vector loaded (and, for
- * F16/BF16, converted to f32 in registers) is used for all T tokens of the tile; each (row,
- * token) pair owns one accumulator register. Over a matmul, a thread walks its rows in blocks
- * of R and, for each block, every token tile of a token chunk sized to stay in L2, so a weight
- * row block is read from memory once per chunk and then hits L1.
+ * Matmul, packed weights (tl_weight_prepare; the model's path): the 16 rows of a packed group
+ * are the 16 lanes of an accumulator, so a tile of RG groups x T tokens needs no horizontal
+ * sums; each weight vector is loaded once per tile and multiplied with each token's activation
+ * broadcast from memory.
+ *   - Q8_0: one vector = 4 bytes of 16 rows (stored as w + 128); vpdpbusd with the token's 4
+ *     activation bytes, 8 per 32-block into an int32 accumulator started at the token's block
+ *     bias (cancelling the +128), then acc = fma(float(sumi), d_w * d_x, acc). Tiles 2 x 8.
+ *   - F32/F16/BF16: one vector = column k of 16 rows, converted to f32; acc = fma(w, x[k],
+ *     acc). Tiles 2 x 12, over activations interleaved by kernels.c in tiles of 12 tokens.
+ *   Both walk rows in k-blocks (accumulators parked bitwise between blocks) so a group pair's
+ *   k-block stays in L1 for all the token tiles of a chunk, and prefetch the next k-block's
+ *   weights spread over those tiles.
+ * Matmul, file layout (weights not prepared): micro-tiles of R rows x T tokens where each
+ * (row, token) pair owns a 16-lane accumulator summed horizontally at the end.
  *   - F32/F16/BF16: 16 lanes per step; acc = fma(w, x, acc); the tail (n_in % 16) uses masked
  *     loads that read zeros, so it is the same arithmetic as a full step. Rows are cut into
  *     k-blocks of 512 (accumulators parked bitwise between blocks); with more tokens than one
@@ -18,14 +27,14 @@
  *     0-15 and 16-31 of the four blocks) leave each block's exact sum spread over 4 lanes; then
  *     acc = fma(float(sumi), d_w * d_x, acc): 5 ALU ops per 128 MACs and (row, token) pair.
  * Every (row, token) element sees the same instruction sequence in every tile shape (full tile,
- * token tail, row tail), and the final horizontal sums (one transpose-add tree for 16
+ * token tail, row tail, k-block), and the final horizontal sums (one transpose-add tree for 16
  * accumulators, or the same order for one) give each element the same value whatever it is
  * reduced with, so results do not depend on the batch. Tile shapes come from one always-inline
  * template instantiated per shape.
  *
  * Elementwise ops use a vectorized exp (Cody-Waite reduction, degree-7 polynomial, scalef),
- * accurate to about 1 ulp. Attention processes the query heads that share a KV head together
- * with an online softmax (see the attention sections below).
+ * accurate to about 1 ulp. Attention handles all the query heads of a range of KV heads of one
+ * token in one pass over its context, with an online softmax (see the attention sections).
  *
  * Thread model: pure functions over caller-owned memory; re-entrant.
  */
@@ -1175,145 +1184,183 @@ static void attn_head(const struct tl_kv_layer *kv, const int32_t *block_table, 
         attn_large(kv, block_table, n_ctx, kv_head, q, scale, out, scores, acc, 0);
 }
 
-// ---- grouped attention (online softmax) -------------------------------------------------------
+// ---- attention over all the heads of a token (online softmax) ---------------------------------
 //
-// The query heads that share a KV head (grouped-query attention) read the same K and V rows, so
-// up to GH of them are processed in one pass: each 16-position chunk of K is converted to f32
-// once (into kbuf) and each V row once, for all of them. The softmax is online: per head a
-// running max m, sum l and output accumulators, rescaled by exp(m_old - m_new) whenever a chunk
-// raises the max. Chunks start at multiples of 16 positions, and every head's arithmetic is the
-// same whichever heads share its pass, so results stay independent of the batch and threads.
+// One call handles the query heads of a range of KV heads for one token, walking the context
+// in chunks of 16 positions: for each chunk and KV head, the chunk's K and V rows are read once
+// (converted to f32 once into a buffer when several query heads share them, grouped-query
+// attention) and used by all of that KV head's query heads. A chunk of a KV-cache block holds
+// every head of its positions contiguously, so the walk streams whole blocks from memory
+// instead of one head's 128 bytes per position. The softmax is online: per head a running max
+// m, sum l and output accumulators, rescaled by exp(m_old - m_new) whenever a chunk raises the
+// max. q.k for 16 positions is reduced by one transpose-add tree (the add order for position j
+// depends only on j mod 16) and every head's arithmetic is the same whichever heads share its
+// call, so results do not depend on the batch or the threads.
 
-static ALWAYS_INLINE int group_heads(int nq)
-{
-    return nq <= 4 ? 4 : 2; // keeps the GH x NQ output accumulators within 16 registers
-}
+enum { AK_MAX_HEADS = 64, AK_ACC_FLOATS = 8192 }; // query heads per call; their accumulators
 
-static ALWAYS_INLINE void attn_grp(const struct tl_kv_layer *kv, const int32_t *table,
-                                   int64_t n_ctx, int kv_head, const float *q, int nh, float scale,
-                                   float *out, const int f16, const int NQ)
+static ALWAYS_INLINE void attn_kv_t(const struct tl_kv_layer *kv, const int32_t *table,
+                                    int64_t n_ctx, int kvh0, int n_kvh, int group, const float *q,
+                                    float scale, float *out, const int f16, const int NQ,
+                                    const int DIRECT)
 {
-    enum { GH_MAX = 4 };
-    const int GH = NQ <= 4 ? 4 : 2;
-    const int hd = kv->head_dim;
+    const int hd = kv->head_dim, nh = n_kvh * group, hp = NQ * 16;
     const __mmask16 last = tail_mask16(hd - (NQ - 1) * 16);
-    _Alignas(64) float kbuf[16][8 * 16]; // the chunk's K rows in f32, NQ vectors each
-    _Alignas(64) float pbuf[GH_MAX][16]; // the chunk's probabilities per head
-    size_t offs[16];
-    __m512 acc[GH_MAX][8];
-    float m[GH_MAX], l[GH_MAX];
-#pragma GCC unroll 4
-    for (int h = 0; h < GH; h++) {
+    _Alignas(64) float acc[AK_ACC_FLOATS]; // nh x hp: the heads' output accumulators
+    _Alignas(64) float kbuf[16][8 * 16], vbuf[16][8 * 16]; // (unused when DIRECT)
+    _Alignas(64) float pbuf[16];
+    float m[AK_MAX_HEADS], l[AK_MAX_HEADS];
+    size_t offs[16], next[16]; // this chunk's and the next one's (position, KV head 0) offsets
+    const size_t esz = f16 ? 2 : 4, row_bytes = (size_t)hd * esz;
+    for (int h = 0; h < nh; h++) {
         m[h] = -INFINITY;
         l[h] = 0.f;
-#pragma GCC unroll 8
         for (int c = 0; c < NQ; c++)
-            acc[h][c] = _mm512_setzero_ps();
+            _mm512_store_ps(acc + h * hp + 16 * c, _mm512_setzero_ps());
     }
     struct kv_pos p;
-    kvp_init(&p, kv, table, kv_head);
+    kvp_init(&p, kv, table, 0);
+    int n_next = n_ctx < 16 ? (int)n_ctx : 16;
+    for (int u = 0; u < n_next; u++)
+        next[u] = kvp_next(&p); // K and V share the layout
     for (int64_t j0 = 0; j0 < n_ctx; j0 += 16) {
-        const int nu = n_ctx - j0 < 16 ? (int)(n_ctx - j0) : 16;
+        const int nu = n_next;
         const __mmask16 um = tail_mask16(nu);
-        for (int u = 0; u < nu; u++) {
-            offs[u] = kvp_next(&p); // K and V share the layout, so one offset serves both
-#pragma GCC unroll 8
-            for (int c = 0; c < NQ; c++)
-                _mm512_store_ps(kbuf[u] + 16 * c,
-                                load_kv(f16, kv->k, offs[u] + 16 * c, c == NQ - 1 ? last : 0xffff));
-        }
-#pragma GCC unroll 4
-        for (int h = 0; h < GH; h++) {
-            if (h >= nh) break;
-            const float *qh = q + (size_t)h * hd;
-            __m512 part[16];
-#pragma GCC unroll 16
-            for (int u = 0; u < 16; u++) {
-                part[u] = _mm512_setzero_ps();
-                if (u < nu) {
-#pragma GCC unroll 8
-                    for (int c = 0; c < NQ; c++)
-                        part[u] = _mm512_fmadd_ps(
-                            _mm512_maskz_loadu_ps(c == NQ - 1 ? last : 0xffff, qh + 16 * c),
-                            _mm512_load_ps(kbuf[u] + 16 * c), part[u]);
+        memcpy(offs, next, sizeof(offs));
+        n_next = n_ctx - j0 - 16 < 16 ? (int)(n_ctx - j0 - 16 > 0 ? n_ctx - j0 - 16 : 0) : 16;
+        for (int u = 0; u < n_next; u++)
+            next[u] = kvp_next(&p);
+        for (int kh = 0; kh < n_kvh; kh++) {
+            const size_t hoff = (size_t)(kvh0 + kh) * hd;
+            // the next chunk's rows of this KV head, while this one computes (a head's rows
+            // are short runs a position apart, which the hardware prefetchers miss)
+            for (int u = 0; u < n_next; u++)
+                for (size_t b = 0; b < row_bytes; b += 64) {
+                    _mm_prefetch((const char *)kv->k + (next[u] + hoff) * esz + b, _MM_HINT_T0);
+                    _mm_prefetch((const char *)kv->v + (next[u] + hoff) * esz + b, _MM_HINT_T0);
                 }
+            if (!DIRECT) {
+                for (int u = 0; u < nu; u++)
+#pragma GCC unroll 8
+                    for (int c = 0; c < NQ; c++) {
+                        __mmask16 mk = c == NQ - 1 ? last : 0xffff;
+                        _mm512_store_ps(kbuf[u] + 16 * c,
+                                        load_kv(f16, kv->k, offs[u] + hoff + 16 * c, mk));
+                        _mm512_store_ps(vbuf[u] + 16 * c,
+                                        load_kv(f16, kv->v, offs[u] + hoff + 16 * c, mk));
+                    }
             }
-            __m512 s = _mm512_mul_ps(reduce16(part), _mm512_set1_ps(scale));
-            float cmax = _mm512_mask_reduce_max_ps(um, s);
-            float m_new = cmax > m[h] ? cmax : m[h];
-            // rescale factor exp(m_old - m_new) (0 on the first chunk); the chunk's probabilities
-            float corr = 0.f;
-            if (m[h] != -INFINITY)
-                corr = _mm_cvtss_f32(_mm512_castps512_ps128(exp512(_mm512_set1_ps(m[h] - m_new))));
-            __m512 pr = _mm512_maskz_mov_ps(um, exp512(_mm512_sub_ps(s, _mm512_set1_ps(m_new))));
-            l[h] = l[h] * corr + hsum512(pr);
-            m[h] = m_new;
-            _mm512_store_ps(pbuf[h], pr);
-            __m512 vc = _mm512_set1_ps(corr);
-#pragma GCC unroll 8
-            for (int c = 0; c < NQ; c++)
-                acc[h][c] = _mm512_mul_ps(acc[h][c], vc);
-        }
-        for (int u = 0; u < nu; u++) {
-            __m512 v[8];
-#pragma GCC unroll 8
-            for (int c = 0; c < NQ; c++)
-                v[c] = load_kv(f16, kv->v, offs[u] + 16 * c, c == NQ - 1 ? last : 0xffff);
-#pragma GCC unroll 4
-            for (int h = 0; h < GH; h++) {
-                if (h >= nh) break;
-                __m512 pu = _mm512_set1_ps(pbuf[h][u]);
+            for (int g = 0; g < group; g++) {
+                const int h = kh * group + g;
+                const float *qh = q + (size_t)((kvh0 + kh) * group + g) * hd;
+                __m512 qv[8];
 #pragma GCC unroll 8
                 for (int c = 0; c < NQ; c++)
-                    acc[h][c] = _mm512_fmadd_ps(pu, v[c], acc[h][c]);
+                    qv[c] = _mm512_maskz_loadu_ps(c == NQ - 1 ? last : 0xffff, qh + 16 * c);
+                __m512 part[16];
+#pragma GCC unroll 16
+                for (int u = 0; u < 16; u++) {
+                    part[u] = _mm512_setzero_ps();
+                    if (u < nu) {
+#pragma GCC unroll 8
+                        for (int c = 0; c < NQ; c++) {
+                            __m512 kv_ = DIRECT ? load_kv(f16, kv->k, offs[u] + hoff + 16 * c,
+                                                          c == NQ - 1 ? last : 0xffff)
+                                                : _mm512_load_ps(kbuf[u] + 16 * c);
+                            part[u] = _mm512_fmadd_ps(qv[c], kv_, part[u]);
+                        }
+                    }
+                }
+                __m512 sv = _mm512_mul_ps(reduce16(part), _mm512_set1_ps(scale));
+                float cmax = _mm512_mask_reduce_max_ps(um, sv);
+                float m_new = cmax > m[h] ? cmax : m[h];
+                // rescale factor exp(m_old - m_new) (0 on the first chunk); the probabilities
+                float corr = 0.f;
+                if (m[h] != -INFINITY)
+                    corr =
+                        _mm_cvtss_f32(_mm512_castps512_ps128(exp512(_mm512_set1_ps(m[h] - m_new))));
+                __m512 pr =
+                    _mm512_maskz_mov_ps(um, exp512(_mm512_sub_ps(sv, _mm512_set1_ps(m_new))));
+                l[h] = l[h] * corr + hsum512(pr);
+                m[h] = m_new;
+                _mm512_store_ps(pbuf, pr);
+                __m512 a[8];
+                const __m512 vc = _mm512_set1_ps(corr);
+#pragma GCC unroll 8
+                for (int c = 0; c < NQ; c++)
+                    a[c] = _mm512_mul_ps(_mm512_load_ps(acc + h * hp + 16 * c), vc);
+                for (int u = 0; u < nu; u++) {
+                    __m512 pu = _mm512_set1_ps(pbuf[u]);
+#pragma GCC unroll 8
+                    for (int c = 0; c < NQ; c++) {
+                        __m512 vv = DIRECT ? load_kv(f16, kv->v, offs[u] + hoff + 16 * c,
+                                                     c == NQ - 1 ? last : 0xffff)
+                                           : _mm512_load_ps(vbuf[u] + 16 * c);
+                        a[c] = _mm512_fmadd_ps(pu, vv, a[c]);
+                    }
+                }
+#pragma GCC unroll 8
+                for (int c = 0; c < NQ; c++)
+                    _mm512_store_ps(acc + h * hp + 16 * c, a[c]);
             }
         }
     }
-#pragma GCC unroll 4
-    for (int h = 0; h < GH; h++) {
-        if (h >= nh) break;
-        __m512 inv = _mm512_set1_ps(1.f / l[h]);
+    for (int kh = 0; kh < n_kvh; kh++)
+        for (int g = 0; g < group; g++) {
+            const int h = kh * group + g;
+            float *oh = out + (size_t)((kvh0 + kh) * group + g) * hd;
+            __m512 inv = _mm512_set1_ps(1.f / l[h]);
 #pragma GCC unroll 8
-        for (int c = 0; c < NQ; c++)
-            _mm512_mask_storeu_ps(out + (size_t)h * hd + 16 * c, c == NQ - 1 ? last : 0xffff,
-                                  _mm512_mul_ps(acc[h][c], inv));
-    }
+            for (int c = 0; c < NQ; c++)
+                _mm512_mask_storeu_ps(oh + 16 * c, c == NQ - 1 ? last : 0xffff,
+                                      _mm512_mul_ps(_mm512_load_ps(acc + h * hp + 16 * c), inv));
+        }
 }
 
-typedef void (*grp_fn)(const struct tl_kv_layer *kv, const int32_t *table, int64_t n_ctx,
-                       int kv_head, const float *q, int nh, float scale, float *out);
-#define DEF_GRP(F16, NQ)                                                                           \
-    static void grp_##F16##_##NQ(const struct tl_kv_layer *kv, const int32_t *table,               \
-                                 int64_t n_ctx, int kv_head, const float *q, int nh, float scale,  \
-                                 float *out)                                                       \
+typedef void (*akv_fn)(const struct tl_kv_layer *kv, const int32_t *table, int64_t n_ctx, int kvh0,
+                       int n_kvh, int group, const float *q, float scale, float *out);
+#define DEF_AKV(F16, NQ, D)                                                                        \
+    static void akv_##F16##_##NQ##_##D(const struct tl_kv_layer *kv, const int32_t *table,         \
+                                       int64_t n_ctx, int kvh0, int n_kvh, int group,              \
+                                       const float *q, float scale, float *out)                    \
     {                                                                                              \
-        attn_grp(kv, table, n_ctx, kv_head, q, nh, scale, out, F16, NQ);                           \
+        attn_kv_t(kv, table, n_ctx, kvh0, n_kvh, group, q, scale, out, F16, NQ, D);                \
     }
-#define DEF_GRP_NQ(F16)                                                                            \
-    DEF_GRP(F16, 1)                                                                                \
-    DEF_GRP(F16, 2)                                                                                \
-    DEF_GRP(F16, 3)                                                                                \
-    DEF_GRP(F16, 4) DEF_GRP(F16, 5) DEF_GRP(F16, 6) DEF_GRP(F16, 7) DEF_GRP(F16, 8)
-DEF_GRP_NQ(0)
-DEF_GRP_NQ(1)
-static const grp_fn grp_table[2][9] = {
-    {0, grp_0_1, grp_0_2, grp_0_3, grp_0_4, grp_0_5, grp_0_6, grp_0_7, grp_0_8},
-    {0, grp_1_1, grp_1_2, grp_1_3, grp_1_4, grp_1_5, grp_1_6, grp_1_7, grp_1_8},
-};
+#define DEF_AKV_NQ(F16, D)                                                                         \
+    DEF_AKV(F16, 1, D)                                                                             \
+    DEF_AKV(F16, 2, D)                                                                             \
+    DEF_AKV(F16, 3, D)                                                                             \
+    DEF_AKV(F16, 4, D)                                                                             \
+    DEF_AKV(F16, 5, D) DEF_AKV(F16, 6, D) DEF_AKV(F16, 7, D) DEF_AKV(F16, 8, D)
+DEF_AKV_NQ(0, 0)
+DEF_AKV_NQ(1, 0)
+DEF_AKV_NQ(0, 1)
+DEF_AKV_NQ(1, 1)
+#define AKV_LIST(F16, D)                                                                           \
+    {                                                                                              \
+        0, akv_##F16##_1_##D, akv_##F16##_2_##D, akv_##F16##_3_##D, akv_##F16##_4_##D,             \
+            akv_##F16##_5_##D, akv_##F16##_6_##D, akv_##F16##_7_##D, akv_##F16##_8_##D             \
+    }
+// [direct][f16][nq]
+static const akv_fn akv_table[2][2][9] = {{AKV_LIST(0, 0), AKV_LIST(1, 0)},
+                                          {AKV_LIST(0, 1), AKV_LIST(1, 1)}};
 
-static int attn_group_heads(int head_dim)
+static int attn_kv_heads(int head_dim)
 {
     int nq = (head_dim + 15) / 16;
-    return nq <= 8 ? group_heads(nq) : 0;
+    if (nq > 8) return 0;
+    int by_acc = AK_ACC_FLOATS / (nq * 16);
+    return by_acc < AK_MAX_HEADS ? by_acc : AK_MAX_HEADS;
 }
 
-static void attn_group(const struct tl_kv_layer *kv, const int32_t *block_table, int64_t n_ctx,
-                       int kv_head, const float *q, int n_heads, float scale, float *out)
+static void attn_kv(const struct tl_kv_layer *kv, const int32_t *block_table, int64_t n_ctx,
+                    int kvh0, int n_kvh, int group, const float *q, float scale, float *out)
 {
     int nq = (kv->head_dim + 15) / 16;
-    TL_ASSERT(nq <= 8 && n_heads <= group_heads(nq));
-    grp_table[kv->type == TL_DTYPE_F16][nq](kv, block_table, n_ctx, kv_head, q, n_heads, scale,
-                                            out);
+    TL_ASSERT(nq <= 8 && n_kvh * group <= attn_kv_heads(kv->head_dim));
+    // one query head per KV head reads K and V straight from the cache; groups share a buffer
+    akv_table[group == 1][kv->type == TL_DTYPE_F16][nq](kv, block_table, n_ctx, kvh0, n_kvh, group,
+                                                        q, scale, out);
 }
 
 // ---- conversions ------------------------------------------------------------------------------
@@ -1341,6 +1388,6 @@ const struct tl__kernel_ops tl__ops_avx512 = {
     .softmax = softmax,
     .attn_head = attn_head,
     .f32_to_f16 = f32_to_f16,
-    .attn_group_heads = attn_group_heads,
-    .attn_group = attn_group,
+    .attn_kv_heads = attn_kv_heads,
+    .attn_kv = attn_kv,
 };
