@@ -208,6 +208,13 @@ void tl__ref_matmul(const struct tl_weight *w, const float *x, int64_t n_tok, fl
 void tl__ref_rmsnorm(const float *x, const float *w, float eps, int64_t n, float *y);
 void tl__ref_rope(float *x, int n_heads, int head_dim, int64_t pos, float freq_base,
                   float freq_scale, enum tl_rope_mode mode);
+// The pieces of tl__ref_rope, for tl_rope's per-thread cache (the same values bit for bit):
+// frequency i, the cos/sin of pos * freq_scale * freq[i] for i < half, and the rotation.
+double tl__rope_freq(float freq_base, int head_dim, int i);
+void tl__rope_table(int64_t pos, float freq_scale, const double *freq, int half, float *c,
+                    float *s);
+void tl__rope_apply(float *x, int n_heads, int head_dim, const float *c, const float *s,
+                    enum tl_rope_mode mode);
 void tl__ref_swiglu(const float *gate, const float *up, float *out, int64_t n);
 void tl__ref_add(float *y, const float *x, int64_t n);
 void tl__ref_softmax(float *x, int64_t n);

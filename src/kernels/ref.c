@@ -227,15 +227,45 @@ void tl__ref_rmsnorm(const float *x, const float *w, float eps, int64_t n, float
         y[i] = x[i] * s * w[i];
 }
 
+double tl__rope_freq(float freq_base, int head_dim, int i)
+{
+    return pow(freq_base, -2.0 * i / head_dim);
+}
+
+void tl__rope_table(int64_t pos, float freq_scale, const double *freq, int half, float *c, float *s)
+{
+    double p = (double)pos * freq_scale;
+    for (int i = 0; i < half; i++) {
+        double theta = p * freq[i];
+        c[i] = (float)cos(theta);
+        s[i] = (float)sin(theta);
+    }
+}
+
+void tl__rope_apply(float *x, int n_heads, int head_dim, const float *c, const float *s,
+                    enum tl_rope_mode mode)
+{
+    int half = head_dim / 2;
+    for (int i = 0; i < half; i++)
+        for (int h = 0; h < n_heads; h++) {
+            float *v = x + (size_t)h * head_dim;
+            int i0 = mode == TL_ROPE_NEOX ? i : 2 * i;
+            int i1 = mode == TL_ROPE_NEOX ? i + half : 2 * i + 1;
+            float a = v[i0], b = v[i1];
+            v[i0] = a * c[i] - b * s[i];
+            v[i1] = a * s[i] + b * c[i];
+        }
+}
+
 void tl__ref_rope(float *x, int n_heads, int head_dim, int64_t pos, float freq_base,
                   float freq_scale, enum tl_rope_mode mode)
 {
     // cos/sin depend on (pos, i) only: computed once per pair index, applied to every head.
     int half = head_dim / 2;
-    double p = (double)pos * freq_scale;
     for (int i = 0; i < half; i++) {
-        double theta = p * pow(freq_base, -2.0 * i / head_dim);
-        float c = (float)cos(theta), s = (float)sin(theta);
+        double freq = tl__rope_freq(freq_base, head_dim, i);
+        float c, s;
+        tl__rope_table(pos, freq_scale, &freq, 1, &c, &s);
         for (int h = 0; h < n_heads; h++) {
             float *v = x + (size_t)h * head_dim;
             int i0 = mode == TL_ROPE_NEOX ? i : 2 * i;

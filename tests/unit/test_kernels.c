@@ -670,6 +670,35 @@ static void test_rope_modes(void **state)
     assert_memory_equal(y, z, sizeof(x));
 }
 
+// tl_rope caches frequencies and cos/sin per thread: every call must still equal the plain
+// reference bit for bit whatever came before it (same or new position, base, scale, head_dim).
+static void test_rope_cache_matches_ref(void **state)
+{
+    (void)state;
+    struct {
+        int hd;
+        int64_t pos;
+        float base, scale;
+        enum tl_rope_mode mode;
+    } calls[] = {
+        {64, 7, 10000.f, 1.f, TL_ROPE_NORMAL},      {64, 7, 10000.f, 1.f, TL_ROPE_NEOX},
+        {64, 8, 10000.f, 1.f, TL_ROPE_NORMAL},      {64, 8, 10000.f, 0.25f, TL_ROPE_NORMAL},
+        {64, 8, 500000.f, 0.25f, TL_ROPE_NEOX},     {128, 8, 500000.f, 0.25f, TL_ROPE_NEOX},
+        {128, 0, 500000.f, 1.f, TL_ROPE_NORMAL},    {6, 3, 10000.f, 1.f, TL_ROPE_NORMAL},
+        {1024, 4095, 10000.f, 1.f, TL_ROPE_NORMAL}, {64, 7, 10000.f, 1.f, TL_ROPE_NORMAL},
+    };
+    enum { H = 3, MAX_D = 1024 };
+    static float x[H * MAX_D], y[H * MAX_D];
+    for (size_t c = 0; c < sizeof(calls) / sizeof(calls[0]); c++) {
+        int hd = calls[c].hd;
+        fill(x, H * hd, 3.f);
+        memcpy(y, x, sizeof(float) * (size_t)(H * hd));
+        tl__ref_rope(x, H, hd, calls[c].pos, calls[c].base, calls[c].scale, calls[c].mode);
+        tl_rope(y, H, hd, calls[c].pos, calls[c].base, calls[c].scale, calls[c].mode);
+        if (memcmp(x, y, sizeof(float) * (size_t)(H * hd))) fail_msg("rope call %zu differs", c);
+    }
+}
+
 static void test_swiglu_add_softmax(void **state)
 {
     (void)state;
@@ -935,6 +964,7 @@ TL_TEST_MAIN(cmocka_unit_test(test_fp16_exhaustive_roundtrip),
              cmocka_unit_test(test_matmul_ref_vs_double), cmocka_unit_test(test_matmul_isa_vs_ref),
              cmocka_unit_test(test_matmul_deterministic_across_batch_and_threads),
              cmocka_unit_test(test_weight_prepare), cmocka_unit_test(test_rmsnorm),
-             cmocka_unit_test(test_rope_modes), cmocka_unit_test(test_swiglu_add_softmax),
-             cmocka_unit_test(test_attention), cmocka_unit_test(test_kv_store_layout),
-             cmocka_unit_test(test_kv_store_f16_every_isa), cmocka_unit_test(test_isa_selection))
+             cmocka_unit_test(test_rope_modes), cmocka_unit_test(test_rope_cache_matches_ref),
+             cmocka_unit_test(test_swiglu_add_softmax), cmocka_unit_test(test_attention),
+             cmocka_unit_test(test_kv_store_layout), cmocka_unit_test(test_kv_store_f16_every_isa),
+             cmocka_unit_test(test_isa_selection))

@@ -1197,6 +1197,9 @@ static void attn_head(const struct tl_kv_layer *kv, const int32_t *block_table, 
 // depends only on j mod 16) and every head's arithmetic is the same whichever heads share its
 // call, so results do not depend on the batch or the threads.
 
+#ifndef TL_AVX512_AKPF
+#define TL_AVX512_AKPF _MM_HINT_T0
+#endif
 enum { AK_MAX_HEADS = 64, AK_ACC_FLOATS = 8192 }; // query heads per call; their accumulators
 
 static ALWAYS_INLINE void attn_kv_t(const struct tl_kv_layer *kv, const int32_t *table,
@@ -1236,8 +1239,8 @@ static ALWAYS_INLINE void attn_kv_t(const struct tl_kv_layer *kv, const int32_t 
             // are short runs a position apart, which the hardware prefetchers miss)
             for (int u = 0; u < n_next; u++)
                 for (size_t b = 0; b < row_bytes; b += 64) {
-                    _mm_prefetch((const char *)kv->k + (next[u] + hoff) * esz + b, _MM_HINT_T0);
-                    _mm_prefetch((const char *)kv->v + (next[u] + hoff) * esz + b, _MM_HINT_T0);
+                    _mm_prefetch((const char *)kv->k + (next[u] + hoff) * esz + b, TL_AVX512_AKPF);
+                    _mm_prefetch((const char *)kv->v + (next[u] + hoff) * esz + b, TL_AVX512_AKPF);
                 }
             if (!DIRECT) {
                 for (int u = 0; u < nu; u++)
