@@ -59,15 +59,10 @@ static ALWAYS_INLINE __m512 expand4(__m128 v)
     return _mm512_permutexvar_ps(idx, _mm512_castps128_ps512(v));
 }
 
-// From 8 per-half floats (h = 2g + half): lanes 4g+k <- element 2g (first halves) or 2g+1.
+// From 8 per-half floats (h = 2g + half): lanes 4g+k <- element 2g (the first halves).
 static ALWAYS_INLINE __m512 expand_lo(__m256 v)
 {
     const __m512i idx = _mm512_setr_epi32(0, 0, 0, 0, 2, 2, 2, 2, 4, 4, 4, 4, 6, 6, 6, 6);
-    return _mm512_permutexvar_ps(idx, _mm512_castps256_ps512(v));
-}
-static ALWAYS_INLINE __m512 expand_hi(__m256 v)
-{
-    const __m512i idx = _mm512_setr_epi32(1, 1, 1, 1, 3, 3, 3, 3, 5, 5, 5, 5, 7, 7, 7, 7);
     return _mm512_permutexvar_ps(idx, _mm512_castps256_ps512(v));
 }
 
@@ -139,8 +134,11 @@ static void quantize(const float *x, int64_t n, void *dst)
 // 32-blocks (lane group g = block g), and per lane 4g+k the D and M of block g's halves.
 struct wsc {
     __m512i lo, hi;
-    __m512 dlo, dhi; // dhi: split16 types only
+    __m512 dlo;      // 32-value blocks (one scale per block)
     __m512 mlo, mhi; // has_min types only (mhi: split16)
+    __m512i s16;     // split16 (K-quants with 16-value sub-blocks): per 128-bit lane g, the int16
+                     // sub-scales [first half x4, second half x4] of block g
+    __m512 dsb;      // split16: the super-block scale d, broadcast
 };
 
 // Any type, any superchunk (also a partial last one), through the scalar decoder.
@@ -153,8 +151,8 @@ static void load_generic(enum tl_dtype type, const void *row, int64_t n_in, int6
     w->lo = _mm512_shuffle_i64x2(z0, z1, _MM_SHUFFLE(2, 0, 2, 0));
     w->hi = _mm512_shuffle_i64x2(z0, z1, _MM_SHUFFLE(3, 1, 3, 1));
     __m256 D = _mm256_load_ps(c.D), M = _mm256_load_ps(c.M);
-    w->dlo = expand_lo(D), w->dhi = expand_hi(D);
-    w->mlo = expand_lo(M), w->mhi = expand_hi(M);
+    // used for 32-block types only, whose two halves share D and M
+    w->dlo = expand_lo(D), w->mlo = expand_lo(M);
 }
 
 static const __m512i *nib_mask(void)
@@ -211,7 +209,7 @@ static ALWAYS_INLINE void load_q4q5(const int type, const uint8_t *b, struct wsc
     w->lo = lo, w->hi = hi;
     __m128i hd = _mm_setr_epi16((short)rd16(b), (short)rd16(b + bsz), (short)rd16(b + 2 * bsz),
                                 (short)rd16(b + 3 * bsz), 0, 0, 0, 0);
-    w->dlo = w->dhi = expand4(_mm_cvtph_ps(hd));
+    w->dlo = expand4(_mm_cvtph_ps(hd));
     if (has_m) {
         __m128i hm =
             _mm_setr_epi16((short)rd16(b + 2), (short)rd16(b + bsz + 2),
@@ -224,7 +222,10 @@ static ALWAYS_INLINE void load_q4q5(const int type, const uint8_t *b, struct wsc
 // all its sub-blocks are decoded once into `struct ksc` (lane j = sub-block j: 8 sub-blocks of
 // 32 for Q4_K/Q5_K, 16 of 16 for Q6_K/Q3_K/Q2_K) and each half picks its lanes with a permute.
 struct ksc {
-    __m512 d, m;
+    __m512 d, m; // lane j: D and M of 32-value sub-block j (Q4_K/Q5_K); Q2_K: M of 16-value j
+    __m256i
+        s16;    // 16-value sub-blocks: the integer sub-scales (Q6_K sc, Q3_K sc - 32, Q2_K sc & 15)
+    __m512 dsb; // 16-value sub-blocks: d, broadcast
 };
 
 // d and dmin are adjacent f16: one conversion, then broadcast one of them.
@@ -254,8 +255,8 @@ static ALWAYS_INLINE void kscales_q4k(const uint8_t *blk, struct ksc *S)
 // Q6_K: 16 int8 scales times d.
 static ALWAYS_INLINE void kscales_q6k(const uint8_t *blk, struct ksc *S)
 {
-    __m512i v = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(blk + 192)));
-    S->d = _mm512_mul_ps(_mm512_set1_ps(_cvtsh_ss(rd16(blk + 208))), _mm512_cvtepi32_ps(v));
+    S->s16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(blk + 192)));
+    S->dsb = _mm512_set1_ps(_cvtsh_ss(rd16(blk + 208)));
 }
 
 // Q3_K: 16 scales of 6 bits (low 4 bits: low nibbles of bytes 0-7 for scales 0-7, high nibbles
@@ -268,18 +269,18 @@ static ALWAYS_INLINE void kscales_q3k(const uint8_t *blk, struct ksc *S)
     uint32_t s1 = (a1 & 0x0f0f0f0f) | (((t >> 2) & 0x03030303) << 4);
     uint32_t s2 = ((a0 >> 4) & 0x0f0f0f0f) | (((t >> 4) & 0x03030303) << 4);
     uint32_t s3 = ((a1 >> 4) & 0x0f0f0f0f) | (((t >> 6) & 0x03030303) << 4);
-    __m512i v = _mm512_cvtepu8_epi32(_mm_setr_epi32((int)s0, (int)s1, (int)s2, (int)s3));
-    v = _mm512_sub_epi32(v, _mm512_set1_epi32(32));
-    S->d = _mm512_mul_ps(_mm512_set1_ps(_cvtsh_ss(rd16(blk + 108))), _mm512_cvtepi32_ps(v));
+    __m256i v = _mm256_cvtepu8_epi16(_mm_setr_epi32((int)s0, (int)s1, (int)s2, (int)s3));
+    S->s16 = _mm256_sub_epi16(v, _mm256_set1_epi16(32));
+    S->dsb = _mm512_set1_ps(_cvtsh_ss(rd16(blk + 108)));
 }
 
 // Q2_K: per 16 values a byte: scale in the low nibble, min in the high one.
 static ALWAYS_INLINE void kscales_q2k(const uint8_t *blk, struct ksc *S)
 {
-    __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)blk));
-    __m512 sc = _mm512_cvtepi32_ps(_mm512_and_si512(v, _mm512_set1_epi32(15)));
-    __m512 mn = _mm512_cvtepi32_ps(_mm512_srli_epi32(v, 4));
-    S->d = _mm512_mul_ps(f16_pair(blk + 80, 0), sc);
+    __m128i b = _mm_loadu_si128((const __m128i *)blk);
+    S->s16 = _mm256_and_si256(_mm256_cvtepu8_epi16(b), _mm256_set1_epi16(15));
+    S->dsb = f16_pair(blk + 80, 0);
+    __m512 mn = _mm512_cvtepi32_ps(_mm512_srli_epi32(_mm512_cvtepu8_epi32(b), 4));
     S->m = _mm512_xor_ps(_mm512_mul_ps(f16_pair(blk + 80, 1), mn), _mm512_set1_ps(-0.f));
 }
 
@@ -291,6 +292,15 @@ static ALWAYS_INLINE __m512 pick4(__m512 v, int base)
         _mm512_set1_epi32(base), _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3));
     return _mm512_permutexvar_ps(idx, v);
 }
+// Half n of 16 int16 sub-scales: 128-bit lane g <- [s[8n+2g] x4, s[8n+2g+1] x4].
+static ALWAYS_INLINE __m512i pick_s16(__m256i s, int n)
+{
+    const __m512i idx = _mm512_set_epi16(7, 7, 7, 7, 6, 6, 6, 6, 5, 5, 5, 5, 4, 4, 4, 4, 3, 3, 3, 3,
+                                         2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0);
+    return _mm512_permutexvar_epi16(_mm512_add_epi16(idx, _mm512_set1_epi16((short)(8 * n))),
+                                    _mm512_castsi256_si512(s));
+}
+
 static ALWAYS_INLINE __m512 pick_even(__m512 v, int base)
 {
     __m512i idx = _mm512_add_epi32(
@@ -319,7 +329,7 @@ static ALWAYS_INLINE void load_q4k_q5k(const int type, const uint8_t *blk, int n
         hi = _mm512_or_si512(hi, _mm512_maskz_mov_epi8(khi, bit4));
     }
     w->lo = lo, w->hi = hi;
-    w->dlo = w->dhi = pick4(S->d, 4 * n);
+    w->dlo = pick4(S->d, 4 * n);
     w->mlo = w->mhi = pick4(S->m, 4 * n);
 }
 
@@ -338,7 +348,7 @@ static ALWAYS_INLINE void load_q6k(const uint8_t *blk, int n, const struct ksc *
     __m512i hh = _mm512_and_si512(_mm512_srlv_epi16(bcast16(qh + 16), cnt), three);
     w->lo = _mm512_or_si512(lo, _mm512_slli_epi16(hl, 4));
     w->hi = _mm512_or_si512(hi, _mm512_slli_epi16(hh, 4));
-    w->dlo = pick_even(S->d, 8 * n), w->dhi = pick_even(S->d, 8 * n + 1);
+    w->s16 = pick_s16(S->s16, n), w->dsb = S->dsb;
 }
 
 // Q3_K / Q2_K, half n: block j takes bits 2j..2j+1 of qs[32n + l] (l < 16 first half).
@@ -358,13 +368,13 @@ static ALWAYS_INLINE void load_q3k(const uint8_t *blk, int n, const struct ksc *
     __mmask64 khi = _mm512_test_epi8_mask(bcast16(blk + 16), sel);
     w->lo = _mm512_or_si512(lo, _mm512_maskz_mov_epi8(klo, bit2));
     w->hi = _mm512_or_si512(hi, _mm512_maskz_mov_epi8(khi, bit2));
-    w->dlo = pick_even(S->d, 8 * n), w->dhi = pick_even(S->d, 8 * n + 1);
+    w->s16 = pick_s16(S->s16, n), w->dsb = S->dsb;
 }
 
 static ALWAYS_INLINE void load_q2k(const uint8_t *blk, int n, const struct ksc *S, struct wsc *w)
 {
     load_2bit(blk + 16 + 32 * n, &w->lo, &w->hi);
-    w->dlo = pick_even(S->d, 8 * n), w->dhi = pick_even(S->d, 8 * n + 1);
+    w->s16 = pick_s16(S->s16, n), w->dsb = S->dsb;
     w->mlo = pick_even(S->m, 8 * n), w->mhi = pick_even(S->m, 8 * n + 1);
 }
 
@@ -560,12 +570,14 @@ static ALWAYS_INLINE void tile(const struct tl__qx_mm *m, int64_t r, int64_t t, 
                     const __m512 nsxhi = has_min ? _mm512_mul_ps(_mm512_cvtepi32_ps(nshi), dx) : dx;
 #pragma GCC unroll 8
                     for (int i = 0; i < R; i++) {
+                        // sums of 4 products fit int16 (|q - off| <= 32, |x| <= 127): pack the
+                        // halves' sums and scale them with the integer sub-scales in one madd
+                        // (exact: |sum| < 2^24), then one float scaling by d * d_x
                         __m512i vlo = _mm512_dpbusd_epi32(blo, W[i].lo, xlo);
                         __m512i vhi = _mm512_dpbusd_epi32(bhi, W[i].hi, xhi);
-                        acc[i][j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(vlo),
-                                                    _mm512_mul_ps(W[i].dlo, dx), acc[i][j]);
-                        acc[i][j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(vhi),
-                                                    _mm512_mul_ps(W[i].dhi, dx), acc[i][j]);
+                        __m512i v = _mm512_madd_epi16(_mm512_packs_epi32(vlo, vhi), W[i].s16);
+                        acc[i][j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(v),
+                                                    _mm512_mul_ps(W[i].dsb, dx), acc[i][j]);
                         if (has_min) {
                             acc[i][j] = _mm512_fnmadd_ps(W[i].mlo, nsxlo, acc[i][j]);
                             acc[i][j] = _mm512_fnmadd_ps(W[i].mhi, nsxhi, acc[i][j]);
