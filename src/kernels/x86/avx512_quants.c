@@ -15,7 +15,9 @@
  *   - one scale per 32-block (Q4_0, Q5_0, Q4_1, Q5_1, Q4_K, Q5_K): two chained vpdpbusd, one
  *     int-to-float conversion, acc = fma(float(sum), D * d_x, acc), plus for type-1 formats
  *     acc -= M * (d_x * -sum(x bytes)) -- 5 or 6 ops per 128 multiply-adds;
- *   - one scale per 16 values (Q6_K, Q3_K, Q2_K): the two halves separately, 8 (10) ops.
+ *   - one scale per 16 values (Q6_K, Q3_K, Q2_K): one vpdpbusd per half; the halves' sums of 4
+ *     products fit int16, so one packs + madd scales them with the integer sub-scales, then
+ *     one conversion and acc = fma(float(sum), d * d_x, acc) -- 7 ops (9 with Q2_K's mins).
  * Every type has a vectorized loader (nibble masks, 64-bit permutes, bit tests into mask
  * registers); K-quants decode a super-block's scales once for its two superchunks. A partial
  * last superchunk (32-block types whose row is not a multiple of 128) goes through the scalar
