@@ -156,32 +156,14 @@ static void quant_worker(void *arg, int ith, int nth)
         j->o->quantize_x(j->x + t * j->n_in, j->n_in, j->xq + t * j->stride);
 }
 
-struct mm_job {
-    const struct tl__kernel_ops *o;
-    struct tl__mm mm;
-    int64_t align;
-};
-
-static void mm_worker(void *arg, int ith, int nth)
+// Prepares the activations of a matmul with w as its ISA reads them: quantized to Q8_0 (Q8_0
+// weights) or interleaved in token tiles (packed float weights, several tokens) in `work`, or
+// the rows as given.
+static void mm_prepare_x(struct tl_pool *pool, const struct tl__kernel_ops *o,
+                         const struct tl_weight *w, const float *x, int64_t n_tok, void *work,
+                         struct tl__mm *mm)
 {
-    struct mm_job *j = arg;
-    int64_t r0, r1;
-    tl_pool_range(j->mm.w->n_out, j->align, ith, nth, &r0, &r1);
-    if (r1 > r0) j->o->matmul_rows(&j->mm, r0, r1);
-}
-
-void tl_matmul(struct tl_pool *pool, const struct tl_weight *w, const float *x, int64_t n_tok,
-               float *y, void *work)
-{
-    TL_ASSERT(tl_kernels_weight_supported(w->type));
-    TL_ASSERT(n_tok >= 0 && w->n_in > 0 && w->n_out >= 0);
-    if (n_tok == 0 || w->n_out == 0) return;
-    const struct tl__kernel_ops *o = ops();
-    if (tl__qx_supported(w->type)) { // Q4_0..Q6_K: quants.c
-        tl__qx_matmul(pool, o, w, x, n_tok, y, work);
-        return;
-    }
-    struct mm_job j = {.o = o, .mm = {.w = w, .x = x, .n_tok = n_tok, .y = y}};
+    *mm = (struct tl__mm){.w = w, .x = x, .n_tok = n_tok};
     if (w->type != TL_DTYPE_Q8_0 && w->layout == TL_WEIGHT_PACKED && n_tok > 1 && o->x_tile) {
         TL_ASSERT(work && ((uintptr_t)work & 63) == 0 && o->x_tile <= TL__X_TILE_MAX);
         struct interleave_job c = {x, w->n_in, n_tok, o->x_tile, work};
@@ -189,8 +171,8 @@ void tl_matmul(struct tl_pool *pool, const struct tl_weight *w, const float *x, 
             tl_pool_run(pool, interleave_worker, &c);
         else
             interleave_worker(&c, 0, 1);
-        j.mm.x = work;
-        j.mm.x_tile = o->x_tile;
+        mm->x = work;
+        mm->x_tile = o->x_tile;
     }
     if (w->type == TL_DTYPE_Q8_0) {
         TL_ASSERT(w->n_in % TL_QK8_0 == 0 && work && ((uintptr_t)work & 63) == 0);
@@ -200,12 +182,89 @@ void tl_matmul(struct tl_pool *pool, const struct tl_weight *w, const float *x, 
             tl_pool_run(pool, quant_worker, &q);
         else
             quant_worker(&q, 0, 1);
-        j.mm.xq = work;
-        j.mm.xq_stride = q.stride;
+        mm->xq = work;
+        mm->xq_stride = q.stride;
     }
-    // packed weights come in groups of TL__QP_ROWS rows: a thread takes whole groups
-    j.align = w->layout == TL_WEIGHT_PACKED ? TL__QP_ROWS : o->row_align(w->type);
-    tl_pool_run(pool, mm_worker, &j);
+}
+
+// Which activations mm_prepare_x makes for w: weights of the same kind can share them.
+static int x_kind(const struct tl__kernel_ops *o, const struct tl_weight *w, int64_t n_tok)
+{
+    if (w->type == TL_DTYPE_Q8_0) return 1;
+    if (w->layout == TL_WEIGHT_PACKED && n_tok > 1 && o->x_tile) return 2;
+    return 0;
+}
+
+struct mm_job {
+    const struct tl__kernel_ops *o;
+    int n_w;
+    struct tl__mm mm[TL_MATMUL_MULTI_MAX];
+    int64_t align[TL_MATMUL_MULTI_MAX];    // rows per unit of each weight
+    int64_t unit_end[TL_MATMUL_MULTI_MAX]; // running total of units up to each weight
+};
+
+// Threads split the units (aligned row blocks) of all the weights in order.
+static void mm_worker(void *arg, int ith, int nth)
+{
+    struct mm_job *j = arg;
+    int64_t c0, c1;
+    tl_pool_range(j->unit_end[j->n_w - 1], 1, ith, nth, &c0, &c1);
+    for (int i = 0; i < j->n_w && c0 < c1; i++) {
+        int64_t first = i ? j->unit_end[i - 1] : 0;
+        if (c0 >= j->unit_end[i]) continue;
+        int64_t e = c1 < j->unit_end[i] ? c1 : j->unit_end[i];
+        int64_t r0 = (c0 - first) * j->align[i], r1 = (e - first) * j->align[i];
+        int64_t n_out = j->mm[i].w->n_out;
+        if (r1 > n_out) r1 = n_out;
+        if (r1 > r0) j->o->matmul_rows(&j->mm[i], r0, r1);
+        c0 = e;
+    }
+}
+
+void tl_matmul_multi(struct tl_pool *pool, int n_w, const struct tl_weight *const *w,
+                     const float *x, int64_t n_tok, float *const *y, void *work)
+{
+    TL_ASSERT(n_w >= 1 && n_w <= TL_MATMUL_MULTI_MAX && n_tok >= 0);
+    if (n_tok == 0) return;
+    const struct tl__kernel_ops *o = ops();
+    bool shared = true;
+    for (int i = 0; i < n_w; i++) {
+        TL_ASSERT(tl_kernels_weight_supported(w[i]->type));
+        TL_ASSERT(w[i]->n_in > 0 && w[i]->n_out >= 0 && w[i]->n_in == w[0]->n_in);
+        shared = shared && !tl__qx_supported(w[i]->type) &&
+                 x_kind(o, w[i], n_tok) == x_kind(o, w[0], n_tok);
+    }
+    if (!shared) { // weights that need different activations: one after the other
+        for (int i = 0; i < n_w; i++)
+            tl_matmul(pool, w[i], x, n_tok, y[i], work);
+        return;
+    }
+    struct mm_job j = {.o = o, .n_w = n_w};
+    mm_prepare_x(pool, o, w[0], x, n_tok, work, &j.mm[0]);
+    int64_t units = 0;
+    for (int i = 0; i < n_w; i++) {
+        j.mm[i] = j.mm[0];
+        j.mm[i].w = w[i];
+        j.mm[i].y = y[i];
+        // packed weights come in groups of TL__QP_ROWS rows: a thread takes whole groups
+        j.align[i] = w[i]->layout == TL_WEIGHT_PACKED ? TL__QP_ROWS : o->row_align(w[i]->type);
+        units += (w[i]->n_out + j.align[i] - 1) / j.align[i];
+        j.unit_end[i] = units;
+    }
+    if (units > 0) tl_pool_run(pool, mm_worker, &j);
+}
+
+void tl_matmul(struct tl_pool *pool, const struct tl_weight *w, const float *x, int64_t n_tok,
+               float *y, void *work)
+{
+    TL_ASSERT(tl_kernels_weight_supported(w->type));
+    TL_ASSERT(n_tok >= 0 && w->n_in > 0 && w->n_out >= 0);
+    if (n_tok == 0 || w->n_out == 0) return;
+    if (tl__qx_supported(w->type)) { // Q4_0..Q6_K: quants.c
+        tl__qx_matmul(pool, ops(), w, x, n_tok, y, work);
+        return;
+    }
+    tl_matmul_multi(pool, 1, &w, x, n_tok, &y, work);
 }
 
 // ---- row-wise ops -----------------------------------------------------------------------------
@@ -326,20 +385,31 @@ struct attn_job {
     size_t thread_bytes, scores_bytes;
 };
 
-// Units of (token, range of KV heads) for ISAs whose attn_kv reads each chunk of K/V rows once
-// for all the query heads of the range; consecutive units are the ranges of one token.
+// Units of (range of KV heads, token) for ISAs whose attn_kv reads each chunk of K/V rows once
+// for all the query heads of the range and for a run of tokens of one sequence: a thread takes
+// consecutive units and passes runs of consecutive positions of one sequence (a prefill) to one
+// call, up to what attn_kv's accumulators hold.
 static void attn_kv_worker(void *arg, int ith, int nth)
 {
     struct attn_job *j = arg;
     const int n_kv = j->kv->n_kv_head, R = j->n_ranges;
+    const size_t stride = (size_t)j->n_head * j->kv->head_dim;
+    const int pairs = j->o->attn_kv_pairs(j->kv->head_dim);
     int64_t u0, u1;
     tl_pool_range(j->n_tok * R, 1, ith, nth, &u0, &u1);
-    for (int64_t u = u0; u < u1; u++) {
-        int64_t t = u / R;
-        int r = (int)(u % R), kvh0 = r * n_kv / R, kvh1 = (r + 1) * n_kv / R;
-        size_t off = (size_t)t * j->n_head * j->kv->head_dim;
-        j->o->attn_kv(j->kv, j->queries[t].block_table, j->queries[t].n_ctx, kvh0, kvh1 - kvh0,
-                      j->group, j->q + off, j->scale, j->out + off);
+    for (int64_t u = u0; u < u1;) {
+        const int r = (int)(u / j->n_tok);
+        const int64_t t = u % j->n_tok;
+        const int kvh0 = r * n_kv / R, n_kvh = (r + 1) * n_kv / R - kvh0;
+        const int max_q = pairs / (n_kvh * j->group);
+        const struct tl_attn_query *qt = &j->queries[t];
+        int n = 1;
+        while (n < max_q && u + n < u1 && t + n < j->n_tok &&
+               qt[n].block_table == qt->block_table && qt[n].n_ctx == qt->n_ctx + n)
+            n++;
+        j->o->attn_kv(j->kv, qt->block_table, qt->n_ctx, n, kvh0, n_kvh, j->group,
+                      j->q + (size_t)t * stride, stride, j->scale, j->out + (size_t)t * stride);
+        u += n;
     }
 }
 
@@ -387,11 +457,11 @@ void tl_attention(struct tl_pool *pool, const struct tl_kv_layer *kv, const floa
         .thread_bytes = attn_thread_bytes(max_ctx, kv->head_dim),
         .scores_bytes = align64((size_t)max_ctx * 4),
     };
-    // attn_kv: as few KV-head ranges per token as its accumulators allow, more when there are
-    // few tokens so that every thread gets several units
-    int max_heads = j.o->attn_kv ? j.o->attn_kv_heads(kv->head_dim) : 0;
-    if (max_heads >= j.group) {
-        const int n_kv = kv->n_kv_head, per = max_heads / j.group;
+    // attn_kv: as few KV-head ranges as its accumulators allow for one token, more when there
+    // are few tokens so that every thread gets several units
+    int pairs = j.o->attn_kv ? j.o->attn_kv_pairs(kv->head_dim) : 0;
+    if (pairs >= j.group) {
+        const int n_kv = kv->n_kv_head, per = pairs / j.group;
         int r = (n_kv + per - 1) / per;
         int64_t want = (4 * (int64_t)tl_pool_size(pool) + n_tok - 1) / n_tok;
         if (want > r) r = want > n_kv ? n_kv : (int)want;

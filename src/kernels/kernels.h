@@ -93,6 +93,16 @@ size_t tl_matmul_work_bytes(const struct tl_weight *w, int64_t n_tok);
 void tl_matmul(struct tl_pool *pool, const struct tl_weight *w, const float *x, int64_t n_tok,
                float *y, void *work);
 
+// Several weights with the same input (q/k/v, gate/up): y[i] = tl_matmul(w[i], x) for i < n_w
+// (1 <= n_w <= TL_MATMUL_MULTI_MAX), bit-identical to n_w tl_matmul calls, but the activations
+// are quantized or rearranged once and the rows of all the weights are split over the threads
+// in one fork-join. The weights must share n_in; `work` must hold the largest
+// tl_matmul_work_bytes of them. Weights that need different activation layouts are simply
+// multiplied one after the other.
+#define TL_MATMUL_MULTI_MAX 8
+void tl_matmul_multi(struct tl_pool *pool, int n_w, const struct tl_weight *const *w,
+                     const float *x, int64_t n_tok, float *const *y, void *work);
+
 // ---- row-wise ops (one token's row at a time; callers loop or parallelize over tokens) -------
 
 // y = x / sqrt(mean(x^2) + eps) * w  (n elements; y may alias x)

@@ -9,7 +9,8 @@
  *   - matmul_rows computes y[t][r] for its rows and all tokens; every (t, r) element goes
  *     through the same sequence of operations whatever tile or tail path it lands in;
  *   - attn_head computes one (token, head) pair, attn_kv the heads of a range of KV heads of
- *     one token, each head in a fixed order over the context whatever else shares the call.
+ *     a run of tokens of one sequence, each (token, head) in a fixed order over its context
+ *     whatever else shares the call.
  */
 #ifndef TL_KERNELS_IMPL_H
 #define TL_KERNELS_IMPL_H
@@ -180,16 +181,18 @@ struct tl__kernel_ops {
     void (*attn_head)(const struct tl_kv_layer *kv, const int32_t *block_table, int64_t n_ctx,
                       int kv_head, const float *q, float scale, float *out, float *scores,
                       float *acc);
-    // Optional (NULL when absent): how many query heads attn_kv handles in one call for this
-    // head_dim (0: use attn_head), and the call itself: every query head of KV heads
-    // [kvh0, kvh0 + n_kvh) of one token (n_kvh * group <= attn_kv_heads(head_dim)); q and out
-    // are the token's rows of n_head * head_dim. Each head's result must not depend on which
-    // other heads share the call.
-    int (*attn_kv_heads)(int head_dim);
+    // Optional (NULL when absent): how many (token, query head) pairs attn_kv handles in one
+    // call for this head_dim (0: use attn_head), and the call itself: every query head of KV
+    // heads [kvh0, kvh0 + n_kvh) for n_q consecutive tokens of one sequence, token i attending
+    // to n_ctx0 + i positions (n_q * n_kvh * group <= attn_kv_pairs(head_dim)); q and out hold
+    // the tokens' rows of n_head * head_dim, q_stride floats apart. Each (token, head) result
+    // must not depend on which others share the call.
+    int (*attn_kv_pairs)(int head_dim);
     // Optional: dst[i] = tl_f32_to_fp16(src[i]) for finite values (NaN stays NaN), vectorized.
     void (*f32_to_f16)(const float *src, uint16_t *dst, int64_t n);
-    void (*attn_kv)(const struct tl_kv_layer *kv, const int32_t *block_table, int64_t n_ctx,
-                    int kvh0, int n_kvh, int group, const float *q, float scale, float *out);
+    void (*attn_kv)(const struct tl_kv_layer *kv, const int32_t *block_table, int64_t n_ctx0,
+                    int n_q, int kvh0, int n_kvh, int group, const float *q, size_t q_stride,
+                    float scale, float *out);
 };
 
 extern const struct tl__kernel_ops tl__ops_scalar;

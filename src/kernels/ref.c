@@ -245,16 +245,24 @@ void tl__rope_table(int64_t pos, float freq_scale, const double *freq, int half,
 void tl__rope_apply(float *x, int n_heads, int head_dim, const float *c, const float *s,
                     enum tl_rope_mode mode)
 {
+    // each pair independently, heads outer so the inner loop walks memory (and vectorizes)
     int half = head_dim / 2;
-    for (int i = 0; i < half; i++)
-        for (int h = 0; h < n_heads; h++) {
-            float *v = x + (size_t)h * head_dim;
-            int i0 = mode == TL_ROPE_NEOX ? i : 2 * i;
-            int i1 = mode == TL_ROPE_NEOX ? i + half : 2 * i + 1;
-            float a = v[i0], b = v[i1];
-            v[i0] = a * c[i] - b * s[i];
-            v[i1] = a * s[i] + b * c[i];
+    for (int h = 0; h < n_heads; h++) {
+        float *v = x + (size_t)h * head_dim;
+        if (mode == TL_ROPE_NEOX) {
+            for (int i = 0; i < half; i++) {
+                float a = v[i], b = v[i + half];
+                v[i] = a * c[i] - b * s[i];
+                v[i + half] = a * s[i] + b * c[i];
+            }
+        } else {
+            for (int i = 0; i < half; i++) {
+                float a = v[2 * i], b = v[2 * i + 1];
+                v[2 * i] = a * c[i] - b * s[i];
+                v[2 * i + 1] = a * s[i] + b * c[i];
+            }
         }
+    }
 }
 
 void tl__ref_rope(float *x, int n_heads, int head_dim, int64_t pos, float freq_base,

@@ -520,6 +520,80 @@ static void test_weight_prepare(void **state)
     tl_pool_destroy(pool);
 }
 
+// tl_matmul_multi gives each weight's tl_matmul result bit for bit: same-type weights of
+// different heights sharing one activation pass, packed and file layouts, mixed types.
+static void test_matmul_multi(void **state)
+{
+    (void)state;
+    struct tl_pool *pool = tl_pool_create(2);
+    assert_non_null(pool);
+    const int64_t n_in = 160, outs[3] = {37, 16, 70}, toks[] = {1, 5, 33};
+    const enum tl_dtype sets[][3] = {{TL_DTYPE_Q8_0, TL_DTYPE_Q8_0, TL_DTYPE_Q8_0},
+                                     {TL_DTYPE_F16, TL_DTYPE_F16, TL_DTYPE_F16},
+                                     {TL_DTYPE_F32, TL_DTYPE_BF16, TL_DTYPE_F32},
+                                     {TL_DTYPE_Q8_0, TL_DTYPE_F16, TL_DTYPE_Q4_0}};
+    for (int si = 0; si < 4; si++)
+        for (int packed = 0; packed < 2; packed++) {
+            struct test_weight tw[3];
+            const struct tl_weight *ws[3];
+            size_t wb = 0;
+            for (int i = 0; i < 3; i++) {
+                if (sets[si][i] == TL_DTYPE_Q4_0) { // a type of quants.c, never packed
+                    size_t rb;
+                    assert_true(tl_dtype_row_bytes(TL_DTYPE_Q4_0, n_in, &rb));
+                    tw[i].data = tl_aligned_alloc(rb * (size_t)outs[i]);
+                    tw[i].packed = NULL;
+                    tw[i].deq = NULL;
+                    float *row = malloc(sizeof(float) * (size_t)n_in);
+                    for (int64_t r = 0; r < outs[i]; r++) {
+                        fill(row, n_in, 1.f);
+                        assert_true(tl_quantize_row(TL_DTYPE_Q4_0, row,
+                                                    (char *)tw[i].data + rb * (size_t)r, n_in));
+                    }
+                    free(row);
+                    tw[i].w = (struct tl_weight){.type = TL_DTYPE_Q4_0,
+                                                 .n_in = n_in,
+                                                 .n_out = outs[i],
+                                                 .row_bytes = rb,
+                                                 .data = tw[i].data};
+                } else {
+                    weight_make(&tw[i], sets[si][i], outs[i], n_in);
+                    if (packed) weight_pack(&tw[i]);
+                }
+                ws[i] = &tw[i].w;
+                size_t b = tl_matmul_work_bytes(ws[i], 33);
+                wb = b > wb ? b : wb;
+            }
+            float *x = malloc(sizeof(float) * (size_t)(33 * n_in));
+            float *y[3], *want[3];
+            for (int i = 0; i < 3; i++) {
+                y[i] = malloc(sizeof(float) * (size_t)(33 * outs[i]));
+                want[i] = malloc(sizeof(float) * (size_t)(33 * outs[i]));
+            }
+            void *work = tl_aligned_alloc(wb + 64);
+            fill(x, 33 * n_in, 1.f);
+            for (int s = 0; s < N_ISA; s++) {
+                if (!tl_kernels_force_isa(isas[s])) continue;
+                for (int c = 0; c < 3; c++) {
+                    for (int i = 0; i < 3; i++)
+                        tl_matmul(pool, ws[i], x, toks[c], want[i], work);
+                    tl_matmul_multi(pool, 3, ws, x, toks[c], y, work);
+                    for (int i = 0; i < 3; i++)
+                        if (memcmp(y[i], want[i], sizeof(float) * (size_t)(toks[c] * outs[i])))
+                            fail_msg("%s set %d%s n_tok %lld: weight %d differs", isas[s], si,
+                                     packed ? " packed" : "", (long long)toks[c], i);
+                }
+            }
+            tl_aligned_free(work);
+            free(x);
+            for (int i = 0; i < 3; i++) {
+                free(y[i]), free(want[i]);
+                weight_free(&tw[i]);
+            }
+        }
+    tl_pool_destroy(pool);
+}
+
 // The determinism contract: for n_tok in 1..40 and 1..3 threads, every token's row equals its
 // n_tok = 1 result bit for bit, wherever it sits in the batch. A second, wider shape takes the
 // blocked paths (k-blocks of the weight rows, token chunks, converted weight blocks) with a few
@@ -820,65 +894,76 @@ static void test_attention(void **state)
                     int hd = head_dims[hi];
                     struct attn_fixture f;
                     attn_fixture_make(&f, types[ti], block_sizes[bi], N_KV, hd, N_SEQ, CTX);
-                    // a batch mixing the sequences at assorted positions
-                    enum { N_TOK = 9 };
-                    struct tl_attn_query qs[N_TOK];
-                    int seq_of[N_TOK];
-                    for (int t = 0; t < N_TOK; t++) {
-                        seq_of[t] = t % N_SEQ;
-                        qs[t].block_table = f.tables + seq_of[t] * f.blocks_per_seq;
-                        qs[t].n_ctx = t == 0 ? 1 : 1 + (int64_t)(rnd_u32() % CTX);
-                    }
-                    enum { MAX_HD = 136 };
-                    static float q[N_TOK * MAX_HEAD * MAX_HD], out[N_TOK * MAX_HEAD * MAX_HD];
-                    static float want[N_TOK * MAX_HEAD * MAX_HD], solo[MAX_HEAD * MAX_HD];
-                    fill(q, N_TOK * N_HEAD * hd, 2.f);
-                    float scale = 1.f / sqrtf((float)hd);
-                    // independent expectation in double over the logical (unpaged) K/V
-                    for (int t = 0; t < N_TOK; t++)
-                        for (int h = 0; h < N_HEAD; h++) {
-                            int kvh = h / (N_HEAD / N_KV);
-                            int64_t n = qs[t].n_ctx, row = N_KV * hd;
-                            const float *qv = q + (t * N_HEAD + h) * hd;
-                            double sc[CTX], mx = -INFINITY, sum = 0;
-                            for (int64_t j = 0; j < n; j++) {
-                                const float *k = f.kf + (seq_of[t] * CTX + j) * row + kvh * hd;
-                                double d = 0;
-                                for (int i = 0; i < hd; i++)
-                                    d += (double)qv[i] * k[i];
-                                sc[j] = d * scale;
-                                mx = sc[j] > mx ? sc[j] : mx;
-                            }
-                            for (int64_t j = 0; j < n; j++)
-                                sum += (sc[j] = exp(sc[j] - mx));
-                            for (int i = 0; i < hd; i++) {
-                                double o = 0;
-                                for (int64_t j = 0; j < n; j++)
-                                    o += sc[j] * f.vf[(seq_of[t] * CTX + j) * row + kvh * hd + i];
-                                want[(t * N_HEAD + h) * hd + i] = (float)(o / sum);
-                            }
-                        }
-                    size_t wb = tl_attention_work_bytes(3, CTX, hd);
-                    void *work = tl_aligned_alloc(wb);
-                    for (int s = 0; s < N_ISA; s++) {
-                        if (!tl_kernels_force_isa(isas[s])) continue;
-                        tl_attention(pool, &f.kv, q, qs, N_TOK, N_HEAD, scale, out, work);
-                        double e = nmse(out, want, N_TOK * N_HEAD * hd);
-                        if (!(e < 1e-10))
-                            fail_msg("%s kv %s hd %d bs %d heads %d/%d: nmse %g", isas[s],
-                                     tl_dtype_name(types[ti]), hd, block_sizes[bi], N_HEAD, N_KV,
-                                     e);
-                        // each token alone, single thread: bit-identical
+                    // batch 0 mixes the sequences at assorted positions; batch 1 is prefill
+                    // runs (a whole prompt, a middle part of one, a lone decode token)
+                    for (int batch = 0; batch < 2; batch++) {
+                        enum { MAX_TOK = CTX + 21 };
+                        struct tl_attn_query qs[MAX_TOK];
+                        int seq_of[MAX_TOK];
+                        int N_TOK = batch == 0 ? 9 : MAX_TOK;
                         for (int t = 0; t < N_TOK; t++) {
-                            tl_attention(NULL, &f.kv, q + t * N_HEAD * hd, &qs[t], 1, N_HEAD, scale,
-                                         solo, work);
-                            if (memcmp(solo, out + t * N_HEAD * hd,
-                                       sizeof(float) * (size_t)(N_HEAD * hd)))
-                                fail_msg("%s: attention of token %d depends on the batch", isas[s],
-                                         t);
+                            if (batch == 0) {
+                                seq_of[t] = t % N_SEQ;
+                                qs[t].n_ctx = t == 0 ? 1 : 1 + (int64_t)(rnd_u32() % CTX);
+                            } else {
+                                seq_of[t] = t < CTX ? 0 : t < CTX + 20 ? 1 : 2;
+                                qs[t].n_ctx = t < CTX ? t + 1 : t < CTX + 20 ? t - CTX + 11 : CTX;
+                            }
+                            qs[t].block_table = f.tables + seq_of[t] * f.blocks_per_seq;
                         }
+                        enum { MAX_HD = 136 };
+                        static float q[MAX_TOK * MAX_HEAD * MAX_HD],
+                            out[MAX_TOK * MAX_HEAD * MAX_HD];
+                        static float want[MAX_TOK * MAX_HEAD * MAX_HD], solo[MAX_HEAD * MAX_HD];
+                        fill(q, N_TOK * N_HEAD * hd, 2.f);
+                        float scale = 1.f / sqrtf((float)hd);
+                        // independent expectation in double over the logical (unpaged) K/V
+                        for (int t = 0; t < N_TOK; t++)
+                            for (int h = 0; h < N_HEAD; h++) {
+                                int kvh = h / (N_HEAD / N_KV);
+                                int64_t n = qs[t].n_ctx, row = N_KV * hd;
+                                const float *qv = q + (t * N_HEAD + h) * hd;
+                                double sc[CTX], mx = -INFINITY, sum = 0;
+                                for (int64_t j = 0; j < n; j++) {
+                                    const float *k = f.kf + (seq_of[t] * CTX + j) * row + kvh * hd;
+                                    double d = 0;
+                                    for (int i = 0; i < hd; i++)
+                                        d += (double)qv[i] * k[i];
+                                    sc[j] = d * scale;
+                                    mx = sc[j] > mx ? sc[j] : mx;
+                                }
+                                for (int64_t j = 0; j < n; j++)
+                                    sum += (sc[j] = exp(sc[j] - mx));
+                                for (int i = 0; i < hd; i++) {
+                                    double o = 0;
+                                    for (int64_t j = 0; j < n; j++)
+                                        o += sc[j] *
+                                             f.vf[(seq_of[t] * CTX + j) * row + kvh * hd + i];
+                                    want[(t * N_HEAD + h) * hd + i] = (float)(o / sum);
+                                }
+                            }
+                        size_t wb = tl_attention_work_bytes(3, CTX, hd);
+                        void *work = tl_aligned_alloc(wb);
+                        for (int s = 0; s < N_ISA; s++) {
+                            if (!tl_kernels_force_isa(isas[s])) continue;
+                            tl_attention(pool, &f.kv, q, qs, N_TOK, N_HEAD, scale, out, work);
+                            double e = nmse(out, want, N_TOK * N_HEAD * hd);
+                            if (!(e < 1e-10))
+                                fail_msg("%s kv %s hd %d bs %d heads %d/%d: nmse %g", isas[s],
+                                         tl_dtype_name(types[ti]), hd, block_sizes[bi], N_HEAD,
+                                         N_KV, e);
+                            // each token alone, single thread: bit-identical
+                            for (int t = 0; t < N_TOK; t++) {
+                                tl_attention(NULL, &f.kv, q + t * N_HEAD * hd, &qs[t], 1, N_HEAD,
+                                             scale, solo, work);
+                                if (memcmp(solo, out + t * N_HEAD * hd,
+                                           sizeof(float) * (size_t)(N_HEAD * hd)))
+                                    fail_msg("%s: attention of token %d depends on the batch",
+                                             isas[s], t);
+                            }
+                        }
+                        tl_aligned_free(work);
                     }
-                    tl_aligned_free(work);
                     attn_fixture_free(&f);
                 }
     tl_pool_destroy(pool);
@@ -963,8 +1048,9 @@ TL_TEST_MAIN(cmocka_unit_test(test_fp16_exhaustive_roundtrip),
              cmocka_unit_test(test_quantize_x_same_on_every_isa),
              cmocka_unit_test(test_matmul_ref_vs_double), cmocka_unit_test(test_matmul_isa_vs_ref),
              cmocka_unit_test(test_matmul_deterministic_across_batch_and_threads),
-             cmocka_unit_test(test_weight_prepare), cmocka_unit_test(test_rmsnorm),
-             cmocka_unit_test(test_rope_modes), cmocka_unit_test(test_rope_cache_matches_ref),
+             cmocka_unit_test(test_weight_prepare), cmocka_unit_test(test_matmul_multi),
+             cmocka_unit_test(test_rmsnorm), cmocka_unit_test(test_rope_modes),
+             cmocka_unit_test(test_rope_cache_matches_ref),
              cmocka_unit_test(test_swiglu_add_softmax), cmocka_unit_test(test_attention),
              cmocka_unit_test(test_kv_store_layout), cmocka_unit_test(test_kv_store_f16_every_isa),
              cmocka_unit_test(test_isa_selection))

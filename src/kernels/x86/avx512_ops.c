@@ -1184,53 +1184,58 @@ static void attn_head(const struct tl_kv_layer *kv, const int32_t *block_table, 
         attn_large(kv, block_table, n_ctx, kv_head, q, scale, out, scores, acc, 0);
 }
 
-// ---- attention over all the heads of a token (online softmax) ---------------------------------
+// ---- attention over all the heads of a run of tokens (online softmax) -------------------------
 //
-// One call handles the query heads of a range of KV heads for one token, walking the context
+// One call handles the query heads of a range of KV heads for a run of n_q consecutive query
+// tokens of one sequence (positions n_ctx0 - 1, n_ctx0, ...: a prefill), walking the context
 // in chunks of 16 positions: for each chunk and KV head, the chunk's K and V rows are read once
-// (converted to f32 once into a buffer when several query heads share them, grouped-query
-// attention) and used by all of that KV head's query heads. A chunk of a KV-cache block holds
-// every head of its positions contiguously, so the walk streams whole blocks from memory
-// instead of one head's 128 bytes per position. The softmax is online: per head a running max
-// m, sum l and output accumulators, rescaled by exp(m_old - m_new) whenever a chunk raises the
-// max. q.k for 16 positions is reduced by one transpose-add tree (the add order for position j
-// depends only on j mod 16) and every head's arithmetic is the same whichever heads share its
-// call, so results do not depend on the batch or the threads.
+// (converted to f32 once into a buffer when several query heads or tokens share them) and used
+// by every query head and token of the call. A chunk of a KV-cache block holds every head of
+// its positions contiguously, so the walk streams whole blocks (prefetched a chunk ahead)
+// instead of one head's 128 bytes per position. The softmax is online: per (token, head) a
+// running max m, sum l and output accumulators, rescaled by exp(m_old - m_new) whenever a chunk
+// raises the max. q.k for 16 positions is reduced by one transpose-add tree (the add order for
+// position j depends only on j mod 16); a token's chunks are those of its own context, masked
+// the same way whoever shares the call, and every (token, head) goes through the same
+// operations on the same values whichever others share its call, so results do not depend on
+// the batch or the threads.
 
 #ifndef TL_AVX512_AKPF
 #define TL_AVX512_AKPF _MM_HINT_T0
 #endif
-enum { AK_MAX_HEADS = 64, AK_ACC_FLOATS = 8192 }; // query heads per call; their accumulators
+// (token, head) pairs per call, and their accumulators
+enum { AK_MAX_PAIRS = 256, AK_ACC_FLOATS = 8192 };
 
 static ALWAYS_INLINE void attn_kv_t(const struct tl_kv_layer *kv, const int32_t *table,
-                                    int64_t n_ctx, int kvh0, int n_kvh, int group, const float *q,
-                                    float scale, float *out, const int f16, const int NQ,
-                                    const int DIRECT)
+                                    int64_t n_ctx0, int n_q, int kvh0, int n_kvh, int group,
+                                    const float *q, size_t q_stride, float scale, float *out,
+                                    const int f16, const int NQ, const int DIRECT)
 {
     const int hd = kv->head_dim, nh = n_kvh * group, hp = NQ * 16;
     const __mmask16 last = tail_mask16(hd - (NQ - 1) * 16);
-    _Alignas(64) float acc[AK_ACC_FLOATS]; // nh x hp: the heads' output accumulators
+    const int64_t n_ctx_max = n_ctx0 + n_q - 1;
+    _Alignas(64) float acc[AK_ACC_FLOATS];                 // (token, head) x hp output accumulators
     _Alignas(64) float kbuf[16][8 * 16], vbuf[16][8 * 16]; // (unused when DIRECT)
     _Alignas(64) float pbuf[16];
-    float m[AK_MAX_HEADS], l[AK_MAX_HEADS];
+    float m[AK_MAX_PAIRS], l[AK_MAX_PAIRS];
     size_t offs[16], next[16]; // this chunk's and the next one's (position, KV head 0) offsets
     const size_t esz = f16 ? 2 : 4, row_bytes = (size_t)hd * esz;
-    for (int h = 0; h < nh; h++) {
-        m[h] = -INFINITY;
-        l[h] = 0.f;
+    for (int th = 0; th < n_q * nh; th++) {
+        m[th] = -INFINITY;
+        l[th] = 0.f;
         for (int c = 0; c < NQ; c++)
-            _mm512_store_ps(acc + h * hp + 16 * c, _mm512_setzero_ps());
+            _mm512_store_ps(acc + th * hp + 16 * c, _mm512_setzero_ps());
     }
     struct kv_pos p;
     kvp_init(&p, kv, table, 0);
-    int n_next = n_ctx < 16 ? (int)n_ctx : 16;
+    int n_next = n_ctx_max < 16 ? (int)n_ctx_max : 16;
     for (int u = 0; u < n_next; u++)
         next[u] = kvp_next(&p); // K and V share the layout
-    for (int64_t j0 = 0; j0 < n_ctx; j0 += 16) {
+    for (int64_t j0 = 0; j0 < n_ctx_max; j0 += 16) {
         const int nu = n_next;
-        const __mmask16 um = tail_mask16(nu);
         memcpy(offs, next, sizeof(offs));
-        n_next = n_ctx - j0 - 16 < 16 ? (int)(n_ctx - j0 - 16 > 0 ? n_ctx - j0 - 16 : 0) : 16;
+        int64_t left = n_ctx_max - j0 - 16;
+        n_next = left <= 0 ? 0 : left < 16 ? (int)left : 16;
         for (int u = 0; u < n_next; u++)
             next[u] = kvp_next(&p);
         for (int kh = 0; kh < n_kvh; kh++) {
@@ -1253,81 +1258,89 @@ static ALWAYS_INLINE void attn_kv_t(const struct tl_kv_layer *kv, const int32_t 
                                         load_kv(f16, kv->v, offs[u] + hoff + 16 * c, mk));
                     }
             }
-            for (int g = 0; g < group; g++) {
-                const int h = kh * group + g;
-                const float *qh = q + (size_t)((kvh0 + kh) * group + g) * hd;
-                __m512 qv[8];
+            for (int qi = 0; qi < n_q; qi++) {
+                const int64_t n_ctx = n_ctx0 + qi;
+                if (j0 >= n_ctx) continue; // this chunk is past the token's context
+                const int nt = n_ctx - j0 < 16 ? (int)(n_ctx - j0) : 16;
+                const __mmask16 um = tail_mask16(nt);
+                for (int g = 0; g < group; g++) {
+                    const int th = qi * nh + kh * group + g; // (token, head) pair
+                    const float *qh = q + qi * q_stride + (size_t)((kvh0 + kh) * group + g) * hd;
+                    __m512 qv[8];
 #pragma GCC unroll 8
-                for (int c = 0; c < NQ; c++)
-                    qv[c] = _mm512_maskz_loadu_ps(c == NQ - 1 ? last : 0xffff, qh + 16 * c);
-                __m512 part[16];
+                    for (int c = 0; c < NQ; c++)
+                        qv[c] = _mm512_maskz_loadu_ps(c == NQ - 1 ? last : 0xffff, qh + 16 * c);
+                    __m512 part[16];
 #pragma GCC unroll 16
-                for (int u = 0; u < 16; u++) {
-                    part[u] = _mm512_setzero_ps();
-                    if (u < nu) {
+                    for (int u = 0; u < 16; u++) {
+                        part[u] = _mm512_setzero_ps();
+                        if (u < nt) {
 #pragma GCC unroll 8
-                        for (int c = 0; c < NQ; c++) {
-                            __m512 kv_ = DIRECT ? load_kv(f16, kv->k, offs[u] + hoff + 16 * c,
-                                                          c == NQ - 1 ? last : 0xffff)
-                                                : _mm512_load_ps(kbuf[u] + 16 * c);
-                            part[u] = _mm512_fmadd_ps(qv[c], kv_, part[u]);
+                            for (int c = 0; c < NQ; c++) {
+                                __m512 kv_ = DIRECT ? load_kv(f16, kv->k, offs[u] + hoff + 16 * c,
+                                                              c == NQ - 1 ? last : 0xffff)
+                                                    : _mm512_load_ps(kbuf[u] + 16 * c);
+                                part[u] = _mm512_fmadd_ps(qv[c], kv_, part[u]);
+                            }
                         }
                     }
-                }
-                __m512 sv = _mm512_mul_ps(reduce16(part), _mm512_set1_ps(scale));
-                float cmax = _mm512_mask_reduce_max_ps(um, sv);
-                float m_new = cmax > m[h] ? cmax : m[h];
-                // rescale factor exp(m_old - m_new) (0 on the first chunk); the probabilities
-                float corr = 0.f;
-                if (m[h] != -INFINITY)
-                    corr =
-                        _mm_cvtss_f32(_mm512_castps512_ps128(exp512(_mm512_set1_ps(m[h] - m_new))));
-                __m512 pr =
-                    _mm512_maskz_mov_ps(um, exp512(_mm512_sub_ps(sv, _mm512_set1_ps(m_new))));
-                l[h] = l[h] * corr + hsum512(pr);
-                m[h] = m_new;
-                _mm512_store_ps(pbuf, pr);
-                __m512 a[8];
-                const __m512 vc = _mm512_set1_ps(corr);
+                    __m512 sv = _mm512_mul_ps(reduce16(part), _mm512_set1_ps(scale));
+                    float cmax = _mm512_mask_reduce_max_ps(um, sv);
+                    float m_new = cmax > m[th] ? cmax : m[th];
+                    // rescale factor exp(m_old - m_new) (0 on the first chunk); probabilities
+                    float corr = 0.f;
+                    if (m[th] != -INFINITY)
+                        corr = _mm_cvtss_f32(
+                            _mm512_castps512_ps128(exp512(_mm512_set1_ps(m[th] - m_new))));
+                    __m512 pr =
+                        _mm512_maskz_mov_ps(um, exp512(_mm512_sub_ps(sv, _mm512_set1_ps(m_new))));
+                    l[th] = l[th] * corr + hsum512(pr);
+                    m[th] = m_new;
+                    _mm512_store_ps(pbuf, pr);
+                    __m512 a[8];
+                    const __m512 vc = _mm512_set1_ps(corr);
 #pragma GCC unroll 8
-                for (int c = 0; c < NQ; c++)
-                    a[c] = _mm512_mul_ps(_mm512_load_ps(acc + h * hp + 16 * c), vc);
-                for (int u = 0; u < nu; u++) {
-                    __m512 pu = _mm512_set1_ps(pbuf[u]);
+                    for (int c = 0; c < NQ; c++)
+                        a[c] = _mm512_mul_ps(_mm512_load_ps(acc + th * hp + 16 * c), vc);
+                    for (int u = 0; u < nt; u++) {
+                        __m512 pu = _mm512_set1_ps(pbuf[u]);
 #pragma GCC unroll 8
-                    for (int c = 0; c < NQ; c++) {
-                        __m512 vv = DIRECT ? load_kv(f16, kv->v, offs[u] + hoff + 16 * c,
-                                                     c == NQ - 1 ? last : 0xffff)
-                                           : _mm512_load_ps(vbuf[u] + 16 * c);
-                        a[c] = _mm512_fmadd_ps(pu, vv, a[c]);
+                        for (int c = 0; c < NQ; c++) {
+                            __m512 vv = DIRECT ? load_kv(f16, kv->v, offs[u] + hoff + 16 * c,
+                                                         c == NQ - 1 ? last : 0xffff)
+                                               : _mm512_load_ps(vbuf[u] + 16 * c);
+                            a[c] = _mm512_fmadd_ps(pu, vv, a[c]);
+                        }
                     }
-                }
 #pragma GCC unroll 8
-                for (int c = 0; c < NQ; c++)
-                    _mm512_store_ps(acc + h * hp + 16 * c, a[c]);
+                    for (int c = 0; c < NQ; c++)
+                        _mm512_store_ps(acc + th * hp + 16 * c, a[c]);
+                }
             }
         }
     }
-    for (int kh = 0; kh < n_kvh; kh++)
-        for (int g = 0; g < group; g++) {
-            const int h = kh * group + g;
-            float *oh = out + (size_t)((kvh0 + kh) * group + g) * hd;
-            __m512 inv = _mm512_set1_ps(1.f / l[h]);
+    for (int qi = 0; qi < n_q; qi++)
+        for (int h = 0; h < nh; h++) {
+            const int th = qi * nh + h;
+            float *oh = out + qi * q_stride + (size_t)(kvh0 * group + h) * hd;
+            __m512 inv = _mm512_set1_ps(1.f / l[th]);
 #pragma GCC unroll 8
             for (int c = 0; c < NQ; c++)
                 _mm512_mask_storeu_ps(oh + 16 * c, c == NQ - 1 ? last : 0xffff,
-                                      _mm512_mul_ps(_mm512_load_ps(acc + h * hp + 16 * c), inv));
+                                      _mm512_mul_ps(_mm512_load_ps(acc + th * hp + 16 * c), inv));
         }
 }
 
-typedef void (*akv_fn)(const struct tl_kv_layer *kv, const int32_t *table, int64_t n_ctx, int kvh0,
-                       int n_kvh, int group, const float *q, float scale, float *out);
+typedef void (*akv_fn)(const struct tl_kv_layer *kv, const int32_t *table, int64_t n_ctx0, int n_q,
+                       int kvh0, int n_kvh, int group, const float *q, size_t q_stride, float scale,
+                       float *out);
 #define DEF_AKV(F16, NQ, D)                                                                        \
     static void akv_##F16##_##NQ##_##D(const struct tl_kv_layer *kv, const int32_t *table,         \
-                                       int64_t n_ctx, int kvh0, int n_kvh, int group,              \
-                                       const float *q, float scale, float *out)                    \
+                                       int64_t n_ctx0, int n_q, int kvh0, int n_kvh, int group,    \
+                                       const float *q, size_t q_stride, float scale, float *out)   \
     {                                                                                              \
-        attn_kv_t(kv, table, n_ctx, kvh0, n_kvh, group, q, scale, out, F16, NQ, D);                \
+        attn_kv_t(kv, table, n_ctx0, n_q, kvh0, n_kvh, group, q, q_stride, scale, out, F16, NQ,    \
+                  D);                                                                              \
     }
 #define DEF_AKV_NQ(F16, D)                                                                         \
     DEF_AKV(F16, 1, D)                                                                             \
@@ -1348,22 +1361,25 @@ DEF_AKV_NQ(1, 1)
 static const akv_fn akv_table[2][2][9] = {{AKV_LIST(0, 0), AKV_LIST(1, 0)},
                                           {AKV_LIST(0, 1), AKV_LIST(1, 1)}};
 
-static int attn_kv_heads(int head_dim)
+static int attn_kv_pairs(int head_dim)
 {
     int nq = (head_dim + 15) / 16;
     if (nq > 8) return 0;
     int by_acc = AK_ACC_FLOATS / (nq * 16);
-    return by_acc < AK_MAX_HEADS ? by_acc : AK_MAX_HEADS;
+    return by_acc < AK_MAX_PAIRS ? by_acc : AK_MAX_PAIRS;
 }
 
-static void attn_kv(const struct tl_kv_layer *kv, const int32_t *block_table, int64_t n_ctx,
-                    int kvh0, int n_kvh, int group, const float *q, float scale, float *out)
+static void attn_kv(const struct tl_kv_layer *kv, const int32_t *block_table, int64_t n_ctx0,
+                    int n_q, int kvh0, int n_kvh, int group, const float *q, size_t q_stride,
+                    float scale, float *out)
 {
     int nq = (kv->head_dim + 15) / 16;
-    TL_ASSERT(nq <= 8 && n_kvh * group <= attn_kv_heads(kv->head_dim));
-    // one query head per KV head reads K and V straight from the cache; groups share a buffer
-    akv_table[group == 1][kv->type == TL_DTYPE_F16][nq](kv, block_table, n_ctx, kvh0, n_kvh, group,
-                                                        q, scale, out);
+    TL_ASSERT(nq <= 8 && n_q >= 1 && n_q * n_kvh * group <= attn_kv_pairs(kv->head_dim));
+    // one query head of one token per KV head reads K and V straight from the cache; otherwise
+    // they are converted once into a buffer
+    const int direct = n_q == 1 && group == 1;
+    akv_table[direct][kv->type == TL_DTYPE_F16][nq](kv, block_table, n_ctx0, n_q, kvh0, n_kvh,
+                                                    group, q, q_stride, scale, out);
 }
 
 // ---- conversions ------------------------------------------------------------------------------
@@ -1391,6 +1407,6 @@ const struct tl__kernel_ops tl__ops_avx512 = {
     .softmax = softmax,
     .attn_head = attn_head,
     .f32_to_f16 = f32_to_f16,
-    .attn_kv_heads = attn_kv_heads,
+    .attn_kv_pairs = attn_kv_pairs,
     .attn_kv = attn_kv,
 };
