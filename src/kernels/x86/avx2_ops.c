@@ -347,6 +347,9 @@ enum { P_CHUNK_BYTES = 512 * 1024 };
 #define TL_AVX2_PH 1
 #define TL_AVX2_PT 4
 #endif
+#ifndef TL_AVX2_QPF
+#define TL_AVX2_QPF 4096
+#endif
 enum { PH = TL_AVX2_PH, PT = TL_AVX2_PT }; // packed tile: 8-row halves x tokens
 
 static ALWAYS_INLINE void ptile(const struct tl__mm *m, int64_t u, int64_t t, const int RH,
@@ -391,7 +394,7 @@ static ALWAYS_INLINE void ptile(const struct tl__mm *m, int64_t u, int64_t t, co
 #pragma GCC unroll 2
             for (int i = 0; i < RH; i++) {
                 const uint8_t *p = wq[i] + b * 512 + c * 64;
-                _mm_prefetch((const char *)p + 1024, _MM_HINT_T0);
+                _mm_prefetch((const char *)p + TL_AVX2_QPF, _MM_HINT_T0);
                 ws[i] = _mm256_xor_si256(_mm256_load_si256((const __m256i *)p), flip);
                 wa[i] = _mm256_abs_epi8(ws[i]);
             }
@@ -482,6 +485,9 @@ static void qp_rows(const struct tl__mm *m, int64_t r0, int64_t r1)
 #define TL_AVX2_GH 2
 #define TL_AVX2_GT 6
 #endif
+#ifndef TL_AVX2_GPF
+#define TL_AVX2_GPF 4096
+#endif
 enum { GH = TL_AVX2_GH, GT = TL_AVX2_GT };
 
 static ALWAYS_INLINE __m256 load_col8(const int type, const void *p)
@@ -515,7 +521,7 @@ static ALWAYS_INLINE void gtile(const struct tl__mm *m, int64_t u, int64_t t, co
         __m256 wv[2];
 #pragma GCC unroll 2
         for (int i = 0; i < RH; i++) {
-            _mm_prefetch(wp[i] + k * col + 1024, _MM_HINT_T0);
+            _mm_prefetch(wp[i] + k * col + TL_AVX2_GPF, _MM_HINT_T0);
             wv[i] = load_col8(type, wp[i] + k * col);
         }
 #pragma GCC unroll 6
