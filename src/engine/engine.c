@@ -410,7 +410,8 @@ void tl_engine_destroy(tl_engine *e)
     free(e->b_tables);
     free(e->b_seqs);
     free(e->logits);
-    for (int i = 0; e->samplers && i < e->n_samplers; i++) tl_sampler_destroy(e->samplers[i]);
+    for (int i = 0; e->samplers && i < e->n_samplers; i++)
+        tl_sampler_destroy(e->samplers[i]);
     free(e->samplers);
     free(e->to_sample);
     free(e->sample_res);
@@ -792,8 +793,10 @@ static void sample_worker(void *arg, int ith, int nth)
 
 static void sample_all(tl_engine *e)
 {
-    if (e->n_to_sample > 1) tl_pool_run(e->pool, sample_worker, e);
-    else if (e->n_to_sample == 1) sample_worker(e, 0, 1);
+    if (e->n_to_sample > 1)
+        tl_pool_run(e->pool, sample_worker, e);
+    else if (e->n_to_sample == 1)
+        sample_worker(e, 0, 1);
 }
 
 tl_status tl_engine_step(tl_engine *e, int64_t *n_pending)

@@ -132,12 +132,12 @@ struct tl_id_map {
 struct tl_engine {
     struct tl_engine_config cfg; // resolved: no zeros left
     struct tl_engine_backend be;
-    struct tl_kv_cache *kv;     // owned
+    struct tl_kv_cache *kv;       // owned
     struct tl_sampler **samplers; // owned, (n_samplers): scratch per compute thread
     int n_samplers;
-    struct tl_pool *pool;                 // the backend's compute pool (borrowed), may be NULL
-    struct tl_seq **to_sample;            // owned, (max_batch_size): sequences due a token
-    struct tl_sample_result *sample_res;  // owned, (max_batch_size): their sampled tokens
+    struct tl_pool *pool;                // the backend's compute pool (borrowed), may be NULL
+    struct tl_seq **to_sample;           // owned, (max_batch_size): sequences due a token
+    struct tl_sample_result *sample_res; // owned, (max_batch_size): their sampled tokens
     int64_t n_to_sample;
     int32_t block_size;
 
