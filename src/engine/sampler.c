@@ -17,6 +17,8 @@
  */
 #include "engine/sampler.h"
 
+#include "kernels/kernels.h"
+
 #include "core/alloc.h"
 #include "core/error.h"
 
@@ -243,15 +245,14 @@ static void apply_penalties(struct tl_sampler *s, const struct tl_sampling *p,
 
 // ---- sampling -------------------------------------------------------------------------------
 
-// prob[i] = e^(v[i] - m) for i < n (v[i] <= m); returns the sum, accumulated in eight fixed
-// lanes of double (vectorizable, and the same order every time).
+// prob[i] = e^(v[i] - m) for i < n (v[i] <= m; -inf gives exactly 0), with the kernels'
+// vectorized exp (libm's scalar expf over a 32000-token vocabulary was ~40% of sampling);
+// returns the sum, accumulated in eight fixed lanes of double (the same order every time).
 static double exp_sum(const float *v, float m, float *prob, int32_t n)
 {
     double lane[8] = {0};
     int32_t i = 0;
-    for (; i < n; i++) {
-        prob[i] = expf(v[i] - m); // -inf gives exactly 0
-    }
+    tl_exp_sub(v, m, prob, n);
     for (i = 0; i + 8 <= n; i += 8)
         for (int j = 0; j < 8; j++)
             lane[j] += (double)prob[i + j];

@@ -328,6 +328,11 @@ void tl_softmax(float *x, int64_t n)
     ops()->softmax(x, n);
 }
 
+void tl_exp_sub(const float *x, float m, float *out, int64_t n)
+{
+    ops()->exp_sub(x, m, out, n);
+}
+
 // ---- KV cache and attention -------------------------------------------------------------------
 
 void tl_kv_store(const struct tl_kv_layer *kv, const int32_t *block_table, int64_t pos,

@@ -127,6 +127,10 @@ void tl_add(float *y, const float *x, int64_t n);
 // In-place softmax of n values.
 void tl_softmax(float *x, int64_t n);
 
+// out[i] = e^(x[i] - m) for n values with x[i] <= m (softmax numerators; -inf gives exactly 0,
+// NaN gives 0 on SIMD variants). Vectorized; the sampler's normalizers use it.
+void tl_exp_sub(const float *x, float m, float *out, int64_t n);
+
 // ---- paged KV cache and attention -------------------------------------------------------------
 //
 // The K and V of one layer live in pools of n_blocks blocks; a block holds block_size positions

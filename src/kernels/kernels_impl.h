@@ -176,6 +176,8 @@ struct tl__kernel_ops {
     void (*swiglu)(const float *gate, const float *up, float *out, int64_t n);
     void (*add)(float *y, const float *x, int64_t n);
     void (*softmax)(float *x, int64_t n);
+    // out[i] = e^(x[i] - m) (x[i] <= m; -inf gives 0).
+    void (*exp_sub)(const float *x, float m, float *out, int64_t n);
     // One (token, head) of tl_attention: q and out are head_dim floats, `scores` has room for
     // n_ctx floats and `acc` for head_dim floats (both 64-byte aligned).
     void (*attn_head)(const struct tl_kv_layer *kv, const int32_t *block_table, int64_t n_ctx,
@@ -221,6 +223,7 @@ void tl__rope_apply(float *x, int n_heads, int head_dim, const float *c, const f
 void tl__ref_swiglu(const float *gate, const float *up, float *out, int64_t n);
 void tl__ref_add(float *y, const float *x, int64_t n);
 void tl__ref_softmax(float *x, int64_t n);
+void tl__ref_exp_sub(const float *x, float m, float *out, int64_t n);
 void tl__ref_attn_head(const struct tl_kv_layer *kv, const int32_t *block_table, int64_t n_ctx,
                        int kv_head, const float *q, float scale, float *out, float *scores,
                        float *acc);

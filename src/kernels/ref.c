@@ -299,6 +299,11 @@ void tl__ref_add(float *y, const float *x, int64_t n)
         y[i] += x[i];
 }
 
+void tl__ref_exp_sub(const float *x, float m, float *out, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++) out[i] = expf(x[i] - m);
+}
+
 void tl__ref_softmax(float *x, int64_t n)
 {
     if (n <= 0) return;
@@ -371,5 +376,6 @@ const struct tl__kernel_ops tl__ops_scalar = {
     .swiglu = tl__ref_swiglu,
     .add = tl__ref_add,
     .softmax = tl__ref_softmax,
+    .exp_sub = tl__ref_exp_sub,
     .attn_head = tl__ref_attn_head,
 };

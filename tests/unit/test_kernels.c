@@ -1040,6 +1040,39 @@ static void test_isa_selection(void **state)
 #endif
 }
 
+// tl_exp_sub on every ISA: close to expf, exactly 0 for -inf and far-below differences, exactly 1
+// at the maximum; odd lengths exercise the tails.
+static void test_exp_sub(void **state)
+{
+    (void)state;
+    const int64_t n = 1003;
+    float *x = malloc(sizeof(float) * n), *y = malloc(sizeof(float) * n);
+    for (int64_t i = 0; i < n; i++)
+        x[i] = -100.0f * (float)((i * 7919) % 1000) / 1000.0f + 3.0f;
+    x[0] = -INFINITY, x[1] = 3.0f, x[n - 1] = -INFINITY;
+    for (int s = 0; s < N_ISA; s++) {
+        if (!tl_kernels_force_isa(isas[s])) continue;
+        for (int64_t len = 1; len <= n; len += (len < 40 ? 1 : 97)) {
+            memset(y, 0xFF, sizeof(float) * n); // NaN: catches unwritten outputs
+            tl_exp_sub(x, 3.0f, y, len);
+            for (int64_t i = 0; i < len; i++) {
+                double want = exp((double)x[i] - 3.0);
+                if (x[i] == -INFINITY || want < 1e-37) {
+                    if (!(y[i] >= 0.0f && y[i] <= 2e-37f))
+                        fail_msg("%s: exp(%g) gave %g", isas[s], x[i] - 3.0, y[i]);
+                    if (x[i] == -INFINITY) assert_true(y[i] == 0.0f);
+                } else {
+                    TL_ASSERT_NEAR(y[i], want, 4e-7 * want, i);
+                }
+            }
+            if (len > 1) assert_true(y[1] == 1.0f);
+            if (len < n) assert_true(isnan(y[len]));
+        }
+    }
+    tl_kernels_force_isa("scalar");
+    free(x), free(y);
+}
+
 TL_TEST_MAIN(cmocka_unit_test(test_fp16_exhaustive_roundtrip),
              cmocka_unit_test(test_fp16_known_values), cmocka_unit_test(test_fp16_all_ties_to_even),
              cmocka_unit_test(test_fp16_matches_f16c), cmocka_unit_test(test_bf16_rounding),
@@ -1051,6 +1084,6 @@ TL_TEST_MAIN(cmocka_unit_test(test_fp16_exhaustive_roundtrip),
              cmocka_unit_test(test_weight_prepare), cmocka_unit_test(test_matmul_multi),
              cmocka_unit_test(test_rmsnorm), cmocka_unit_test(test_rope_modes),
              cmocka_unit_test(test_rope_cache_matches_ref),
-             cmocka_unit_test(test_swiglu_add_softmax), cmocka_unit_test(test_attention),
-             cmocka_unit_test(test_kv_store_layout), cmocka_unit_test(test_kv_store_f16_every_isa),
-             cmocka_unit_test(test_isa_selection))
+             cmocka_unit_test(test_swiglu_add_softmax), cmocka_unit_test(test_exp_sub),
+             cmocka_unit_test(test_attention), cmocka_unit_test(test_kv_store_layout),
+             cmocka_unit_test(test_kv_store_f16_every_isa), cmocka_unit_test(test_isa_selection))

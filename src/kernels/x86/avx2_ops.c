@@ -707,6 +707,25 @@ static float exp_sum(float *x, int64_t n, float mx)
     return hsum256(sum);
 }
 
+// exp256 clamps its input at -87.3, so differences below that (and -inf, impossible tokens)
+// are zeroed explicitly: a softmax numerator of -inf must be exactly 0.
+static ALWAYS_INLINE __m256 exp_sub8(__m256 x, __m256 vm)
+{
+    __m256 d = _mm256_sub_ps(x, vm);
+    __m256 keep = _mm256_cmp_ps(d, _mm256_set1_ps(-87.3f), _CMP_GT_OQ);
+    return _mm256_and_ps(exp256(d), keep);
+}
+
+static void exp_sub(const float *x, float m, float *out, int64_t n)
+{
+    __m256 vm = _mm256_set1_ps(m);
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(out + i, exp_sub8(_mm256_loadu_ps(x + i), vm));
+    if (i < n)
+        _mm256_maskstore_ps(out + i, tail_mask8(n - i), exp_sub8(load_tail(x + i, n - i), vm));
+}
+
 static void softmax(float *x, int64_t n)
 {
     if (n <= 0) return;
@@ -848,6 +867,7 @@ const struct tl__kernel_ops tl__ops_avx2 = {
     .swiglu = swiglu,
     .add = add,
     .softmax = softmax,
+    .exp_sub = exp_sub,
     .attn_head = attn_head,
     .f32_to_f16 = f32_to_f16,
 };

@@ -1003,6 +1003,16 @@ static void scale_by(float *x, int64_t n, float s)
     }
 }
 
+static void exp_sub(const float *x, float m, float *out, int64_t n)
+{
+    __m512 vm = _mm512_set1_ps(m);
+    for (int64_t i = 0; i < n; i += 16) {
+        __mmask16 k = n - i >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (n - i)) - 1);
+        __m512 e = exp512(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, x + i), vm));
+        _mm512_mask_storeu_ps(out + i, k, e);
+    }
+}
+
 static void softmax(float *x, int64_t n)
 {
     if (n <= 0) return;
@@ -1409,6 +1419,7 @@ const struct tl__kernel_ops tl__ops_avx512 = {
     .swiglu = swiglu,
     .add = add,
     .softmax = softmax,
+    .exp_sub = exp_sub,
     .attn_head = attn_head,
     .f32_to_f16 = f32_to_f16,
     .attn_kv_pairs = attn_kv_pairs,
