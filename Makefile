@@ -56,7 +56,7 @@ BENCH_BIN := $(BENCH_SRC:bench/%.c=$(BUILD)/bench/%)
 AVX2_FLAGS   := -mavx2 -mfma -mf16c
 AVX512_FLAGS := $(AVX2_FLAGS) -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512vnni
 
-.PHONY: all test check lint clean bench run
+.PHONY: format all test check lint clean bench run
 MODEL ?= ../shared/models/stories260K.gguf
 all: $(BUILD)/tokenloom $(BUILD)/libtokenloom.a
 
@@ -103,8 +103,14 @@ run: all
 check:
 	$(MAKE) BUILD=build-san OPT=-O1 SAN="-fsanitize=address,undefined -fno-omit-frame-pointer" test
 
+LINT_FILES = $(ALL_SRC) $(shell find src include -name '*.h')
+
 lint:
-	clang-format --dry-run --Werror $(ALL_SRC) $(shell find src include -name '*.h')
+	clang-format --dry-run --Werror $(LINT_FILES)
+
+# Rewrites every source in place to the house format (.clang-format); run before committing.
+format:
+	clang-format -i $(LINT_FILES)
 
 clean:
 	rm -rf build build-san

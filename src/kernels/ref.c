@@ -301,7 +301,8 @@ void tl__ref_add(float *y, const float *x, int64_t n)
 
 void tl__ref_exp_sub(const float *x, float m, float *out, int64_t n)
 {
-    for (int64_t i = 0; i < n; i++) out[i] = expf(x[i] - m);
+    for (int64_t i = 0; i < n; i++)
+        out[i] = expf(x[i] - m);
 }
 
 void tl__ref_softmax(float *x, int64_t n)
