@@ -243,7 +243,7 @@ static void apply_penalties(struct tl_sampler *s, const struct tl_sampling *p,
     }
 }
 
-// ---- sampling -------------------------------------------------------------------------------
+// ---- normalizers and cuts -------------------------------------------------------------------
 
 // prob[i] = e^(v[i] - m) for i < n (v[i] <= m; -inf gives exactly 0), with the kernels'
 // vectorized exp (libm's scalar expf over a 32000-token vocabulary was ~40% of sampling);
@@ -338,6 +338,57 @@ static void find_cut(struct tl_sampler *s, const struct tl_sampling *p, int32_t 
     }
 }
 
+// ---- log-probabilities ----------------------------------------------------------------------
+
+// The log-softmax normalizer of the raw logits: copies them into s->val (NaN counts as -inf)
+// and returns log(sum(exp(logits))), or 0 when every logit is -inf.
+static double log_normalizer(struct tl_sampler *s, const float *logits)
+{
+    const int32_t nv = s->n_vocab;
+    float *v = s->val, mx = -INFINITY;
+    for (int32_t i = 0; i < nv; i++) {
+        float x = logits[i];
+        v[i] = isnan(x) ? -INFINITY : x;
+        if (v[i] > mx) mx = v[i];
+    }
+    return mx > -INFINITY ? (double)mx + log(exp_sum(v, mx, s->prob, nv)) : 0.0;
+}
+
+// The n_top best tokens of s->val (after log_normalizer) with their log-probabilities, best
+// first; returns how many.
+static int32_t top_logprobs(struct tl_sampler *s, double lse, int32_t n_top,
+                            struct tl_token_logprob *top)
+{
+    if (n_top <= 0) return 0;
+    if (n_top > TL_SAMPLER_MAX_LOGPROBS) n_top = TL_SAMPLER_MAX_LOGPROBS;
+    int32_t ids[TL_SAMPLER_MAX_LOGPROBS];
+    int64_t k = select_top(s->val, NULL, s->n_vocab, n_top, s->heap, ids);
+    for (int64_t i = 0; i < k; i++) {
+        top[i].id = ids[i];
+        top[i].logprob = (float)((double)s->val[ids[i]] - lse);
+    }
+    return (int32_t)k;
+}
+
+// The log-probability of token under the raw logits (whose normalizer is lse).
+static float token_logprob(const float *logits, int32_t token, double lse)
+{
+    float x = logits[token];
+    return (float)((double)(isnan(x) ? -INFINITY : x) - lse);
+}
+
+void tl_sampler_logprobs(struct tl_sampler *s, const float *logits, int32_t token, int32_t n_top,
+                         struct tl_sample_result *out)
+{
+    TL_ASSERT(token >= 0 && token < s->n_vocab);
+    const double lse = log_normalizer(s, logits);
+    out->token = token;
+    out->n_top = top_logprobs(s, lse, n_top, out->top);
+    out->logprob = token_logprob(logits, token, lse);
+}
+
+// ---- sampling -------------------------------------------------------------------------------
+
 void tl_sampler_sample(struct tl_sampler *s, const float *logits, const struct tl_sampling *p,
                        const int32_t *tokens, int64_t n_prompt, int64_t n_tokens,
                        struct tl_rng *rng, struct tl_sample_result *out)
@@ -345,25 +396,9 @@ void tl_sampler_sample(struct tl_sampler *s, const float *logits, const struct t
     const int32_t nv = s->n_vocab;
     float *v = s->val;
 
-    // Log-softmax normalizer of the raw logits (NaN counts as -inf).
-    float mx = -INFINITY;
-    for (int32_t i = 0; i < nv; i++) {
-        float x = logits[i];
-        v[i] = isnan(x) ? -INFINITY : x;
-        if (v[i] > mx) mx = v[i];
-    }
-    const double lse = mx > -INFINITY ? (double)mx + log(exp_sum(v, mx, s->prob, nv)) : 0.0;
-
-    out->n_top = 0;
-    if (p->n_logprobs > 0) {
-        int32_t top[TL_SAMPLER_MAX_LOGPROBS];
-        int64_t k = select_top(v, NULL, nv, p->n_logprobs, s->heap, top);
-        for (int64_t i = 0; i < k; i++) {
-            out->top[i].id = top[i];
-            out->top[i].logprob = (float)((double)v[top[i]] - lse);
-        }
-        out->n_top = (int32_t)k;
-    }
+    // Log-probabilities of the raw logits first: s->val then holds their NaN-free copy.
+    const double lse = log_normalizer(s, logits);
+    out->n_top = top_logprobs(s, lse, p->n_logprobs, out->top);
 
     apply_penalties(s, p, tokens, n_prompt, n_tokens);
 
@@ -430,5 +465,5 @@ void tl_sampler_sample(struct tl_sampler *s, const float *logits, const struct t
 
 done:
     out->token = chosen;
-    out->logprob = (float)((double)(isnan(logits[chosen]) ? -INFINITY : logits[chosen]) - lse);
+    out->logprob = token_logprob(logits, chosen, lse);
 }

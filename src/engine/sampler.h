@@ -55,4 +55,12 @@ void tl_sampler_sample(struct tl_sampler *s, const float *logits, const struct t
                        const int32_t *tokens, int64_t n_prompt, int64_t n_tokens,
                        struct tl_rng *rng, struct tl_sample_result *out);
 
+// The log-probabilities of the raw logits (n_vocab, not modified) alone, as tl_sampler_sample
+// reports them, without sampling: out->token = token, out->logprob its log-softmax, out->top
+// the n_top (0..TL_SAMPLER_MAX_LOGPROBS) best tokens, best first (value desc, id asc). Used for
+// prompt log-probabilities: the same code, so a prompt token's logprob equals the one reported
+// when the same token is sampled from the same logits. token must be in [0, n_vocab).
+void tl_sampler_logprobs(struct tl_sampler *s, const float *logits, int32_t token, int32_t n_top,
+                         struct tl_sample_result *out);
+
 #endif
