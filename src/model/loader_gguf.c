@@ -160,8 +160,9 @@ static tl_status load_hparams(struct ctx *c)
     struct tl_gguf_str stype;
     snprintf(key, sizeof(key), "%s.rope.scaling.type", c->arch);
     bool has_type = tl_gguf_get_str(c->m->gguf, key, &stype);
-    get_f32_opt(c, "rope.scaling.factor", &factor);
-    get_f32_opt(c, "rope.scale_linear", &factor);
+    // As llama.cpp: the older rope.scale_linear is read only when rope.scaling.factor is absent.
+    snprintf(key, sizeof(key), "%s.rope.scaling.factor", c->arch);
+    if (!tl_gguf_get_f32(c->m->gguf, key, &factor)) get_f32_opt(c, "rope.scale_linear", &factor);
     if (has_type && !tl_gguf_str_eq(stype, "linear") && !tl_gguf_str_eq(stype, "none"))
         return tl__errorf(TL_ERR_UNSUPPORTED, "%s: rope scaling type '%.*s' is not supported",
                           c->m->path, (int)(stype.len > 32 ? 32 : stype.len), stype.ptr);
