@@ -1,0 +1,395 @@
+/*
+ * Attention of the AVX-512 kernel variant (F, BW, VL, DQ, VNNI; compiled with those -m flags and
+ * only called when the CPU has them): attn_head (one token, one head; two passes over the
+ * context) and attn_kv (all the query heads of a range of KV heads of a run of tokens of one
+ * sequence in one pass over its context, with an online softmax), each a table of always-inline
+ * templates instantiated per KV type and head size. avx512_ops.c publishes them in the op table.
+ *
+ * Determinism: every (token, head) goes through the same operations over its context whatever
+ * else shares the call (see the two sections below), so results do not depend on the batch or
+ * the threads.
+ *
+ * Thread model: pure functions over caller-owned memory; re-entrant.
+ */
+#include "kernels/x86/avx512_impl.h"
+
+#include "core/error.h"
+
+#include <math.h>
+#include <string.h>
+
+// ---- attention --------------------------------------------------------------------------------
+//
+// Two passes per (token, head) over the context in position order: scores (q . k_j * scale) in
+// groups of 16 positions, whose 16 partial-product vectors are summed by one transpose-add tree
+// (the add order for position j depends only on j mod 16), then exp/sum, then
+// out = sum_j p_j v_j with the head's output dims in registers. Positions are walked through
+// the block table without divisions.
+
+static ALWAYS_INLINE __m512 load_kv(int f16, const void *base, size_t idx, __mmask16 m)
+{
+    if (f16) return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, (const uint16_t *)base + idx));
+    return _mm512_maskz_loadu_ps(m, (const float *)base + idx);
+}
+
+// Position iterator over one KV head through a block table.
+struct kv_pos {
+    const int32_t *table;
+    size_t slot_stride, block_elems, head_off, base;
+    int64_t blk;
+    int slot, bs;
+};
+
+static ALWAYS_INLINE void kvp_init(struct kv_pos *p, const struct tl_kv_layer *kv,
+                                   const int32_t *table, int kv_head)
+{
+    p->table = table;
+    p->bs = kv->block_size;
+    p->slot_stride = (size_t)kv->n_kv_head * kv->head_dim;
+    p->block_elems = (size_t)kv->block_size * p->slot_stride;
+    p->head_off = (size_t)kv_head * kv->head_dim;
+    p->blk = 0;
+    p->slot = 0;
+    p->base = (size_t)table[0] * p->block_elems + p->head_off;
+}
+
+// Element offset of the next position (the table entry of a block is read only when needed).
+static ALWAYS_INLINE size_t kvp_next(struct kv_pos *p)
+{
+    if (p->slot == p->bs) {
+        p->slot = 0;
+        p->blk++;
+        p->base = (size_t)p->table[p->blk] * p->block_elems + p->head_off;
+    }
+    return p->base + (size_t)(p->slot++) * p->slot_stride;
+}
+
+// head_dim <= 128: NQ = ceil(head_dim / 16) vectors per row, held in registers.
+static ALWAYS_INLINE void attn_small(const struct tl_kv_layer *kv, const int32_t *table,
+                                     int64_t n_ctx, int kv_head, const float *q, float scale,
+                                     float *out, float *scores, const int f16, const int NQ)
+{
+    const int hd = kv->head_dim;
+    const __mmask16 last = tail_mask16(hd - (NQ - 1) * 16);
+    __m512 qv[8];
+#pragma GCC unroll 8
+    for (int c = 0; c < NQ; c++)
+        qv[c] = _mm512_maskz_loadu_ps(c == NQ - 1 ? last : 0xffff, q + 16 * c);
+    struct kv_pos p;
+    kvp_init(&p, kv, table, kv_head);
+    __m512 vmax = _mm512_set1_ps(-INFINITY);
+    for (int64_t j0 = 0; j0 < n_ctx; j0 += 16) {
+        const int64_t nu = n_ctx - j0 < 16 ? n_ctx - j0 : 16;
+        __m512 part[16];
+#pragma GCC unroll 16
+        for (int u = 0; u < 16; u++) {
+            part[u] = _mm512_setzero_ps();
+            if (u < nu) {
+                size_t off = kvp_next(&p);
+#pragma GCC unroll 8
+                for (int c = 0; c < NQ; c++)
+                    part[u] = _mm512_fmadd_ps(
+                        qv[c], load_kv(f16, kv->k, off + 16 * c, c == NQ - 1 ? last : 0xffff),
+                        part[u]);
+            }
+        }
+        __mmask16 m = tail_mask16(nu);
+        __m512 s = _mm512_mul_ps(reduce16(part), _mm512_set1_ps(scale));
+        _mm512_mask_storeu_ps(scores + j0, m, s);
+        vmax = _mm512_mask_max_ps(vmax, m, vmax, s);
+    }
+    float sum = tl__avx512_exp_sum(scores, n_ctx, _mm512_reduce_max_ps(vmax));
+    __m512 acc[8];
+#pragma GCC unroll 8
+    for (int c = 0; c < NQ; c++)
+        acc[c] = _mm512_setzero_ps();
+    kvp_init(&p, kv, table, kv_head);
+    for (int64_t j = 0; j < n_ctx; j++) {
+        size_t off = kvp_next(&p);
+        __m512 pj = _mm512_set1_ps(scores[j]);
+#pragma GCC unroll 8
+        for (int c = 0; c < NQ; c++)
+            acc[c] = _mm512_fmadd_ps(
+                pj, load_kv(f16, kv->v, off + 16 * c, c == NQ - 1 ? last : 0xffff), acc[c]);
+    }
+    __m512 inv = _mm512_set1_ps(1.f / sum);
+#pragma GCC unroll 8
+    for (int c = 0; c < NQ; c++)
+        _mm512_mask_storeu_ps(out + 16 * c, c == NQ - 1 ? last : 0xffff,
+                              _mm512_mul_ps(acc[c], inv));
+}
+
+// Any head_dim: the same arithmetic order per element, vectors streamed from memory.
+static ALWAYS_INLINE void attn_large(const struct tl_kv_layer *kv, const int32_t *table,
+                                     int64_t n_ctx, int kv_head, const float *q, float scale,
+                                     float *out, float *scores, float *acc, const int f16)
+{
+    const int hd = kv->head_dim;
+    struct kv_pos p;
+    kvp_init(&p, kv, table, kv_head);
+    for (int64_t j = 0; j < n_ctx; j++) {
+        size_t off = kvp_next(&p);
+        __m512 s = _mm512_setzero_ps();
+        for (int d = 0; d < hd; d += 16) {
+            __mmask16 m = tail_mask16(hd - d);
+            s = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, q + d), load_kv(f16, kv->k, off + d, m),
+                                s);
+        }
+        scores[j] = hsum512(s) * scale;
+    }
+    float sum = tl__avx512_exp_sum(scores, n_ctx, tl__avx512_max_of(scores, n_ctx));
+    for (int d = 0; d < hd; d += 16)
+        _mm512_mask_storeu_ps(acc + d, tail_mask16(hd - d), _mm512_setzero_ps());
+    kvp_init(&p, kv, table, kv_head);
+    for (int64_t j = 0; j < n_ctx; j++) {
+        size_t off = kvp_next(&p);
+        __m512 pj = _mm512_set1_ps(scores[j]);
+        for (int d = 0; d < hd; d += 16) {
+            __mmask16 m = tail_mask16(hd - d);
+            __m512 a = _mm512_maskz_loadu_ps(m, acc + d);
+            _mm512_mask_storeu_ps(acc + d, m,
+                                  _mm512_fmadd_ps(pj, load_kv(f16, kv->v, off + d, m), a));
+        }
+    }
+    __m512 inv = _mm512_set1_ps(1.f / sum);
+    for (int d = 0; d < hd; d += 16) {
+        __mmask16 m = tail_mask16(hd - d);
+        _mm512_mask_storeu_ps(out + d, m, _mm512_mul_ps(_mm512_maskz_loadu_ps(m, acc + d), inv));
+    }
+}
+
+typedef void (*attn_fn)(const struct tl_kv_layer *kv, const int32_t *table, int64_t n_ctx,
+                        int kv_head, const float *q, float scale, float *out, float *scores);
+#define DEF_ATTN(F16, NQ)                                                                          \
+    static void attn_##F16##_##NQ(const struct tl_kv_layer *kv, const int32_t *table,              \
+                                  int64_t n_ctx, int kv_head, const float *q, float scale,         \
+                                  float *out, float *scores)                                       \
+    {                                                                                              \
+        attn_small(kv, table, n_ctx, kv_head, q, scale, out, scores, F16, NQ);                     \
+    }
+#define DEF_ATTN_NQ(F16)                                                                           \
+    DEF_ATTN(F16, 1)                                                                               \
+    DEF_ATTN(F16, 2)                                                                               \
+    DEF_ATTN(F16, 3)                                                                               \
+    DEF_ATTN(F16, 4) DEF_ATTN(F16, 5) DEF_ATTN(F16, 6) DEF_ATTN(F16, 7) DEF_ATTN(F16, 8)
+DEF_ATTN_NQ(0)
+DEF_ATTN_NQ(1)
+static const attn_fn attn_table[2][9] = {
+    {0, attn_0_1, attn_0_2, attn_0_3, attn_0_4, attn_0_5, attn_0_6, attn_0_7, attn_0_8},
+    {0, attn_1_1, attn_1_2, attn_1_3, attn_1_4, attn_1_5, attn_1_6, attn_1_7, attn_1_8},
+};
+
+void tl__avx512_attn_head(const struct tl_kv_layer *kv, const int32_t *block_table, int64_t n_ctx,
+                          int kv_head, const float *q, float scale, float *out, float *scores,
+                          float *acc)
+{
+    const int f16 = kv->type == TL_DTYPE_F16, nq = (kv->head_dim + 15) / 16;
+    if (nq <= 8)
+        attn_table[f16][nq](kv, block_table, n_ctx, kv_head, q, scale, out, scores);
+    else if (f16)
+        attn_large(kv, block_table, n_ctx, kv_head, q, scale, out, scores, acc, 1);
+    else
+        attn_large(kv, block_table, n_ctx, kv_head, q, scale, out, scores, acc, 0);
+}
+
+// ---- attention over all the heads of a run of tokens (online softmax) -------------------------
+//
+// One call handles the query heads of a range of KV heads for a run of n_q consecutive query
+// tokens of one sequence (positions n_ctx0 - 1, n_ctx0, ...: a prefill), walking the context
+// in chunks of 16 positions: for each chunk and KV head, the chunk's K and V rows are read once
+// (converted to f32 once into a buffer when several query heads or tokens share them) and used
+// by every query head and token of the call. A chunk of a KV-cache block holds every head of
+// its positions contiguously, so the walk streams whole blocks (prefetched a chunk ahead)
+// instead of one head's 128 bytes per position. The softmax is online: per (token, head) a
+// running max m, sum l and output accumulators, rescaled by exp(m_old - m_new) whenever a chunk
+// raises the max. q.k for 16 positions is reduced by one transpose-add tree (the add order for
+// position j depends only on j mod 16); a token's chunks are those of its own context, masked
+// the same way whoever shares the call, and every (token, head) goes through the same
+// operations on the same values whichever others share its call, so results do not depend on
+// the batch or the threads.
+
+#ifndef TL_AVX512_AKPF
+#define TL_AVX512_AKPF _MM_HINT_T0
+#endif
+// (token, head) pairs per call, and their accumulators
+enum { AK_MAX_PAIRS = 256, AK_ACC_FLOATS = 8192 };
+enum { AK_PF_MIN_CTX = 1024 }; // contexts from which K/V rows are prefetched a chunk ahead
+
+static ALWAYS_INLINE void attn_kv_t(const struct tl_kv_layer *kv, const int32_t *table,
+                                    int64_t n_ctx0, int n_q, int kvh0, int n_kvh, int group,
+                                    const float *q, size_t q_stride, float scale, float *out,
+                                    const int f16, const int NQ, const int DIRECT)
+{
+    const int hd = kv->head_dim, nh = n_kvh * group, hp = NQ * 16;
+    const __mmask16 last = tail_mask16(hd - (NQ - 1) * 16);
+    const int64_t n_ctx_max = n_ctx0 + n_q - 1;
+    const int pf_kv = n_ctx_max >= AK_PF_MIN_CTX;
+    _Alignas(64) float acc[AK_ACC_FLOATS];                 // (token, head) x hp output accumulators
+    _Alignas(64) float kbuf[16][8 * 16], vbuf[16][8 * 16]; // (unused when DIRECT)
+    _Alignas(64) float pbuf[16];
+    float m[AK_MAX_PAIRS], l[AK_MAX_PAIRS];
+    size_t offs[16], next[16]; // this chunk's and the next one's (position, KV head 0) offsets
+    const size_t esz = f16 ? 2 : 4, row_bytes = (size_t)hd * esz;
+    for (int th = 0; th < n_q * nh; th++) {
+        m[th] = -INFINITY;
+        l[th] = 0.f;
+        for (int c = 0; c < NQ; c++)
+            _mm512_store_ps(acc + th * hp + 16 * c, _mm512_setzero_ps());
+    }
+    struct kv_pos p;
+    kvp_init(&p, kv, table, 0);
+    int n_next = n_ctx_max < 16 ? (int)n_ctx_max : 16;
+    for (int u = 0; u < n_next; u++)
+        next[u] = kvp_next(&p); // K and V share the layout
+    for (int64_t j0 = 0; j0 < n_ctx_max; j0 += 16) {
+        const int nu = n_next;
+        memcpy(offs, next, sizeof(offs));
+        int64_t left = n_ctx_max - j0 - 16;
+        n_next = left <= 0 ? 0 : left < 16 ? (int)left : 16;
+        for (int u = 0; u < n_next; u++)
+            next[u] = kvp_next(&p);
+        for (int kh = 0; kh < n_kvh; kh++) {
+            const size_t hoff = (size_t)(kvh0 + kh) * hd;
+            // the next chunk's rows of this KV head, while this one computes: a head's rows
+            // are short runs a position apart, which the hardware prefetchers follow badly
+            // from DRAM (long contexts: 1.3-1.6x faster) but well enough from the caches
+            // (short ones: the prefetches only cost)
+            for (int u = 0; u < (pf_kv ? n_next : 0); u++)
+                for (size_t b = 0; b < row_bytes; b += 64) {
+                    _mm_prefetch((const char *)kv->k + (next[u] + hoff) * esz + b, TL_AVX512_AKPF);
+                    _mm_prefetch((const char *)kv->v + (next[u] + hoff) * esz + b, TL_AVX512_AKPF);
+                }
+            if (!DIRECT) {
+                for (int u = 0; u < nu; u++)
+#pragma GCC unroll 8
+                    for (int c = 0; c < NQ; c++) {
+                        __mmask16 mk = c == NQ - 1 ? last : 0xffff;
+                        _mm512_store_ps(kbuf[u] + 16 * c,
+                                        load_kv(f16, kv->k, offs[u] + hoff + 16 * c, mk));
+                        _mm512_store_ps(vbuf[u] + 16 * c,
+                                        load_kv(f16, kv->v, offs[u] + hoff + 16 * c, mk));
+                    }
+            }
+            for (int qi = 0; qi < n_q; qi++) {
+                const int64_t n_ctx = n_ctx0 + qi;
+                if (j0 >= n_ctx) continue; // this chunk is past the token's context
+                const int nt = n_ctx - j0 < 16 ? (int)(n_ctx - j0) : 16;
+                const __mmask16 um = tail_mask16(nt);
+                for (int g = 0; g < group; g++) {
+                    const int th = qi * nh + kh * group + g; // (token, head) pair
+                    const float *qh = q + qi * q_stride + (size_t)((kvh0 + kh) * group + g) * hd;
+                    __m512 qv[8];
+#pragma GCC unroll 8
+                    for (int c = 0; c < NQ; c++)
+                        qv[c] = _mm512_maskz_loadu_ps(c == NQ - 1 ? last : 0xffff, qh + 16 * c);
+                    __m512 part[16];
+#pragma GCC unroll 16
+                    for (int u = 0; u < 16; u++) {
+                        part[u] = _mm512_setzero_ps();
+                        if (u < nt) {
+#pragma GCC unroll 8
+                            for (int c = 0; c < NQ; c++) {
+                                __m512 kv_ = DIRECT ? load_kv(f16, kv->k, offs[u] + hoff + 16 * c,
+                                                              c == NQ - 1 ? last : 0xffff)
+                                                    : _mm512_load_ps(kbuf[u] + 16 * c);
+                                part[u] = _mm512_fmadd_ps(qv[c], kv_, part[u]);
+                            }
+                        }
+                    }
+                    __m512 sv = _mm512_mul_ps(reduce16(part), _mm512_set1_ps(scale));
+                    float cmax = _mm512_mask_reduce_max_ps(um, sv);
+                    float m_new = cmax > m[th] ? cmax : m[th];
+                    // rescale factor exp(m_old - m_new) (0 on the first chunk); probabilities
+                    float corr = 0.f;
+                    if (m[th] != -INFINITY)
+                        corr = _mm_cvtss_f32(
+                            _mm512_castps512_ps128(exp512(_mm512_set1_ps(m[th] - m_new))));
+                    __m512 pr =
+                        _mm512_maskz_mov_ps(um, exp512(_mm512_sub_ps(sv, _mm512_set1_ps(m_new))));
+                    l[th] = l[th] * corr + hsum512(pr);
+                    m[th] = m_new;
+                    _mm512_store_ps(pbuf, pr);
+                    __m512 a[8];
+                    const __m512 vc = _mm512_set1_ps(corr);
+#pragma GCC unroll 8
+                    for (int c = 0; c < NQ; c++)
+                        a[c] = _mm512_mul_ps(_mm512_load_ps(acc + th * hp + 16 * c), vc);
+                    for (int u = 0; u < nt; u++) {
+                        __m512 pu = _mm512_set1_ps(pbuf[u]);
+#pragma GCC unroll 8
+                        for (int c = 0; c < NQ; c++) {
+                            __m512 vv = DIRECT ? load_kv(f16, kv->v, offs[u] + hoff + 16 * c,
+                                                         c == NQ - 1 ? last : 0xffff)
+                                               : _mm512_load_ps(vbuf[u] + 16 * c);
+                            a[c] = _mm512_fmadd_ps(pu, vv, a[c]);
+                        }
+                    }
+#pragma GCC unroll 8
+                    for (int c = 0; c < NQ; c++)
+                        _mm512_store_ps(acc + th * hp + 16 * c, a[c]);
+                }
+            }
+        }
+    }
+    for (int qi = 0; qi < n_q; qi++)
+        for (int h = 0; h < nh; h++) {
+            const int th = qi * nh + h;
+            float *oh = out + qi * q_stride + (size_t)(kvh0 * group + h) * hd;
+            __m512 inv = _mm512_set1_ps(1.f / l[th]);
+#pragma GCC unroll 8
+            for (int c = 0; c < NQ; c++)
+                _mm512_mask_storeu_ps(oh + 16 * c, c == NQ - 1 ? last : 0xffff,
+                                      _mm512_mul_ps(_mm512_load_ps(acc + th * hp + 16 * c), inv));
+        }
+}
+
+typedef void (*akv_fn)(const struct tl_kv_layer *kv, const int32_t *table, int64_t n_ctx0, int n_q,
+                       int kvh0, int n_kvh, int group, const float *q, size_t q_stride, float scale,
+                       float *out);
+#define DEF_AKV(F16, NQ, D)                                                                        \
+    static void akv_##F16##_##NQ##_##D(const struct tl_kv_layer *kv, const int32_t *table,         \
+                                       int64_t n_ctx0, int n_q, int kvh0, int n_kvh, int group,    \
+                                       const float *q, size_t q_stride, float scale, float *out)   \
+    {                                                                                              \
+        attn_kv_t(kv, table, n_ctx0, n_q, kvh0, n_kvh, group, q, q_stride, scale, out, F16, NQ,    \
+                  D);                                                                              \
+    }
+#define DEF_AKV_NQ(F16, D)                                                                         \
+    DEF_AKV(F16, 1, D)                                                                             \
+    DEF_AKV(F16, 2, D)                                                                             \
+    DEF_AKV(F16, 3, D)                                                                             \
+    DEF_AKV(F16, 4, D)                                                                             \
+    DEF_AKV(F16, 5, D) DEF_AKV(F16, 6, D) DEF_AKV(F16, 7, D) DEF_AKV(F16, 8, D)
+DEF_AKV_NQ(0, 0)
+DEF_AKV_NQ(1, 0)
+DEF_AKV_NQ(0, 1)
+DEF_AKV_NQ(1, 1)
+#define AKV_LIST(F16, D)                                                                           \
+    {                                                                                              \
+        0, akv_##F16##_1_##D, akv_##F16##_2_##D, akv_##F16##_3_##D, akv_##F16##_4_##D,             \
+            akv_##F16##_5_##D, akv_##F16##_6_##D, akv_##F16##_7_##D, akv_##F16##_8_##D             \
+    }
+// [direct][f16][nq]
+static const akv_fn akv_table[2][2][9] = {{AKV_LIST(0, 0), AKV_LIST(1, 0)},
+                                          {AKV_LIST(0, 1), AKV_LIST(1, 1)}};
+
+int tl__avx512_attn_kv_pairs(int head_dim)
+{
+    int nq = (head_dim + 15) / 16;
+    if (nq > 8) return 0;
+    int by_acc = AK_ACC_FLOATS / (nq * 16);
+    return by_acc < AK_MAX_PAIRS ? by_acc : AK_MAX_PAIRS;
+}
+
+void tl__avx512_attn_kv(const struct tl_kv_layer *kv, const int32_t *block_table, int64_t n_ctx0,
+                        int n_q, int kvh0, int n_kvh, int group, const float *q, size_t q_stride,
+                        float scale, float *out)
+{
+    int nq = (kv->head_dim + 15) / 16;
+    TL_ASSERT(nq <= 8 && n_q >= 1 && n_q * n_kvh * group <= tl__avx512_attn_kv_pairs(kv->head_dim));
+    // one query head of one token per KV head reads K and V straight from the cache; otherwise
+    // they are converted once into a buffer
+    const int direct = n_q == 1 && group == 1;
+    akv_table[direct][kv->type == TL_DTYPE_F16][nq](kv, block_table, n_ctx0, n_q, kvh0, n_kvh,
+                                                    group, q, q_stride, scale, out);
+}
