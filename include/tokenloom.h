@@ -151,6 +151,13 @@ enum tl_event_type {
                         // token that ends generation (end-of-generation or stop token) also
                         // gets its TOKEN event, with no text; it counts in n_generated.
     TL_EVENT_DONE = 2,  // the request ended; text holds any final text; no more events follow
+    // Only for requests with prompt_logprobs: prompt token number prompt_pos (token) and its
+    // log-probability given the prompt tokens before it, from the log-softmax of the raw logits
+    // (no penalties or temperature), with the n_logprobs best alternatives at that position in
+    // top. Exactly one per prompt token, in order (prompt_pos 0, 1, ...), all before the first
+    // TOKEN event, also when the request is preempted and recomputed. The first prompt token
+    // has nothing to predict it: its logprob is NAN and n_top 0. text is empty.
+    TL_EVENT_PROMPT_TOKEN = 3,
 };
 
 struct tl_event {
@@ -158,9 +165,10 @@ struct tl_event {
     uint64_t request_id;
     const char *text; // borrowed for the duration of the callback; NUL-terminated at text_len
     size_t text_len;
-    // TOKEN only:
+    // TOKEN and PROMPT_TOKEN:
     int32_t token;
-    float logprob;                      // log-probability of the chosen token
+    float logprob;                      // log-probability of the token (PROMPT_TOKEN: NAN for
+                                        // the first prompt token)
     const struct tl_token_logprob *top; // n_top best alternatives (n_logprobs), borrowed
     int32_t n_top;
     // DONE only:
@@ -173,6 +181,8 @@ struct tl_event {
     int64_t ttft_us;     // submission to first token
     int64_t total_us;    // submission to done
     const char *error;   // message when finish == TL_FINISH_ERROR, else NULL
+    // PROMPT_TOKEN only:
+    int64_t prompt_pos; // the token's position in the prompt (0-based)
 };
 
 // Called on the thread running tl_engine_step. Must not call back into the engine except
@@ -192,9 +202,13 @@ struct tl_request {
     int32_t n_stop_tokens;
     const char *const *stop; // stop strings (copied); the stop text is not returned
     int32_t n_stop;
-    bool ignore_eos;      // keep going past end-of-generation tokens
-    int32_t priority;     // lower value = scheduled first (as vLLM); default 0
-    int64_t timeout_ms;   // 0 = none; past it the request ends with TL_FINISH_DEADLINE
+    bool ignore_eos;    // keep going past end-of-generation tokens
+    int32_t priority;   // lower value = scheduled first (as vLLM); default 0
+    int64_t timeout_ms; // 0 = none; past it the request ends with TL_FINISH_DEADLINE
+    // Deliver a TL_EVENT_PROMPT_TOKEN per prompt token (its logprob and sampling.n_logprobs
+    // alternatives; OpenAI's echo + logprobs). The prompt is then computed rather than taken
+    // from the prefix cache (cached blocks have no logits; its blocks are still published).
+    bool prompt_logprobs;
     tl_event_fn on_event; // required
     void *user;           // passed to on_event
 };

@@ -31,6 +31,7 @@
 #include "core/log.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
@@ -182,6 +183,7 @@ static tl_status seq_create(tl_engine *e, const struct tl_request *r, const int3
     s->sampling = r->sampling;
     s->max_tokens = r->max_tokens;
     s->ignore_eos = r->ignore_eos;
+    s->prompt_logprobs = r->prompt_logprobs;
     s->priority = r->priority;
     s->on_event = r->on_event;
     s->user = r->user;
@@ -342,12 +344,20 @@ tl_status tl__engine_create_with(const struct tl_engine_backend *be,
     e->b_tables = tl_malloc_array(ns, sizeof(*e->b_tables));
     e->b_seqs = tl_malloc_array(ns, sizeof(*e->b_seqs));
     e->running = tl_malloc_array(ns, sizeof(*e->running));
+    // Prompt-logprob rows: bounded in bytes (a whole 512-token chunk at a 32000 vocabulary
+    // would be 64 MB of logits); chunks needing more are cut by the scheduler.
+    size_t row_bytes = (size_t)be->n_vocab * sizeof(float);
+    e->max_plp_rows = (int64_t)(TL_ENGINE_PLP_LOGITS_BYTES / (row_bytes ? row_bytes : 1));
+    if (e->max_plp_rows < 1) e->max_plp_rows = 1;
+    if (e->max_plp_rows > c->max_tokens_per_step) e->max_plp_rows = c->max_tokens_per_step;
+    e->plp = tl_malloc_array((size_t)e->max_plp_rows, sizeof(*e->plp));
+    e->plp_res = tl_malloc_array((size_t)e->max_plp_rows, sizeof(*e->plp_res));
     size_t n_logits;
-    e->logits = tl_mul_size((size_t)e->max_out, (size_t)be->n_vocab, &n_logits)
+    e->logits = tl_mul_size((size_t)(e->max_out + e->max_plp_rows), (size_t)be->n_vocab, &n_logits)
                     ? tl_malloc_array(n_logits, sizeof(float))
                     : NULL;
     if (!e->b_token || !e->b_pos || !e->b_seq || !e->b_out || !e->b_tables || !e->b_seqs ||
-        !e->running || !e->logits) {
+        !e->running || !e->logits || !e->plp || !e->plp_res) {
         rc = tl__errorf(TL_ERR_NOMEM, "engine: out of memory for step buffers");
         goto out_destroy;
     }
@@ -410,6 +420,8 @@ void tl_engine_destroy(tl_engine *e)
     free(e->b_tables);
     free(e->b_seqs);
     free(e->logits);
+    free(e->plp);
+    free(e->plp_res);
     for (int i = 0; e->samplers && i < e->n_samplers; i++)
         tl_sampler_destroy(e->samplers[i]);
     free(e->samplers);
@@ -453,6 +465,17 @@ bool tl__engine_check(const tl_engine *e)
         if (s->n_blocks != (s->n_computed + e->block_size - 1) / e->block_size) {
             tl__errorf(TL_ERR_STATE, "check: request %llu holds %d blocks for %lld positions",
                        (unsigned long long)s->id, s->n_blocks, (long long)s->n_computed);
+            ok = false;
+        }
+        // Every computed prompt position's logits were used: the events up to the next
+        // position's token went out (nothing computed is ever owed).
+        int64_t due = s->n_computed + 1 < s->n_prompt ? s->n_computed + 1 : s->n_prompt;
+        if (ok && s->prompt_logprobs && s->n_computed > 0 && s->n_plp_done < due) {
+            tl__errorf(TL_ERR_STATE,
+                       "check: request %llu computed %lld positions but delivered %lld prompt "
+                       "logprobs",
+                       (unsigned long long)s->id, (long long)s->n_computed,
+                       (long long)s->n_plp_done);
             ok = false;
         }
     }
@@ -780,23 +803,62 @@ static void publish_stats(tl_engine *e)
 
 // Samples every sequence due a token, spread over the compute threads (each sequence's result
 // depends only on its own logits, history and RNG, so which thread samples it does not matter).
+// Prompt-logprob rows come after them in the same fan-out (same code as a sampled token's
+// logprobs: tl_sampler_logprobs).
 static void sample_worker(void *arg, int ith, int nth)
 {
     tl_engine *e = arg;
-    for (int64_t i = ith; i < e->n_to_sample; i += nth) {
-        struct tl_seq *s = e->to_sample[i];
-        tl_sampler_sample(e->samplers[ith], e->logits + s->out_row * (int64_t)e->be.n_vocab,
-                          &s->sampling, s->tokens, s->n_prompt, s->n_tokens, &s->rng,
-                          &e->sample_res[i]);
+    const int64_t nv = e->be.n_vocab;
+    for (int64_t i = ith; i < e->n_to_sample + e->n_plp; i += nth) {
+        if (i < e->n_to_sample) {
+            struct tl_seq *s = e->to_sample[i];
+            tl_sampler_sample(e->samplers[ith], e->logits + s->out_row * nv, &s->sampling,
+                              s->tokens, s->n_prompt, s->n_tokens, &s->rng, &e->sample_res[i]);
+        } else {
+            int64_t k = i - e->n_to_sample;
+            const struct tl_plp_item *it = &e->plp[k];
+            tl_sampler_logprobs(e->samplers[ith], e->logits + it->row * nv,
+                                it->s->tokens[it->pos + 1], it->s->sampling.n_logprobs,
+                                &e->plp_res[k]);
+        }
     }
 }
 
 static void sample_all(tl_engine *e)
 {
-    if (e->n_to_sample > 1)
+    if (e->n_to_sample + e->n_plp > 1)
         tl_pool_run(e->pool, sample_worker, e);
-    else if (e->n_to_sample == 1)
+    else if (e->n_to_sample + e->n_plp == 1)
         sample_worker(e, 0, 1);
+}
+
+// Delivers the PROMPT_TOKEN events s is due after this step: the first prompt token (no
+// logprob) at its first computed step, then one per prompt-logprob row, in position order.
+static void deliver_prompt_logprobs(tl_engine *e, struct tl_seq *s)
+{
+    if (!s->prompt_logprobs || s->n_plp_done >= s->n_prompt) return;
+    struct tl_event ev = {0};
+    ev.type = TL_EVENT_PROMPT_TOKEN;
+    size_t at = s->text_released;
+    if (s->n_plp_done == 0) {
+        ev.token = s->tokens[0];
+        ev.logprob = NAN;
+        ev.prompt_pos = 0;
+        s->n_plp_done = 1;
+        deliver(s, &ev, at, at);
+    }
+    for (int64_t k = 0; k < s->plp_n; k++) {
+        const struct tl_plp_item *it = &e->plp[s->plp_first + k];
+        const struct tl_sample_result *r = &e->plp_res[s->plp_first + k];
+        TL_ASSERT(it->s == s && it->pos + 1 == s->n_plp_done);
+        ev.token = r->token;
+        ev.logprob = r->logprob;
+        ev.top = r->top;
+        ev.n_top = r->n_top;
+        ev.prompt_pos = it->pos + 1;
+        s->n_plp_done++;
+        deliver(s, &ev, at, at);
+    }
 }
 
 tl_status tl_engine_step(tl_engine *e, int64_t *n_pending)
@@ -834,8 +896,12 @@ tl_status tl_engine_step(tl_engine *e, int64_t *n_pending)
                 if (s->out_row >= 0) e->to_sample[e->n_to_sample++] = s;
             }
             sample_all(e);
+            // Prompt logprobs first: a request's come before its first generated token.
+            for (int64_t i = 0; i < e->n_b_seqs; i++)
+                deliver_prompt_logprobs(e, e->b_seqs[i]);
             for (int64_t i = 0; i < e->n_to_sample; i++) {
                 struct tl_seq *s = e->to_sample[i];
+                TL_ASSERT(!s->prompt_logprobs || s->n_plp_done == s->n_prompt);
                 enum tl_finish_reason why = accept_token(e, s, &e->sample_res[i]);
                 if (why == TL_FINISH_ERROR)
                     finish(e, s, why, "out of memory for output text");

@@ -85,7 +85,8 @@ struct tl_seq {
     struct tl_stop_set stop;
     bool ignore_eos;
     int32_t priority;
-    int64_t deadline_us; // tl_time_us() clock; 0 = none
+    int64_t deadline_us;  // tl_time_us() clock; 0 = none
+    bool prompt_logprobs; // deliver a PROMPT_TOKEN event per prompt token
     tl_event_fn on_event;
     void *user;
 
@@ -111,9 +112,18 @@ struct tl_seq {
     size_t text_len, text_cap, text_released;
     bool stop_string_hit;
 
+    // Prompt log-probabilities: tokens [0, n_plp_done) of the prompt had their PROMPT_TOKEN
+    // event. Never goes down (preemption recomputes K/V, not events), so each is delivered
+    // once. While some are owed, the logits of positions [max(n_plp_done - 1, 0), n_prompt - 1)
+    // are still needed (position p predicts token p + 1).
+    int64_t n_plp_done;
+
     // This step.
-    int64_t sched_n; // tokens scheduled (0 = not scheduled)
-    int64_t out_row; // logits row, or -1
+    int64_t sched_n;   // tokens scheduled (0 = not scheduled)
+    int64_t out_row;   // logits row of the token to sample, or -1
+    int64_t plp_pos0;  // prompt-logprob rows: position of the first
+    int64_t plp_n;     // how many (consecutive positions)
+    int64_t plp_first; // their index in the engine's plp / plp_res
 
     // Accounting.
     int64_t n_generated, n_preempted, n_cached_tokens;
@@ -128,6 +138,19 @@ struct tl_id_map {
     struct tl_seq **vals; // owned, (cap)
     size_t cap, n;
 };
+
+// One prompt-logprob row of a step: logits row `row` (position pos of s) gives the logprob of
+// prompt token pos + 1.
+struct tl_plp_item {
+    struct tl_seq *s; // borrowed
+    int64_t pos;
+    int64_t row;
+};
+
+// Bound on the logits kept for prompt log-probabilities in one step: at most this many bytes
+// of rows (and at most max_tokens_per_step rows); a prompt chunk needing more rows is cut.
+// 16 MiB is 131 rows at a 32000-token vocabulary, 27 at 152064.
+#define TL_ENGINE_PLP_LOGITS_BYTES ((size_t)16 << 20)
 
 struct tl_engine {
     struct tl_engine_config cfg; // resolved: no zeros left
@@ -166,8 +189,13 @@ struct tl_engine {
     struct tl_seq **b_seqs;                   // (max_batch_size) scheduled, batch order
     int64_t n_b_seqs;
     struct tl_batch batch;
-    float *logits; // owned, (max_out, n_vocab)
-    int64_t max_out;
+    float *logits;   // owned, (max_out + max_plp_rows, n_vocab)
+    int64_t max_out; // rows of tokens to sample per step
+    // Prompt log-probabilities of the step (see TL_ENGINE_PLP_LOGITS_BYTES).
+    int64_t max_plp_rows;
+    struct tl_plp_item *plp;          // owned, (max_plp_rows)
+    struct tl_sample_result *plp_res; // owned, (max_plp_rows)
+    int64_t n_plp;
 
     struct tl_engine_stats stats; // engine thread's running copy
 };
