@@ -550,6 +550,32 @@ static void on_token(struct tl_server *s, struct tl_srv_req *q, struct tl_srv_ch
     if (c->lp.obj) add_logprob(s, &c->lp, ev->token, ev->logprob, ev->top, ev->n_top);
 }
 
+// One prompt token's logprob (echo + logprobs). The last one completes the prompt: streaming
+// sends the echoed prompt text with all of them in one chunk, as vLLM does; both modes then
+// continue the text offsets of generated tokens from the end of the echoed text.
+static void on_prompt_token(struct tl_server *s, struct tl_srv_req *q, struct tl_srv_choice *c,
+                            const struct tl_srv_msg *m)
+{
+    if (!c->started) {
+        c->started = true;
+        s->n_queued--;
+    }
+    if (!q->http || q->client_gone || !c->lp.obj) return;
+    const struct tl_event *ev = &m->ev;
+    add_logprob(s, &c->lp, ev->token, ev->logprob, ev->top, ev->n_top);
+    if (ev->prompt_pos + 1 < q->n_prompt_tokens[c->prompt]) return;
+    int64_t text_len = (int64_t)q->prompt_text_len[c->prompt];
+    if (!q->streaming) {
+        c->lp.offset = text_len;
+        return;
+    }
+    const char *text = q->prompt_text[c->prompt] ? q->prompt_text[c->prompt] : "";
+    json_t *lp = tl_oai_logprobs_take(&c->lp);
+    tl__srv_sse_send(q, chunk(q, tl_oai_text_choice(c->index, text, (size_t)text_len, lp, NULL)),
+                     NULL);
+    c->lp_offset = text_len;
+}
+
 static void on_done(struct tl_server *s, struct tl_srv_req *q, struct tl_srv_choice *c,
                     struct tl_srv_msg *m)
 {
@@ -599,7 +625,10 @@ void tl__srv_process_msg(struct tl_server *s, struct tl_srv_msg *m)
         on_done(s, q, c, m); // m is c's preallocated message, freed with the request
         return;
     }
-    on_token(s, q, c, m);
+    if (m->ev.type == TL_EVENT_PROMPT_TOKEN)
+        on_prompt_token(s, q, c, m);
+    else
+        on_token(s, q, c, m);
     free(m);
 }
 
@@ -694,6 +723,13 @@ static bool check_lengths(const struct tl_server *s, const struct tl_srv_req *q,
     return true;
 }
 
+// echo + logprobs on /v1/completions: the prompt tokens' logprobs are computed by the engine
+// (PROMPT_TOKEN events) and reported before the generated tokens', as OpenAI and vLLM do.
+static bool prompt_logprobs(const struct tl_srv_req *q)
+{
+    return q->params.kind == TL_OAI_COMPLETION && q->params.echo && q->params.logprobs;
+}
+
 static bool setup_choices(struct tl_server *s, struct tl_srv_req *q, int n_prompts)
 {
     int n = q->params.n;
@@ -711,12 +747,10 @@ static bool setup_choices(struct tl_server *s, struct tl_srv_req *q, int n_promp
         if (!c->done_msg) return false;
         c->done_msg->choice = c;
         c->done_msg->preallocated = true;
-        if (q->params.logprobs && !q->params.stream) {
+        // Non-streaming: every token's logprobs accumulate here. Streaming with echo: the
+        // prompt's (PROMPT_TOKEN events) accumulate here and go out with the echoed text.
+        if (q->params.logprobs && (!q->params.stream || prompt_logprobs(q)))
             if (!tl_oai_logprobs_init(&c->lp, q->params.kind, 0)) return false;
-            if (q->params.echo) // echoed prompt tokens have no logprob (not computed)
-                for (int64_t k = 0; k < q->n_prompt_tokens[c->prompt]; k++)
-                    add_logprob(s, &c->lp, q->prompt_tokens[c->prompt][k], NAN, NULL, 0);
-        }
     }
     return true;
 }
@@ -736,7 +770,8 @@ static void start_stream(struct tl_server *s, struct tl_srv_req *q)
             tl__srv_sse_send(q, chunk(q, tl_oai_chat_delta(c->index, true, "", 0, NULL, NULL)),
                              NULL);
             c->sent_role = true;
-        } else if (q->params.echo && q->prompt_text[c->prompt]) {
+        } else if (q->params.echo && q->prompt_text[c->prompt] && !prompt_logprobs(q)) {
+            // (With logprobs the echo goes out with the prompt's logprobs: on_prompt_token.)
             tl__srv_sse_send(
                 q,
                 chunk(q, tl_oai_text_choice(c->index, q->prompt_text[c->prompt],
@@ -824,6 +859,7 @@ static void h_generate(struct tl_server *s, struct evhttp_request *r, int64_t t0
         rq.ignore_eos = p->ignore_eos;
         rq.priority = p->priority;
         rq.timeout_ms = p->timeout_ms;
+        rq.prompt_logprobs = prompt_logprobs(q);
         rq.on_event = tl__srv_on_event;
         rq.user = c;
         st = s->be->submit(s->engine, &rq, &c->engine_id);

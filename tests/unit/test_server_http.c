@@ -83,6 +83,8 @@ struct fake_req {
     int64_t n_prompt;
     uint64_t seed;
     int32_t n_logprobs;
+    bool prompt_logprobs; // PROMPT_TOKEN events still to send (at the first step)
+    int32_t prompt[64];
     tl_event_fn fn;
     void *user;
 };
@@ -110,8 +112,12 @@ static tl_status fake_submit(tl_engine *e, const struct tl_request *r, uint64_t 
                                     .n_prompt = r->n_prompt_tokens,
                                     .seed = r->sampling.seed,
                                     .n_logprobs = r->sampling.n_logprobs,
+                                    .prompt_logprobs = r->prompt_logprobs,
                                     .fn = r->on_event,
                                     .user = r->user};
+        if (r->n_prompt_tokens > 64) fe.r[i].prompt_logprobs = false;
+        if (fe.r[i].prompt_logprobs)
+            memcpy(fe.r[i].prompt, r->prompt_tokens, (size_t)r->n_prompt_tokens * sizeof(int32_t));
         *id = fe.r[i].id;
         fe.n_submitted++;
         pthread_cond_broadcast(&fe.cv);
@@ -171,6 +177,22 @@ static tl_status fake_step(tl_engine *e, int64_t *n_pending)
             done(q, TL_FINISH_CANCELLED);
             continue;
         }
+        // Prompt logprobs as the engine gives them: all at once before the first token, the
+        // first one NAN; prompt token k's is -k/4, its alternatives the token and 'z'.
+        for (int64_t k = 0; q->prompt_logprobs && k < q->n_prompt; k++) {
+            float lp = k ? -0.25f * (float)k : NAN;
+            struct tl_token_logprob top[2] = {{q->prompt[k], lp}, {'z' + 3, -9.0f}};
+            struct tl_event ev = {.type = TL_EVENT_PROMPT_TOKEN,
+                                  .request_id = q->id,
+                                  .text = "",
+                                  .token = q->prompt[k],
+                                  .logprob = lp,
+                                  .top = k ? top : NULL,
+                                  .n_top = k ? (q->n_logprobs < 2 ? q->n_logprobs : 2) : 0,
+                                  .prompt_pos = k};
+            q->fn(q->user, &ev);
+        }
+        q->prompt_logprobs = false;
         char c = (char)('a' + (q->seed + (uint64_t)q->n_gen) % 26);
         struct tl_token_logprob top[2] = {{c + 3, -0.5f}, {'z' + 3, -2.0f}};
         struct tl_event ev = {.type = TL_EVENT_TOKEN,
@@ -506,13 +528,35 @@ static void test_completion_plain(void **state)
         assert_string_equal(json_string_value(json_object_get(c, "finish_reason")), "length");
         json_t *lp = json_object_get(c, "logprobs");
         json_t *toks = json_object_get(lp, "tokens");
-        // echo: prompt tokens (BOS renders as "") with null logprobs, then the 5 generated
+        // echo: one entry per prompt token (BOS renders as "") with the engine's prompt
+        // logprobs (the first null: nothing predicts it), then the 5 generated
         size_t np = strlen(want[i]) - 5 + 1;
         assert_int_equal(json_array_size(toks), np + 5);
-        assert_true(json_is_null(json_array_get(json_object_get(lp, "token_logprobs"), 0)));
-        json_t *last = json_array_get(json_object_get(lp, "token_logprobs"), np + 4);
+        json_t *tlp = json_object_get(lp, "token_logprobs"),
+               *tops = json_object_get(lp, "top_logprobs");
+        json_t *offs = json_object_get(lp, "text_offset");
+        assert_int_equal(json_array_size(tlp), np + 5);
+        assert_int_equal(json_array_size(tops), np + 5);
+        assert_int_equal(json_array_size(offs), np + 5);
+        assert_true(json_is_null(json_array_get(tlp, 0)));
+        assert_true(json_is_null(json_array_get(tops, 0)));
+        assert_string_equal(json_string_value(json_array_get(toks, 0)), "");
+        for (size_t k = 1; k < np; k++) {
+            double v = json_real_value(json_array_get(tlp, k));
+            assert_true(isfinite(v) && v <= 0);
+            assert_true(fabs(v + 0.25 * (double)k) < 1e-6);
+            char tok[2] = {want[i][k - 1], 0};
+            assert_string_equal(json_string_value(json_array_get(toks, k)), tok);
+            json_t *t = json_array_get(tops, k);
+            assert_int_equal(json_object_size(t), 1); // logprobs: 1
+            assert_true(fabs(json_real_value(json_object_get(t, tok)) + 0.25 * (double)k) < 1e-6);
+            assert_int_equal(json_integer_value(json_array_get(offs, k)), (json_int_t)(k - 1));
+        }
+        // Generated tokens continue at the end of the echoed prompt text.
+        assert_int_equal(json_integer_value(json_array_get(offs, np)), (json_int_t)(np - 1));
+        json_t *last = json_array_get(tlp, np + 4);
         assert_true(fabs(json_real_value(last) + 0.5) < 1e-6);
-        json_t *top = json_array_get(json_object_get(lp, "top_logprobs"), np);
+        json_t *top = json_array_get(tops, np);
         assert_int_equal(json_object_size(top), 1);
     }
     json_t *u = json_object_get(j, "usage");
@@ -631,6 +675,80 @@ static void test_streams(void **state)
     assert_int_equal(json_integer_value(json_object_get(u2, "prompt_tokens")),
                      1 + (int)strlen("<|im_start|>user\nhey<|im_end|>\n<|im_start|>assistant\n"));
     json_decref(j);
+    resp_free(&r);
+    assert_int_equal(stop(sv), 0);
+}
+
+// The logprobs object of a choice with its arrays concatenated over stream chunks.
+static void lp_append(json_t *acc, json_t *lp)
+{
+    const char *keys[4] = {"tokens", "token_logprobs", "top_logprobs", "text_offset"};
+    for (int k = 0; k < 4; k++) {
+        json_t *a = json_object_get(acc, keys[k]);
+        if (!a) json_object_set_new(acc, keys[k], a = json_array());
+        json_array_extend(a, json_object_get(lp, keys[k]));
+    }
+}
+
+static void test_echo_logprobs_stream_and_not(void **state)
+{
+    (void)state;
+    struct running *sv = start(NULL, 0, 0);
+    s_port = tl_server_port(sv->s);
+    assert_true(wait_until(server_healthy, 5000));
+    const char *body = "{\"prompt\":\"xy\",\"max_tokens\":3,\"seed\":0,\"echo\":true,"
+                       "\"logprobs\":2%s}";
+    char req[256];
+    struct resp r;
+    snprintf(req, sizeof(req), body, "");
+    request(s_port, "POST", "/v1/completions", req, NULL, &r);
+    assert_int_equal(r.status, 200);
+    json_t *j = body_json(&r);
+    json_t *c = json_array_get(json_object_get(j, "choices"), 0);
+    assert_string_equal(json_string_value(json_object_get(c, "text")), "xyabc");
+    json_t *whole = json_incref(json_object_get(c, "logprobs"));
+    // usage is unchanged: 3 prompt tokens (BOS x y), 3 generated.
+    json_t *u = json_object_get(j, "usage");
+    assert_int_equal(json_integer_value(json_object_get(u, "prompt_tokens")), 3);
+    assert_int_equal(json_integer_value(json_object_get(u, "completion_tokens")), 3);
+    json_decref(j);
+    resp_free(&r);
+    assert_int_equal(json_array_size(json_object_get(whole, "tokens")), 6);
+
+    // Streamed: the first chunk echoes the prompt with its logprobs, then one chunk per token;
+    // concatenated, the same arrays.
+    snprintf(req, sizeof(req), body, ",\"stream\":true");
+    request(s_port, "POST", "/v1/completions", req, NULL, &r);
+    assert_int_equal(r.status, 200);
+    struct tl_sse_parser p;
+    struct sse_got g = {0};
+    tl_sse_parser_init(&p);
+    assert_true(tl_sse_feed(&p, r.body, r.body_len, collect, &g));
+    tl_sse_parser_free(&p);
+    assert_true(g.done);
+    assert_int_equal(g.n, 5); // prompt, a, b, c, finish
+    json_t *c0 = json_array_get(json_object_get(g.ev[0], "choices"), 0);
+    assert_string_equal(json_string_value(json_object_get(c0, "text")), "xy");
+    assert_int_equal(json_array_size(json_object_get(json_object_get(c0, "logprobs"), "tokens")),
+                     3);
+    json_t *acc = json_object();
+    struct tl_sb text;
+    tl_sb_init(&text);
+    for (int i = 0; i < 4; i++) {
+        json_t *ci = json_array_get(json_object_get(g.ev[i], "choices"), 0);
+        tl_sb_adds(&text, json_string_value(json_object_get(ci, "text")));
+        lp_append(acc, json_object_get(ci, "logprobs"));
+    }
+    assert_string_equal(text.buf, "xyabc");
+    tl_sb_free(&text);
+    if (!json_equal(acc, whole)) {
+        char *a = json_dumps(acc, 0), *b = json_dumps(whole, 0);
+        fail_msg("streamed %s\nwhole %s", a, b);
+    }
+    json_decref(acc);
+    json_decref(whole);
+    for (int i = 0; i < g.n; i++)
+        json_decref(g.ev[i]);
     resp_free(&r);
     assert_int_equal(stop(sv), 0);
 }
@@ -815,7 +933,7 @@ static void test_graceful_stop_finishes_in_flight(void **state)
 }
 
 TL_TEST_MAIN(cmocka_unit_test(test_health_models_metrics), cmocka_unit_test(test_completion_plain),
-             cmocka_unit_test(test_streams), cmocka_unit_test(test_errors),
-             cmocka_unit_test(test_queue_bound_gives_429),
+             cmocka_unit_test(test_streams), cmocka_unit_test(test_echo_logprobs_stream_and_not),
+             cmocka_unit_test(test_errors), cmocka_unit_test(test_queue_bound_gives_429),
              cmocka_unit_test(test_disconnect_cancels),
              cmocka_unit_test(test_graceful_stop_finishes_in_flight))
