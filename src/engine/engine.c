@@ -8,6 +8,9 @@
  * the batch (sched.c); run the forward pass once; advance every scheduled sequence, offer its
  * newly full blocks to the prefix cache, and sample where a token is due; deliver TOKEN events
  * (new whole UTF-8 text, stop-string candidates held back) and DONE events; update the stats.
+ * Requests with prompt_logprobs also get the logits of their prompt positions (rows bounded
+ * per step, see TL_ENGINE_PLP_LOGITS_BYTES) and one PROMPT_TOKEN event per prompt token,
+ * before their first TOKEN event and exactly once even across preemption (n_plp_done).
  *
  * Determinism: a request's tokens depend only on its prompt, parameters and seed. The forward
  * pass gives bit-identical logits per token whatever else is in the batch (model.h contract);

@@ -119,7 +119,8 @@ bool tl_oai_logprobs_init(struct tl_oai_logprobs *lp, enum tl_oai_kind kind, int
 void tl_oai_logprobs_free(struct tl_oai_logprobs *lp);
 // Appends one token. text is its text (may be a partial UTF-8 character: it is made valid for
 // JSON with U+FFFD, and chat's "bytes" keeps the raw bytes); top/tops_text are the n_top
-// alternatives and their texts. logprob may be NAN for "null" (echoed prompt tokens).
+// alternatives and their texts. logprob may be NAN for "null" (the first echoed prompt
+// token: nothing predicts it).
 bool tl_oai_logprobs_add(struct tl_oai_logprobs *lp, const char *text, size_t text_len,
                          float logprob, const struct tl_token_logprob *top,
                          const char *const *tops_text, const size_t *tops_len, int n_top);

@@ -11,9 +11,11 @@
  * check the queue bound (429), then submit one engine request per choice (a prompt's n
  * samples, seeds seed, seed+1, ... when a seed is given). Events arrive as messages on the
  * loop: streaming requests write one SSE chunk per event; others accumulate text and logprobs
- * and answer when the last choice is done. A failed submission cancels the choices already
- * submitted and answers with the mapped error at once; the request lives on, silent, until
- * their DONE messages arrive.
+ * and answer when the last choice is done. With echo + logprobs (completions) the engine also
+ * reports each prompt token's logprob (PROMPT_TOKEN events, before any generated token); they
+ * lead the logprobs arrays, and a stream sends them with the echoed prompt in its first
+ * chunk. A failed submission cancels the choices already submitted and answers with the
+ * mapped error at once; the request lives on, silent, until their DONE messages arrive.
  *
  * Threads: everything here runs on the event-loop thread.
  */
