@@ -93,7 +93,7 @@ static void on_event(void *user, const struct tl_event *ev)
         r->plp_tok[r->n_plp] = ev->token;
         r->plp_lp[r->n_plp] = ev->logprob;
         r->plp_n_top[r->n_plp] = ev->n_top;
-        memcpy(r->plp_top[r->n_plp], ev->top, (size_t)ev->n_top * sizeof(*ev->top));
+        if (ev->n_top) memcpy(r->plp_top[r->n_plp], ev->top, (size_t)ev->n_top * sizeof(*ev->top));
         r->n_plp++;
     } else if (ev->type == TL_EVENT_TOKEN) {
         if (r->n_gen >= 128 || ev->n_top > N_TOP) {
@@ -102,7 +102,7 @@ static void on_event(void *user, const struct tl_event *ev)
         }
         r->gen_tok[r->n_gen] = ev->token;
         r->gen_lp[r->n_gen] = ev->logprob;
-        memcpy(r->gen_top[r->n_gen], ev->top, (size_t)ev->n_top * sizeof(*ev->top));
+        if (ev->n_top) memcpy(r->gen_top[r->n_gen], ev->top, (size_t)ev->n_top * sizeof(*ev->top));
         r->n_gen++;
     } else {
         r->done = *ev;
