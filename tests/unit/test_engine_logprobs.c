@@ -6,13 +6,16 @@
  * per prompt token, in order, before the first generated token; they are bit-identical across
  * chunk sizes (1, 7, 512), logits-row caps, batch company and preemption; a prompt-logprob
  * request skips the prefix cache but publishes its blocks; and a prompt token's logprob equals
- * the one the engine reports when it generates that same token greedily.
+ * the one the engine reports when it generates that same token greedily. On the fake model of
+ * engine_fake.h with a 32000-token vocabulary: the prompt-logprob logits rows of a step stay
+ * within their 16 MiB bound (131 rows) while three 512-token prompts get all their events.
  */
 #include "tl_test.h"
 
 #include "core/alloc.h"
 #include "core/log.h"
 #include "engine/engine_impl.h"
+#include "engine_fake.h"
 
 #include <math.h>
 
@@ -482,6 +485,74 @@ static void test_edge_cases(void **state)
     free(r);
 }
 
+// Counts one request's events and checks their order (prompt positions 0, 1, ... first).
+struct counts {
+    int64_t n_plp, n_gen, n_done;
+    bool bad;
+};
+
+static void count_event(void *user, const struct tl_event *ev)
+{
+    struct counts *c = user;
+    if (ev->type == TL_EVENT_PROMPT_TOKEN) {
+        if (c->n_gen || ev->prompt_pos != c->n_plp) c->bad = true;
+        c->n_plp++;
+    } else if (ev->type == TL_EVENT_TOKEN) {
+        c->n_gen++;
+    } else {
+        c->n_done++;
+    }
+}
+
+static void test_logits_rows_bounded(void **state)
+{
+    (void)state;
+    // A 32000-token vocabulary (fake model): 16 MiB of prompt-logprob rows is 131 rows, not the
+    // 512 of a full chunk (64 MB). Three 512-token prompts still get every event.
+    struct fake_model fm;
+    struct tl_engine_config c = base_config();
+    c.max_seq_len = 600;
+    tl_engine *e = fake_engine(&fm, &c, 32000, 1024);
+    assert_int_equal(e->max_plp_rows, (int64_t)(TL_ENGINE_PLP_LOGITS_BYTES / (32000 * 4)));
+    assert_int_equal(e->max_plp_rows, 131);
+    int32_t *ids = malloc(512 * sizeof(int32_t));
+    struct counts cnt[3] = {{0}};
+    for (int i = 0; i < 3; i++) {
+        for (int k = 0; k < 512; k++)
+            ids[k] = 1 + (k * 7 + i) % 26;
+        struct tl_request q;
+        tl_request_default(&q);
+        q.prompt_tokens = ids;
+        q.n_prompt_tokens = 512;
+        q.sampling.n_logprobs = 3;
+        q.prompt_logprobs = true;
+        q.max_tokens = 4;
+        q.ignore_eos = true;
+        q.on_event = count_event;
+        q.user = &cnt[i];
+        uint64_t id;
+        assert_int_equal(tl_engine_submit(e, &q, &id), TL_OK);
+    }
+    free(ids);
+    int64_t n = 1, steps = 0, max_rows = 0;
+    while (n > 0) {
+        if (tl_engine_step(e, &n)) fail_msg("step: %s", tl_last_error());
+        if (!tl__engine_check(e)) fail_msg("%s", tl_last_error());
+        if (e->n_plp > max_rows) max_rows = e->n_plp;
+        steps++;
+    }
+    assert_int_equal(fm.violations, 0);
+    assert_int_equal(max_rows, 131);
+    assert_true(steps >= 3 * 511 / 131);
+    for (int i = 0; i < 3; i++) {
+        assert_false(cnt[i].bad);
+        assert_int_equal(cnt[i].n_plp, 512);
+        assert_int_equal(cnt[i].n_gen, 4);
+        assert_int_equal(cnt[i].n_done, 1);
+    }
+    tl_engine_destroy(e);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -491,6 +562,7 @@ int main(void)
         cmocka_unit_test(test_prefix_cache_skipped_and_published),
         cmocka_unit_test(test_consistent_with_generated_logprobs),
         cmocka_unit_test(test_edge_cases),
+        cmocka_unit_test(test_logits_rows_bounded),
     };
     const char *filter = getenv("TL_TEST_FILTER");
     if (filter && *filter) cmocka_set_test_filter(filter);
