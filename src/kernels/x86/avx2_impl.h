@@ -1,5 +1,5 @@
 /*
- * Private to the AVX2 kernel variant (avx2_matmul.c, avx2_attn.c, avx2_ops.c): the inline
+ * Private to the AVX2 kernel variant (avx2_matmul.c, _attn.c, _ops.c, _quants.c): the inline
  * helpers those files share (tail masks and masked loads/stores, fixed-order horizontal sum and
  * max, the vectorized exp), the packed float tile shape that the op table publishes as x_tile,
  * and the tl__avx2_* functions one file defines for another. Include it only from

@@ -20,22 +20,12 @@
  * Thread model: pure functions over caller-owned memory; re-entrant.
  */
 #include "kernels/quants.h"
+#include "kernels/x86/avx2_impl.h"
 
 #include "core/error.h"
 
 #include <immintrin.h>
 #include <string.h>
-
-#define ALWAYS_INLINE inline __attribute__((always_inline))
-
-// Fixed-order horizontal sum.
-static ALWAYS_INLINE float hsum256(__m256 v)
-{
-    __m128 b = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    b = _mm_add_ps(b, _mm_movehl_ps(b, b));
-    b = _mm_add_ss(b, _mm_movehdup_ps(b));
-    return _mm_cvtss_f32(b);
-}
 
 static ALWAYS_INLINE uint16_t rd16(const void *p)
 {

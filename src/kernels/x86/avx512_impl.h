@@ -1,5 +1,5 @@
 /*
- * Private to the AVX-512 kernel variant (avx512_matmul.c, avx512_attn.c, avx512_ops.c): the
+ * Private to the AVX-512 kernel variant (avx512_matmul.c, _attn.c, _ops.c, _quants.c): the
  * inline helpers those files share (tail masks, fixed-order horizontal sums, the vectorized exp),
  * the packed float tile shape that the op table publishes as x_tile, and the tl__avx512_*
  * functions one file defines for another. Include it only from src/kernels/x86/avx512*.c: the

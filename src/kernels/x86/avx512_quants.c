@@ -34,25 +34,14 @@
  * Thread model: pure functions over caller-owned memory; re-entrant.
  */
 #include "kernels/quants.h"
+#include "kernels/x86/avx512_impl.h"
 
 #include "core/error.h"
 
 #include <immintrin.h>
 #include <string.h>
 
-#define ALWAYS_INLINE inline __attribute__((always_inline))
-
 // ---- helpers ----------------------------------------------------------------------------------
-
-// Fixed-order horizontal sum (part of the determinism contract: one function for every tile).
-static ALWAYS_INLINE float hsum512(__m512 v)
-{
-    __m256 a = _mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1));
-    __m128 b = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
-    b = _mm_add_ps(b, _mm_movehl_ps(b, b));
-    b = _mm_add_ss(b, _mm_movehdup_ps(b));
-    return _mm_cvtss_f32(b);
-}
 
 // Lane 4g+k <- lane g of a 4-float vector.
 static ALWAYS_INLINE __m512 expand4(__m128 v)
