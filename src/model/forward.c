@@ -234,9 +234,10 @@ tl_status tl_forward_run(struct tl_forward *f, const struct tl_batch *b,
         pa.kv = &kv->layers[il];
         pa.norm_w = L->attn_norm, pa.src = f->x, pa.dst = f->xb;
         run_phase(&pa, PHASE_NORM, n);
-        tl_matmul(f->pool, &L->wq, f->xb, n, f->q, f->work);
-        tl_matmul(f->pool, &L->wk, f->xb, n, f->k, f->work);
-        tl_matmul(f->pool, &L->wv, f->xb, n, f->v, f->work);
+        // q, k and v (then gate and up) share their input: one fork-join, one activation pass
+        const struct tl_weight *qkv_w[] = {&L->wq, &L->wk, &L->wv};
+        float *qkv_y[] = {f->q, f->k, f->v};
+        tl_matmul_multi(f->pool, 3, qkv_w, f->xb, n, qkv_y, f->work);
         run_phase(&pa, PHASE_QKV_POST, n);
         tl_attention(f->pool, pa.kv, f->q, f->queries, n, hp->n_head, scale, f->att, f->work);
         tl_matmul(f->pool, &L->wo, f->att, n, f->tmp, f->work);
@@ -244,8 +245,9 @@ tl_status tl_forward_run(struct tl_forward *f, const struct tl_batch *b,
 
         pa.norm_w = L->ffn_norm, pa.src = f->x, pa.dst = f->xb;
         run_phase(&pa, PHASE_NORM, n);
-        tl_matmul(f->pool, &L->w_gate, f->xb, n, f->h1, f->work);
-        tl_matmul(f->pool, &L->w_up, f->xb, n, f->h2, f->work);
+        const struct tl_weight *ffn_w[] = {&L->w_gate, &L->w_up};
+        float *ffn_y[] = {f->h1, f->h2};
+        tl_matmul_multi(f->pool, 2, ffn_w, f->xb, n, ffn_y, f->work);
         run_phase(&pa, PHASE_SWIGLU, n);
         tl_matmul(f->pool, &L->w_down, f->h1, n, f->tmp, f->work);
         run_phase(&pa, PHASE_RESIDUAL, n);
