@@ -94,7 +94,8 @@ static int get_num(json_t *o, const char *key, double lo, double hi, bool integr
     }
     double d = json_number_value(v);
     if (!(d >= lo && d <= hi)) {
-        *err = dupf("'%s' must be in [%g, %g] (got %g)", key, lo, hi, d);
+        // %.17g keeps integer bounds such as INT32_MAX whole (%g would print 2.14748e+09)
+        *err = dupf("'%s' must be in [%.17g, %.17g] (got %.17g)", key, lo, hi, d);
         return -1;
     }
     *out = d;
@@ -159,7 +160,10 @@ static int parse_line(json_t *o, const struct tl_request *defaults, struct tl_re
             json_t *t = json_array_get(p, i);
             if (!json_is_integer(t) || json_integer_value(t) < 0 ||
                 json_integer_value(t) > INT32_MAX) {
-                *err = dupf("'prompt' token %zu is not a token id", i);
+                *err = dupf(json_is_string(t) ? "'prompt' must be one string per line (a list of "
+                                                "strings is not a batch here: one line each)"
+                                              : "'prompt' token %zu is not a token id",
+                            i);
                 return -1;
             }
             (*tokens)[i] = (int32_t)json_integer_value(t);
