@@ -94,8 +94,8 @@ static int get_num(json_t *o, const char *key, double lo, double hi, bool integr
     }
     double d = json_number_value(v);
     if (!(d >= lo && d <= hi)) {
-        // %.17g keeps integer bounds such as INT32_MAX whole (%g would print 2.14748e+09)
-        *err = dupf("'%s' must be in [%.17g, %.17g] (got %.17g)", key, lo, hi, d);
+        // %.10g keeps integer bounds such as INT32_MAX whole (%g would print 2.14748e+09)
+        *err = dupf("'%s' must be in [%.10g, %.10g] (got %.10g)", key, lo, hi, d);
         return -1;
     }
     *out = d;

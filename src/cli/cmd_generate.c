@@ -97,8 +97,8 @@ static int num(const char *name, const char *s, double lo, double hi, double *ou
     errno = 0;
     double v = strtod(s, &end);
     if (errno || end == s || *end || !(v >= lo && v <= hi)) {
-        fprintf(stderr, "tokenloom generate: %s: '%s' is not a number in [%g, %g]\n", name, s, lo,
-                hi);
+        fprintf(stderr, "tokenloom generate: %s: '%s' is not a number in [%.10g, %.10g]\n", name, s,
+                lo, hi);
         return -1;
     }
     *out = v;
