@@ -19,7 +19,7 @@
  * the best round of each level, plus the spread of generation tok/s over the rounds.
  *
  * Usage: bench_engine [-m MODEL] [--threads N] [--conc 1,4,16] [--prompt N] [--gen N]
- *                     [--kv-type f16|f32] [--budget N] [--repeat N]
+ *                     [--kv-type f16|f32|q8_0] [--budget N] [--repeat N]
  */
 #include <tokenloom.h>
 
@@ -152,7 +152,10 @@ int main(int argc, char **argv)
         else if (!strcmp(a, "--gen") && v) n_gen = atoi(v), i++;
         else if (!strcmp(a, "--budget") && v) budget = atoi(v), i++;
         else if (!strcmp(a, "--repeat") && v) repeat = atoi(v), i++;
-        else if (!strcmp(a, "--kv-type") && v) kv_type = strcmp(v, "f32") ? TL_KV_F16 : TL_KV_F32, i++;
+        else if (!strcmp(a, "--kv-type") && v) {
+            kv_type = !strcmp(v, "f32") ? TL_KV_F32 : !strcmp(v, "q8_0") ? TL_KV_Q8_0 : TL_KV_F16;
+            i++;
+        }
         else if (!strcmp(a, "--conc") && v) {
             n_conc = 0;
             for (char *s = argv[++i]; *s && n_conc < 16;) {
@@ -161,7 +164,7 @@ int main(int argc, char **argv)
             }
         } else {
             fprintf(stderr, "usage: bench_engine [-m MODEL] [--threads N] [--conc 1,4,16] "
-                            "[--prompt N] [--gen N] [--kv-type f16|f32] [--budget N] [--repeat N]\n");
+                            "[--prompt N] [--gen N] [--kv-type f16|f32|q8_0] [--budget N] [--repeat N]\n");
             return 2;
         }
     }
@@ -189,13 +192,15 @@ int main(int argc, char **argv)
     cfg.prefix_caching = false; // distinct prompts anyway; measure the plain path
     int64_t per_seq = (n_prompt + n_gen + cfg.kv_block_size - 1) / cfg.kv_block_size;
     cfg.kv_blocks = per_seq * max_c;
+    // bytes per value: f32 4, f16 2, q8_0 34 per 32 (int8 + one f16 scale per block)
     double pos_bytes = (double)mi.n_layer * 2 * mi.n_head_kv * mi.head_dim *
-                       (kv_type == TL_KV_F32 ? 4 : 2);
+                       (kv_type == TL_KV_F32 ? 4 : kv_type == TL_KV_Q8_0 ? 34.0 / 32 : 2);
     double block_bytes = pos_bytes * cfg.kv_block_size;
     printf("model %s: %s, %.1fM params, %d layers, dim %d; prompt %d, gen %d, budget %d, "
            "threads %d, kv %s, best of %d\n",
            mi.name, mi.weight_type, (double)mi.n_params / 1e6, mi.n_layer, mi.n_embd, n_prompt,
-           n_gen, budget, threads, kv_type == TL_KV_F32 ? "f32" : "f16", repeat);
+           n_gen, budget, threads,
+           kv_type == TL_KV_F32 ? "f32" : kv_type == TL_KV_Q8_0 ? "q8_0" : "f16", repeat);
     struct req *reqs = calloc((size_t)max_c, sizeof(*reqs));
     struct result *best = calloc((size_t)n_conc, sizeof(*best));
     double *gen_lo = calloc((size_t)n_conc, sizeof(*gen_lo));

@@ -94,7 +94,10 @@ size_t tl_model_token_text(const tl_model *m, int32_t id, char *buf, size_t cap)
 
 typedef struct tl_engine tl_engine;
 
-enum tl_kv_type { TL_KV_F32 = 0, TL_KV_F16 = 1 };
+// KV cache element types. Q8_0: per (position, KV head), blocks of 32 int8 values with one f16
+// scale each (the GGUF Q8_0 block, 34 bytes per 32 values: 0.53x the memory of F16); needs a
+// model head_dim that is a multiple of 32 (tl_engine_create fails otherwise).
+enum tl_kv_type { TL_KV_F32 = 0, TL_KV_F16 = 1, TL_KV_Q8_0 = 2 };
 
 struct tl_engine_config {
     int32_t max_batch_size;      // most running sequences at once (default 64)
@@ -103,7 +106,7 @@ struct tl_engine_config {
     int32_t kv_block_size;       // positions per KV block (default 16)
     int64_t kv_blocks;           // KV pool size in blocks; 0 = derive from kv_bytes
     int64_t kv_bytes;            // KV pool size in bytes; 0 = default (see tl_engine_create)
-    enum tl_kv_type kv_type;     // KV cache element type (default F16)
+    enum tl_kv_type kv_type;     // KV cache element type: F16 (default), F32, Q8_0
     bool prefix_caching;         // reuse computed prompt blocks (default true)
     int32_t n_threads;           // compute threads; 0 = online CPUs
     int32_t max_waiting;         // most waiting (not yet running) requests; 0 = unlimited

@@ -254,8 +254,15 @@ static tl_status resolve_config(const struct tl_engine_backend *be, struct tl_en
     if (c->max_seq_len < 2)
         return tl__errorf(TL_ERR_INVALID_ARG, "max_seq_len %d is too small (at least 2)",
                           c->max_seq_len);
-    if (c->kv_type != TL_KV_F16 && c->kv_type != TL_KV_F32)
-        return tl__errorf(TL_ERR_INVALID_ARG, "kv_type %d is not f16 or f32", (int)c->kv_type);
+    if (c->kv_type != TL_KV_F16 && c->kv_type != TL_KV_F32 && c->kv_type != TL_KV_Q8_0)
+        return tl__errorf(TL_ERR_INVALID_ARG, "kv_type %d is not f16, f32 or q8_0",
+                          (int)c->kv_type);
+    // Q8_0 blocks of 32 must not straddle two heads (kernels.h)
+    if (c->kv_type == TL_KV_Q8_0 && be->n_layer > 0 && be->head_dim % 32 != 0)
+        return tl__errorf(TL_ERR_INVALID_ARG,
+                          "kv_type q8_0 needs head_dim a multiple of 32; the model's head_dim "
+                          "is %d (use --kv-type f16)",
+                          be->head_dim);
     if (c->kv_blocks < 0 || c->kv_bytes < 0 || c->n_threads < 0 || c->max_waiting < 0)
         return tl__errorf(TL_ERR_INVALID_ARG, "kv_blocks, kv_bytes, n_threads and max_waiting "
                                               "must not be negative");
@@ -328,7 +335,9 @@ tl_status tl__engine_create_with(const struct tl_engine_backend *be,
         .n_layer = be->n_layer,
         .n_kv_head = be->n_kv_head,
         .head_dim = be->head_dim,
-        .type = c->kv_type == TL_KV_F32 ? TL_DTYPE_F32 : TL_DTYPE_F16,
+        .type = c->kv_type == TL_KV_F32    ? TL_DTYPE_F32
+                : c->kv_type == TL_KV_Q8_0 ? TL_DTYPE_Q8_0
+                                           : TL_DTYPE_F16,
     };
     if ((rc = size_pool(be, c, tl_kv_cache_block_bytes(&kc)))) goto out_destroy;
     kc.n_blocks = c->kv_blocks;

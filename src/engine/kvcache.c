@@ -21,6 +21,7 @@
 
 #include "core/alloc.h"
 #include "core/error.h"
+#include "kernels/kernels.h"
 
 #include <string.h>
 
@@ -52,10 +53,11 @@ struct tl_kv_cache {
 
 size_t tl_kv_cache_block_bytes(const struct tl_kv_cache_config *c)
 {
-    size_t elt = c->type == TL_DTYPE_F32 ? 4 : 2, b;
+    // one (position, head) row: head_dim f32/f16 values, or head_dim / 32 Q8_0 blocks
+    size_t row = tl_kv_row_bytes(c->type, c->head_dim), b;
+    if (!row) return 0;
     if (!tl_mul_size((size_t)c->block_size, (size_t)c->n_kv_head, &b)) return 0;
-    if (!tl_mul_size(b, (size_t)c->head_dim, &b)) return 0;
-    if (!tl_mul_size(b, elt * 2, &b)) return 0;
+    if (!tl_mul_size(b, row * 2, &b)) return 0;
     if (!tl_mul_size(b, (size_t)c->n_layer, &b)) return 0;
     return b;
 }
@@ -64,11 +66,18 @@ struct tl_kv_cache *tl_kv_cache_create(const struct tl_kv_cache_config *c)
 {
     if (c->n_blocks < 1 || c->n_blocks > INT32_MAX - 1 || c->block_size < 1 || c->n_layer < 0 ||
         (c->n_layer > 0 && (c->n_kv_head < 1 || c->head_dim < 1)) ||
-        (c->type != TL_DTYPE_F16 && c->type != TL_DTYPE_F32)) {
+        (c->type != TL_DTYPE_F16 && c->type != TL_DTYPE_F32 && c->type != TL_DTYPE_Q8_0)) {
         tl__errorf(TL_ERR_INVALID_ARG,
                    "kv cache: bad shape (blocks %lld, block size %d, layers %d, kv heads %d, "
                    "head dim %d)",
                    (long long)c->n_blocks, c->block_size, c->n_layer, c->n_kv_head, c->head_dim);
+        return NULL;
+    }
+    if (c->n_layer > 0 && !tl_kv_type_supported(c->type, c->head_dim)) {
+        tl__errorf(TL_ERR_INVALID_ARG,
+                   "kv cache: type %s needs head_dim a multiple of %d; the model's head_dim "
+                   "is %d",
+                   tl_dtype_name(c->type), TL_QK8_0, c->head_dim);
         return NULL;
     }
     size_t total = 0;

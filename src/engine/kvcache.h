@@ -33,12 +33,14 @@ struct tl_kv_cache_config {
     int32_t n_layer;    // 0 = no K/V memory (metadata only; tests)
     int32_t n_kv_head;
     int32_t head_dim;
-    enum tl_dtype type; // TL_DTYPE_F16 or TL_DTYPE_F32
+    enum tl_dtype type; // TL_DTYPE_F16, TL_DTYPE_F32 or TL_DTYPE_Q8_0 (head_dim % 32 == 0)
 };
 
 struct tl_kv_cache;
 
-// Bytes of K+V memory one block takes over all layers (0 on overflow).
+// Bytes of K+V memory one block takes over all layers, from the type's row bytes
+// (tl_kv_row_bytes: Q8_0 is 34 bytes per 32 values). 0 on overflow or an unsupported
+// (type, head_dim).
 size_t tl_kv_cache_block_bytes(const struct tl_kv_cache_config *c);
 
 // Allocates the pool (one allocation for every layer's K and V). NULL on failure (error set).

@@ -335,13 +335,38 @@ void tl_exp_sub(const float *x, float m, float *out, int64_t n)
 
 // ---- KV cache and attention -------------------------------------------------------------------
 
+// The KV Q8_0 layout is the GGUF block, byte for byte.
+_Static_assert(sizeof(struct tl_block_q8_0) == 34, "Q8_0 block");
+
+bool tl_kv_type_supported(enum tl_dtype type, int head_dim)
+{
+    if (head_dim < 1) return false;
+    return type == TL_DTYPE_F32 || type == TL_DTYPE_F16 ||
+           (type == TL_DTYPE_Q8_0 && head_dim % TL_QK8_0 == 0);
+}
+
+size_t tl_kv_row_bytes(enum tl_dtype type, int head_dim)
+{
+    if (!tl_kv_type_supported(type, head_dim)) return 0;
+    return tl__kv_elem_bytes(type, (size_t)head_dim);
+}
+
 void tl_kv_store(const struct tl_kv_layer *kv, const int32_t *block_table, int64_t pos,
                  const float *k, const float *v)
 {
     int64_t n = (int64_t)kv->n_kv_head * kv->head_dim;
     // The heads of one position are contiguous within a slot.
     size_t base = tl__kv_index(kv, block_table, pos, 0);
-    if (kv->type == TL_DTYPE_F16) {
+    if (kv->type == TL_DTYPE_Q8_0) {
+        // base is a multiple of head_dim, hence of 32: the row starts at a Q8_0 block, and
+        // no block straddles two heads, so one call quantizes every head of the position
+        TL_ASSERT(kv->head_dim % TL_QK8_0 == 0);
+        bool ok =
+            tl_quantize_row(TL_DTYPE_Q8_0, k, (struct tl_block_q8_0 *)kv->k + base / TL_QK8_0, n);
+        ok = ok &&
+             tl_quantize_row(TL_DTYPE_Q8_0, v, (struct tl_block_q8_0 *)kv->v + base / TL_QK8_0, n);
+        TL_ASSERT(ok);
+    } else if (kv->type == TL_DTYPE_F16) {
         uint16_t *kd = (uint16_t *)kv->k + base, *vd = (uint16_t *)kv->v + base;
         const struct tl__kernel_ops *o = ops();
         if (o->f32_to_f16) {
@@ -440,7 +465,7 @@ void tl_attention(struct tl_pool *pool, const struct tl_kv_layer *kv, const floa
                   float *out, void *work)
 {
     TL_ASSERT(kv->n_kv_head > 0 && n_head % kv->n_kv_head == 0);
-    TL_ASSERT(kv->type == TL_DTYPE_F32 || kv->type == TL_DTYPE_F16);
+    TL_ASSERT(tl_kv_type_supported(kv->type, kv->head_dim));
     TL_ASSERT(work && ((uintptr_t)work & 63) == 0);
     if (n_tok <= 0) return;
     int64_t max_ctx = 1;

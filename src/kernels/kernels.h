@@ -134,12 +134,21 @@ void tl_exp_sub(const float *x, float m, float *out, int64_t n);
 // ---- paged KV cache and attention -------------------------------------------------------------
 //
 // The K and V of one layer live in pools of n_blocks blocks; a block holds block_size positions
-// of n_kv_head * head_dim values of kv `type` (F32 or F16): element (block b, slot s, head h,
-// dim d) is at index ((b * block_size + s) * n_kv_head + h) * head_dim + d. A sequence's block
-// table maps its logical block j (positions j*block_size ..) to a physical block.
+// of n_kv_head * head_dim values of kv `type` (F32, F16 or Q8_0): element (block b, slot s,
+// head h, dim d) is element index ((b * block_size + s) * n_kv_head + h) * head_dim + d. A
+// sequence's block table maps its logical block j (positions j*block_size ..) to a physical
+// block.
+//
+// Q8_0 (head_dim a multiple of 32): the same element order cut into GGUF Q8_0 blocks of 32
+// (struct tl_block_q8_0, 34 bytes: f16 scale then 32 int8), so element index i lives in Q8_0
+// block i / 32 at slot i % 32, and one position's row of every head is exactly what
+// tl_quantize_row(TL_DTYPE_Q8_0) makes of it. The scales stay interleaved with their values:
+// a (position, head) row is one contiguous run of head_dim / 32 * 34 bytes, so the attention
+// walk streams one run per row (one prefetch stream, the scale in the cache line of its
+// values or the next) and the block arithmetic of F32/F16 carries over unchanged.
 
 struct tl_kv_layer {
-    enum tl_dtype type; // F32 or F16
+    enum tl_dtype type; // F32, F16 or Q8_0 (Q8_0 needs head_dim % 32 == 0)
     int block_size;
     int n_kv_head;
     int head_dim;
@@ -147,8 +156,16 @@ struct tl_kv_layer {
     void *v; // same shape
 };
 
+// Whether a KV cache of `type` can hold heads of head_dim values (F32, F16: any head_dim >= 1;
+// Q8_0: a multiple of 32).
+bool tl_kv_type_supported(enum tl_dtype type, int head_dim);
+
+// Bytes of one (position, KV head) row of head_dim values of kv `type` (0 when unsupported).
+size_t tl_kv_row_bytes(enum tl_dtype type, int head_dim);
+
 // Stores one token's k and v rows (n_kv_head * head_dim f32 each) at position pos of the
-// sequence whose block table is `block_table`, converting to the cache type.
+// sequence whose block table is `block_table`, converting to the cache type (Q8_0: quantized
+// as tl_quantize_row does, byte for byte).
 void tl_kv_store(const struct tl_kv_layer *kv, const int32_t *block_table, int64_t pos,
                  const float *k, const float *v);
 

@@ -228,7 +228,16 @@ void tl__ref_attn_head(const struct tl_kv_layer *kv, const int32_t *block_table,
                        int kv_head, const float *q, float scale, float *out, float *scores,
                        float *acc);
 
-// Address of element (pos, kv_head, 0) of K or V (base) through a block table.
+// Bytes that the first n_elem elements of a KV pool of `type` span (Q8_0: n_elem a multiple
+// of 32, the elements cut into 34-byte blocks): element index -> byte offset.
+static inline size_t tl__kv_elem_bytes(enum tl_dtype type, size_t n_elem)
+{
+    if (type == TL_DTYPE_Q8_0) return n_elem / TL_QK8_0 * sizeof(struct tl_block_q8_0);
+    return n_elem * (type == TL_DTYPE_F16 ? 2 : 4);
+}
+
+// Element index of element (pos, kv_head, 0) of K or V through a block table (for Q8_0, the
+// element index of the first value of that row's first Q8_0 block).
 static inline size_t tl__kv_index(const struct tl_kv_layer *kv, const int32_t *block_table,
                                   int64_t pos, int kv_head)
 {

@@ -323,9 +323,15 @@ void tl__ref_softmax(float *x, int64_t n)
 
 // ---- attention --------------------------------------------------------------------------------
 
+// Element idx of a K or V pool as f32. Q8_0: d * q, which is exact in f32 (an 11-bit f16
+// mantissa times a 7-bit integer), so every ISA's dequantization gives the same value.
 static inline float kv_get(const struct tl_kv_layer *kv, const void *base, size_t idx)
 {
     if (kv->type == TL_DTYPE_F16) return tl_fp16_to_f32(((const uint16_t *)base)[idx]);
+    if (kv->type == TL_DTYPE_Q8_0) {
+        const struct tl_block_q8_0 *b = (const struct tl_block_q8_0 *)base + idx / TL_QK8_0;
+        return tl_fp16_to_f32(b->d) * (float)b->qs[idx % TL_QK8_0];
+    }
     return ((const float *)base)[idx];
 }
 

@@ -34,7 +34,8 @@ static void test_alloc_until_empty_and_release(void **state)
     assert_int_equal(tl_kv_block_alloc(kv), -1);
     assert_int_equal(tl_kv_cache_n_available(kv), 0);
     for (int i = 0; i < 8; i++)
-        for (int j = i + 1; j < 8; j++) assert_int_not_equal(got[i], got[j]);
+        for (int j = i + 1; j < 8; j++)
+            assert_int_not_equal(got[i], got[j]);
     tl_kv_block_ref(kv, got[3]);
     refs[got[3]]++;
     tl_kv_block_release(kv, got[3]);
@@ -106,7 +107,8 @@ static void test_prefix_hit_miss_and_collision(void **state)
     assert_int_equal(tl_kv_prefix_find(kv, h0, 0, other), -1);
     check(kv, refs);
     // Released to zero -> cached, still findable, counts as available.
-    for (int i = 0; i < 2; i++) tl_kv_block_release(kv, b0), refs[b0]--;
+    for (int i = 0; i < 2; i++)
+        tl_kv_block_release(kv, b0), refs[b0]--;
     tl_kv_block_release(kv, b1), refs[b1]--;
     struct tl_kv_counts c;
     tl_kv_cache_counts(kv, &c);
@@ -145,7 +147,8 @@ static void test_lru_eviction_order(void **state)
     // Release order 2, 0, 3, 1: that is the eviction order. Touch 0 again (find + release)
     // so it moves to the most recently used end: order becomes 2, 3, 1, 0.
     int order[4] = {2, 0, 3, 1};
-    for (int i = 0; i < 4; i++) tl_kv_block_release(kv, b[order[i]]);
+    for (int i = 0; i < 4; i++)
+        tl_kv_block_release(kv, b[order[i]]);
     assert_int_equal(tl_kv_prefix_find(kv, h[0], 0, toks[0]), b[0]);
     tl_kv_block_release(kv, b[0]);
     check(kv, refs);
@@ -161,7 +164,8 @@ static void test_lru_eviction_order(void **state)
     struct tl_kv_counts c;
     tl_kv_cache_counts(kv, &c);
     assert_int_equal(c.n_evicted, 4);
-    for (int i = 0; i < 4; i++) tl_kv_block_release(kv, i);
+    for (int i = 0; i < 4; i++)
+        tl_kv_block_release(kv, i);
     tl_kv_cache_destroy(kv);
 }
 
@@ -227,8 +231,12 @@ static void test_random_sequences_keep_invariants(void **state)
 static void test_memory_layout(void **state)
 {
     (void)state;
-    struct tl_kv_cache_config c = {.n_blocks = 5, .block_size = 4, .n_layer = 3, .n_kv_head = 2,
-                                   .head_dim = 8, .type = TL_DTYPE_F32};
+    struct tl_kv_cache_config c = {.n_blocks = 5,
+                                   .block_size = 4,
+                                   .n_layer = 3,
+                                   .n_kv_head = 2,
+                                   .head_dim = 8,
+                                   .type = TL_DTYPE_F32};
     assert_int_equal(tl_kv_cache_block_bytes(&c), 3 * 2 * 4 * 2 * 8 * 4);
     struct tl_kv_cache *kv = tl_kv_cache_create(&c);
     assert_non_null(kv);
@@ -261,7 +269,10 @@ static void test_bad_config(void **state)
     c.block_size = 0;
     assert_null(tl_kv_cache_create(&c));
     c.block_size = 16;
-    c.type = TL_DTYPE_Q8_0;
+    c.type = TL_DTYPE_Q4_0; // not a KV type
+    assert_null(tl_kv_cache_create(&c));
+    c.type = TL_DTYPE_Q8_0; // a KV type, but only for heads of a multiple of 32 values
+    c.n_layer = 1, c.n_kv_head = 1, c.head_dim = 8;
     assert_null(tl_kv_cache_create(&c));
     c.type = TL_DTYPE_F16;
     c.n_layer = 1;

@@ -3,7 +3,9 @@
  * only called when the CPU has them): attn_head (one token, one head; two passes over the
  * context) and attn_kv (all the query heads of a range of KV heads of a run of tokens of one
  * sequence in one pass over its context, with an online softmax), each a table of always-inline
- * templates instantiated per KV type and head size. avx512_ops.c publishes them in the op table.
+ * templates instantiated per KV type (F32, F16, Q8_0: int8 widened to f32 and scaled by the
+ * block's d as it is loaded, then the same arithmetic) and head size. avx512_ops.c publishes them
+ * in the op table.
  *
  * Determinism: every (token, head) goes through the same operations over its context whatever
  * else shares the call (see the two sections below), so results do not depend on the batch or
@@ -26,10 +28,29 @@
 // out = sum_j p_j v_j with the head's output dims in registers. Positions are walked through
 // the block table without divisions.
 
-static ALWAYS_INLINE __m512 load_kv(int f16, const void *base, size_t idx, __mmask16 m)
+// KV element types of the templates below.
+enum { KT_F32 = 0, KT_F16 = 1, KT_Q8 = 2 };
+
+// 16 K or V values at element index idx, lanes off in m read as zero. Q8_0: idx is a multiple
+// of 16 and head_dim of 32, so the 16 values are one half of a block and m is always full (it
+// is not applied); d * q is exact in f32, the same value as the scalar reference's.
+static ALWAYS_INLINE __m512 load_kv(int kt, const void *base, size_t idx, __mmask16 m)
 {
-    if (f16) return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, (const uint16_t *)base + idx));
+    if (kt == KT_Q8) {
+        const struct tl_block_q8_0 *b = (const struct tl_block_q8_0 *)base + idx / TL_QK8_0;
+        __m128i q8 = _mm_loadu_si128((const __m128i *)(b->qs + idx % TL_QK8_0));
+        __m512 x = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q8));
+        return _mm512_mul_ps(x, _mm512_set1_ps(_cvtsh_ss(b->d)));
+    }
+    if (kt == KT_F16)
+        return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, (const uint16_t *)base + idx));
     return _mm512_maskz_loadu_ps(m, (const float *)base + idx);
+}
+
+// Bytes spanned by the first n elements of a pool of element type kt (see tl__kv_elem_bytes).
+static ALWAYS_INLINE size_t kv_bytes(int kt, size_t n)
+{
+    return kt == KT_Q8 ? n / TL_QK8_0 * sizeof(struct tl_block_q8_0) : n * (kt == KT_F16 ? 2 : 4);
 }
 
 // Position iterator over one KV head through a block table.
@@ -67,7 +88,7 @@ static ALWAYS_INLINE size_t kvp_next(struct kv_pos *p)
 // head_dim <= 128: NQ = ceil(head_dim / 16) vectors per row, held in registers.
 static ALWAYS_INLINE void attn_small(const struct tl_kv_layer *kv, const int32_t *table,
                                      int64_t n_ctx, int kv_head, const float *q, float scale,
-                                     float *out, float *scores, const int f16, const int NQ)
+                                     float *out, float *scores, const int kt, const int NQ)
 {
     const int hd = kv->head_dim;
     const __mmask16 last = tail_mask16(hd - (NQ - 1) * 16);
@@ -89,7 +110,7 @@ static ALWAYS_INLINE void attn_small(const struct tl_kv_layer *kv, const int32_t
 #pragma GCC unroll 8
                 for (int c = 0; c < NQ; c++)
                     part[u] = _mm512_fmadd_ps(
-                        qv[c], load_kv(f16, kv->k, off + 16 * c, c == NQ - 1 ? last : 0xffff),
+                        qv[c], load_kv(kt, kv->k, off + 16 * c, c == NQ - 1 ? last : 0xffff),
                         part[u]);
             }
         }
@@ -110,7 +131,7 @@ static ALWAYS_INLINE void attn_small(const struct tl_kv_layer *kv, const int32_t
 #pragma GCC unroll 8
         for (int c = 0; c < NQ; c++)
             acc[c] = _mm512_fmadd_ps(
-                pj, load_kv(f16, kv->v, off + 16 * c, c == NQ - 1 ? last : 0xffff), acc[c]);
+                pj, load_kv(kt, kv->v, off + 16 * c, c == NQ - 1 ? last : 0xffff), acc[c]);
     }
     __m512 inv = _mm512_set1_ps(1.f / sum);
 #pragma GCC unroll 8
@@ -122,7 +143,7 @@ static ALWAYS_INLINE void attn_small(const struct tl_kv_layer *kv, const int32_t
 // Any head_dim: the same arithmetic order per element, vectors streamed from memory.
 static ALWAYS_INLINE void attn_large(const struct tl_kv_layer *kv, const int32_t *table,
                                      int64_t n_ctx, int kv_head, const float *q, float scale,
-                                     float *out, float *scores, float *acc, const int f16)
+                                     float *out, float *scores, float *acc, const int kt)
 {
     const int hd = kv->head_dim;
     struct kv_pos p;
@@ -132,8 +153,7 @@ static ALWAYS_INLINE void attn_large(const struct tl_kv_layer *kv, const int32_t
         __m512 s = _mm512_setzero_ps();
         for (int d = 0; d < hd; d += 16) {
             __mmask16 m = tail_mask16(hd - d);
-            s = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, q + d), load_kv(f16, kv->k, off + d, m),
-                                s);
+            s = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, q + d), load_kv(kt, kv->k, off + d, m), s);
         }
         scores[j] = hsum512(s) * scale;
     }
@@ -148,7 +168,7 @@ static ALWAYS_INLINE void attn_large(const struct tl_kv_layer *kv, const int32_t
             __mmask16 m = tail_mask16(hd - d);
             __m512 a = _mm512_maskz_loadu_ps(m, acc + d);
             _mm512_mask_storeu_ps(acc + d, m,
-                                  _mm512_fmadd_ps(pj, load_kv(f16, kv->v, off + d, m), a));
+                                  _mm512_fmadd_ps(pj, load_kv(kt, kv->v, off + d, m), a));
         }
     }
     __m512 inv = _mm512_set1_ps(1.f / sum);
@@ -160,36 +180,46 @@ static ALWAYS_INLINE void attn_large(const struct tl_kv_layer *kv, const int32_t
 
 typedef void (*attn_fn)(const struct tl_kv_layer *kv, const int32_t *table, int64_t n_ctx,
                         int kv_head, const float *q, float scale, float *out, float *scores);
-#define DEF_ATTN(F16, NQ)                                                                          \
-    static void attn_##F16##_##NQ(const struct tl_kv_layer *kv, const int32_t *table,              \
-                                  int64_t n_ctx, int kv_head, const float *q, float scale,         \
-                                  float *out, float *scores)                                       \
+#define DEF_ATTN(KT, NQ)                                                                           \
+    static void attn_##KT##_##NQ(const struct tl_kv_layer *kv, const int32_t *table,               \
+                                 int64_t n_ctx, int kv_head, const float *q, float scale,          \
+                                 float *out, float *scores)                                        \
     {                                                                                              \
-        attn_small(kv, table, n_ctx, kv_head, q, scale, out, scores, F16, NQ);                     \
+        attn_small(kv, table, n_ctx, kv_head, q, scale, out, scores, KT, NQ);                      \
     }
-#define DEF_ATTN_NQ(F16)                                                                           \
-    DEF_ATTN(F16, 1)                                                                               \
-    DEF_ATTN(F16, 2)                                                                               \
-    DEF_ATTN(F16, 3)                                                                               \
-    DEF_ATTN(F16, 4) DEF_ATTN(F16, 5) DEF_ATTN(F16, 6) DEF_ATTN(F16, 7) DEF_ATTN(F16, 8)
+#define DEF_ATTN_NQ(KT)                                                                            \
+    DEF_ATTN(KT, 1)                                                                                \
+    DEF_ATTN(KT, 2)                                                                                \
+    DEF_ATTN(KT, 3)                                                                                \
+    DEF_ATTN(KT, 4) DEF_ATTN(KT, 5) DEF_ATTN(KT, 6) DEF_ATTN(KT, 7) DEF_ATTN(KT, 8)
 DEF_ATTN_NQ(0)
 DEF_ATTN_NQ(1)
-static const attn_fn attn_table[2][9] = {
+DEF_ATTN_NQ(2)
+// [kt][nq]
+static const attn_fn attn_table[3][9] = {
     {0, attn_0_1, attn_0_2, attn_0_3, attn_0_4, attn_0_5, attn_0_6, attn_0_7, attn_0_8},
     {0, attn_1_1, attn_1_2, attn_1_3, attn_1_4, attn_1_5, attn_1_6, attn_1_7, attn_1_8},
+    {0, attn_2_1, attn_2_2, attn_2_3, attn_2_4, attn_2_5, attn_2_6, attn_2_7, attn_2_8},
 };
+
+static int kv_kt(const struct tl_kv_layer *kv)
+{
+    return kv->type == TL_DTYPE_Q8_0 ? KT_Q8 : kv->type == TL_DTYPE_F16 ? KT_F16 : KT_F32;
+}
 
 void tl__avx512_attn_head(const struct tl_kv_layer *kv, const int32_t *block_table, int64_t n_ctx,
                           int kv_head, const float *q, float scale, float *out, float *scores,
                           float *acc)
 {
-    const int f16 = kv->type == TL_DTYPE_F16, nq = (kv->head_dim + 15) / 16;
+    const int kt = kv_kt(kv), nq = (kv->head_dim + 15) / 16;
     if (nq <= 8)
-        attn_table[f16][nq](kv, block_table, n_ctx, kv_head, q, scale, out, scores);
-    else if (f16)
-        attn_large(kv, block_table, n_ctx, kv_head, q, scale, out, scores, acc, 1);
+        attn_table[kt][nq](kv, block_table, n_ctx, kv_head, q, scale, out, scores);
+    else if (kt == KT_Q8)
+        attn_large(kv, block_table, n_ctx, kv_head, q, scale, out, scores, acc, KT_Q8);
+    else if (kt == KT_F16)
+        attn_large(kv, block_table, n_ctx, kv_head, q, scale, out, scores, acc, KT_F16);
     else
-        attn_large(kv, block_table, n_ctx, kv_head, q, scale, out, scores, acc, 0);
+        attn_large(kv, block_table, n_ctx, kv_head, q, scale, out, scores, acc, KT_F32);
 }
 
 // ---- attention over all the heads of a run of tokens (online softmax) -------------------------
@@ -218,7 +248,7 @@ enum { AK_PF_MIN_CTX = 1024 }; // contexts from which K/V rows are prefetched a 
 static ALWAYS_INLINE void attn_kv_t(const struct tl_kv_layer *kv, const int32_t *table,
                                     int64_t n_ctx0, int n_q, int kvh0, int n_kvh, int group,
                                     const float *q, size_t q_stride, float scale, float *out,
-                                    const int f16, const int NQ, const int DIRECT)
+                                    const int kt, const int NQ, const int DIRECT)
 {
     const int hd = kv->head_dim, nh = n_kvh * group, hp = NQ * 16;
     const __mmask16 last = tail_mask16(hd - (NQ - 1) * 16);
@@ -229,7 +259,7 @@ static ALWAYS_INLINE void attn_kv_t(const struct tl_kv_layer *kv, const int32_t 
     _Alignas(64) float pbuf[16];
     float m[AK_MAX_PAIRS], l[AK_MAX_PAIRS];
     size_t offs[16], next[16]; // this chunk's and the next one's (position, KV head 0) offsets
-    const size_t esz = f16 ? 2 : 4, row_bytes = (size_t)hd * esz;
+    const size_t row_bytes = kv_bytes(kt, (size_t)hd);
     for (int th = 0; th < n_q * nh; th++) {
         m[th] = -INFINITY;
         l[th] = 0.f;
@@ -256,8 +286,10 @@ static ALWAYS_INLINE void attn_kv_t(const struct tl_kv_layer *kv, const int32_t 
             // (short ones: the prefetches only cost)
             for (int u = 0; u < (pf_kv ? n_next : 0); u++)
                 for (size_t b = 0; b < row_bytes; b += 64) {
-                    _mm_prefetch((const char *)kv->k + (next[u] + hoff) * esz + b, TL_AVX512_AKPF);
-                    _mm_prefetch((const char *)kv->v + (next[u] + hoff) * esz + b, TL_AVX512_AKPF);
+                    _mm_prefetch((const char *)kv->k + kv_bytes(kt, next[u] + hoff) + b,
+                                 TL_AVX512_AKPF);
+                    _mm_prefetch((const char *)kv->v + kv_bytes(kt, next[u] + hoff) + b,
+                                 TL_AVX512_AKPF);
                 }
             if (!DIRECT) {
                 for (int u = 0; u < nu; u++)
@@ -265,9 +297,9 @@ static ALWAYS_INLINE void attn_kv_t(const struct tl_kv_layer *kv, const int32_t 
                     for (int c = 0; c < NQ; c++) {
                         __mmask16 mk = c == NQ - 1 ? last : 0xffff;
                         _mm512_store_ps(kbuf[u] + 16 * c,
-                                        load_kv(f16, kv->k, offs[u] + hoff + 16 * c, mk));
+                                        load_kv(kt, kv->k, offs[u] + hoff + 16 * c, mk));
                         _mm512_store_ps(vbuf[u] + 16 * c,
-                                        load_kv(f16, kv->v, offs[u] + hoff + 16 * c, mk));
+                                        load_kv(kt, kv->v, offs[u] + hoff + 16 * c, mk));
                     }
             }
             for (int qi = 0; qi < n_q; qi++) {
@@ -289,7 +321,7 @@ static ALWAYS_INLINE void attn_kv_t(const struct tl_kv_layer *kv, const int32_t 
                         if (u < nt) {
 #pragma GCC unroll 8
                             for (int c = 0; c < NQ; c++) {
-                                __m512 kv_ = DIRECT ? load_kv(f16, kv->k, offs[u] + hoff + 16 * c,
+                                __m512 kv_ = DIRECT ? load_kv(kt, kv->k, offs[u] + hoff + 16 * c,
                                                               c == NQ - 1 ? last : 0xffff)
                                                     : _mm512_load_ps(kbuf[u] + 16 * c);
                                 part[u] = _mm512_fmadd_ps(qv[c], kv_, part[u]);
@@ -318,7 +350,7 @@ static ALWAYS_INLINE void attn_kv_t(const struct tl_kv_layer *kv, const int32_t 
                         __m512 pu = _mm512_set1_ps(pbuf[u]);
 #pragma GCC unroll 8
                         for (int c = 0; c < NQ; c++) {
-                            __m512 vv = DIRECT ? load_kv(f16, kv->v, offs[u] + hoff + 16 * c,
+                            __m512 vv = DIRECT ? load_kv(kt, kv->v, offs[u] + hoff + 16 * c,
                                                          c == NQ - 1 ? last : 0xffff)
                                                : _mm512_load_ps(vbuf[u] + 16 * c);
                             a[c] = _mm512_fmadd_ps(pu, vv, a[c]);
@@ -346,32 +378,33 @@ static ALWAYS_INLINE void attn_kv_t(const struct tl_kv_layer *kv, const int32_t 
 typedef void (*akv_fn)(const struct tl_kv_layer *kv, const int32_t *table, int64_t n_ctx0, int n_q,
                        int kvh0, int n_kvh, int group, const float *q, size_t q_stride, float scale,
                        float *out);
-#define DEF_AKV(F16, NQ, D)                                                                        \
-    static void akv_##F16##_##NQ##_##D(const struct tl_kv_layer *kv, const int32_t *table,         \
-                                       int64_t n_ctx0, int n_q, int kvh0, int n_kvh, int group,    \
-                                       const float *q, size_t q_stride, float scale, float *out)   \
+#define DEF_AKV(KT, NQ, D)                                                                         \
+    static void akv_##KT##_##NQ##_##D(const struct tl_kv_layer *kv, const int32_t *table,          \
+                                      int64_t n_ctx0, int n_q, int kvh0, int n_kvh, int group,     \
+                                      const float *q, size_t q_stride, float scale, float *out)    \
     {                                                                                              \
-        attn_kv_t(kv, table, n_ctx0, n_q, kvh0, n_kvh, group, q, q_stride, scale, out, F16, NQ,    \
-                  D);                                                                              \
+        attn_kv_t(kv, table, n_ctx0, n_q, kvh0, n_kvh, group, q, q_stride, scale, out, KT, NQ, D); \
     }
-#define DEF_AKV_NQ(F16, D)                                                                         \
-    DEF_AKV(F16, 1, D)                                                                             \
-    DEF_AKV(F16, 2, D)                                                                             \
-    DEF_AKV(F16, 3, D)                                                                             \
-    DEF_AKV(F16, 4, D)                                                                             \
-    DEF_AKV(F16, 5, D) DEF_AKV(F16, 6, D) DEF_AKV(F16, 7, D) DEF_AKV(F16, 8, D)
+#define DEF_AKV_NQ(KT, D)                                                                          \
+    DEF_AKV(KT, 1, D)                                                                              \
+    DEF_AKV(KT, 2, D)                                                                              \
+    DEF_AKV(KT, 3, D)                                                                              \
+    DEF_AKV(KT, 4, D)                                                                              \
+    DEF_AKV(KT, 5, D) DEF_AKV(KT, 6, D) DEF_AKV(KT, 7, D) DEF_AKV(KT, 8, D)
 DEF_AKV_NQ(0, 0)
 DEF_AKV_NQ(1, 0)
+DEF_AKV_NQ(2, 0)
 DEF_AKV_NQ(0, 1)
 DEF_AKV_NQ(1, 1)
-#define AKV_LIST(F16, D)                                                                           \
+DEF_AKV_NQ(2, 1)
+#define AKV_LIST(KT, D)                                                                            \
     {                                                                                              \
-        0, akv_##F16##_1_##D, akv_##F16##_2_##D, akv_##F16##_3_##D, akv_##F16##_4_##D,             \
-            akv_##F16##_5_##D, akv_##F16##_6_##D, akv_##F16##_7_##D, akv_##F16##_8_##D             \
+        0, akv_##KT##_1_##D, akv_##KT##_2_##D, akv_##KT##_3_##D, akv_##KT##_4_##D,                 \
+            akv_##KT##_5_##D, akv_##KT##_6_##D, akv_##KT##_7_##D, akv_##KT##_8_##D                 \
     }
-// [direct][f16][nq]
-static const akv_fn akv_table[2][2][9] = {{AKV_LIST(0, 0), AKV_LIST(1, 0)},
-                                          {AKV_LIST(0, 1), AKV_LIST(1, 1)}};
+// [direct][kt][nq]
+static const akv_fn akv_table[2][3][9] = {{AKV_LIST(0, 0), AKV_LIST(1, 0), AKV_LIST(2, 0)},
+                                          {AKV_LIST(0, 1), AKV_LIST(1, 1), AKV_LIST(2, 1)}};
 
 int tl__avx512_attn_kv_pairs(int head_dim)
 {
@@ -390,6 +423,6 @@ void tl__avx512_attn_kv(const struct tl_kv_layer *kv, const int32_t *block_table
     // one query head of one token per KV head reads K and V straight from the cache; otherwise
     // they are converted once into a buffer
     const int direct = n_q == 1 && group == 1;
-    akv_table[direct][kv->type == TL_DTYPE_F16][nq](kv, block_table, n_ctx0, n_q, kvh0, n_kvh,
-                                                    group, q, q_stride, scale, out);
+    akv_table[direct][kv_kt(kv)][nq](kv, block_table, n_ctx0, n_q, kvh0, n_kvh, group, q, q_stride,
+                                     scale, out);
 }
