@@ -32,6 +32,8 @@ static void usage(FILE *f)
                "  --shutdown-timeout S      seconds in-flight requests get on SIGINT/SIGTERM\n"
                "                            (default 30)\n"
                "  --http-timeout S          per-connection idle read/write timeout (default 60)\n"
+               "  --max-unsent-bytes N      a stream whose client leaves more than N bytes unread\n"
+               "                            is cancelled (default 8388608)\n"
                "\n");
     tl_cli_engine_flags_help(f);
 }
@@ -119,6 +121,9 @@ int tl_cmd_serve(int argc, char **argv)
         } else if ((m = flag("--shutdown-timeout", NULL, argc, argv, &i, &v)) != 0) {
             if (m < 0 || num("--shutdown-timeout", v, 0, 86400, &d)) return 2;
             c.shutdown_timeout_s = d;
+        } else if ((m = flag("--max-unsent-bytes", NULL, argc, argv, &i, &v)) != 0) {
+            if (m < 0 || num("--max-unsent-bytes", v, 4096, (double)(1ull << 40), &d)) return 2;
+            c.max_unsent_bytes = (size_t)d;
         } else if ((m = flag("--http-timeout", NULL, argc, argv, &i, &v)) != 0) {
             if (m < 0 || num("--http-timeout", v, 1, 86400, &d)) return 2;
             c.http_timeout_s = (int)d;

@@ -77,6 +77,7 @@ void tl_server_config_default(struct tl_server_config *c)
     c->max_queued_requests = 256;
     c->shutdown_timeout_s = 30;
     c->http_timeout_s = 60;
+    c->max_unsent_bytes = 8u << 20;
     tl_engine_config_default(&c->engine);
 }
 
@@ -306,9 +307,18 @@ void tl__srv_access_log(struct evhttp_request *r, int status, int64_t t_start_us
 void tl__srv_send_text(struct tl_server *s, struct evhttp_request *r, int status,
                        const char *content_type, const char *text, size_t len)
 {
-    struct evbuffer *b = evbuffer_new();
+    struct evkeyvalq *h = evhttp_request_get_output_headers(r);
+    evhttp_add_header(h, "Content-Type", content_type);
+    // A HEAD answer has the headers of the GET answer and no body: libevent would write the
+    // body anyway, and a keep-alive client would read it as the start of the next response.
+    bool head = evhttp_request_get_command(r) == EVHTTP_REQ_HEAD;
+    struct evbuffer *b = head ? NULL : evbuffer_new();
     if (b) evbuffer_add(b, text, len);
-    evhttp_add_header(evhttp_request_get_output_headers(r), "Content-Type", content_type);
+    if (head) {
+        char cl[32];
+        snprintf(cl, sizeof(cl), "%zu", len);
+        evhttp_add_header(h, "Content-Length", cl);
+    }
     evhttp_send_reply(r, status, reason_phrase(status), b);
     if (b) evbuffer_free(b);
     tl_metrics_count_http(&s->metrics, status);
@@ -365,6 +375,17 @@ void tl__srv_sse_send(struct tl_srv_req *q, json_t *obj, const char *raw)
         evbuffer_free(b);
     }
     tl_sb_free(&sb);
+    // libevent queues whatever the socket does not take, without limit: a client that stops
+    // reading (TCP window full) would make its stream's memory grow with every token. Past
+    // the bound the client counts as gone: its choices are cancelled, nothing more is queued,
+    // and what is queued leaves with the connection (write timeout or close).
+    struct evhttp_connection *conn = evhttp_request_get_connection(q->http);
+    struct bufferevent *bev = conn ? evhttp_connection_get_bufferevent(conn) : NULL;
+    size_t unsent = bev ? evbuffer_get_length(bufferevent_get_output(bev)) : 0;
+    if (!q->client_gone && q->srv->cfg.max_unsent_bytes && unsent > q->srv->cfg.max_unsent_bytes) {
+        TL_LOGW("serve: %s: the client left %zu bytes unread; cancelling", q->id, unsent);
+        tl__srv_client_gone(q);
+    }
 }
 
 // ---- connection close ------------------------------------------------------------------------

@@ -133,6 +133,14 @@ static bool get_bool(json_t *root, const char *key, bool *out, struct tl_oai_err
     return true;
 }
 
+// True when v is a JSON string equal to lit. Strings may hold NUL ("\u0000"), so a plain
+// strcmp would take "user\u0000anything" for "user".
+static bool str_is(json_t *v, const char *lit)
+{
+    return json_is_string(v) && json_string_length(v) == strlen(lit) &&
+           memcmp(json_string_value(v), lit, json_string_length(v)) == 0;
+}
+
 // ---- prompts and messages --------------------------------------------------------------------
 
 static bool token_array(json_t *arr, const char *param, const struct tl_oai_limits *lim,
@@ -242,8 +250,7 @@ static bool parse_content(json_t *c, int i, struct tl_chat_msg *m, struct tl_oai
         json_t *part = json_array_get(c, j);
         json_t *type = json_object_get(part, "type");
         json_t *text = json_object_get(part, "text");
-        if (!json_is_object(part) || !json_is_string(type) ||
-            strcmp(json_string_value(type), "text") != 0 || !json_is_string(text)) {
+        if (!json_is_object(part) || !str_is(type, "text") || !json_is_string(text)) {
             tl_sb_free(&sb);
             snprintf(param, sizeof(param), "messages[%d].content[%zu]", i, j);
             return bad(err, param,
@@ -283,12 +290,11 @@ static bool parse_messages(json_t *root, struct tl_oai_params *p, struct tl_oai_
         json_t *role = json_object_get(m, "role");
         snprintf(param, sizeof(param), "messages[%zu].role", i);
         if (!json_is_string(role)) return bad(err, param, "'%s' must be a string", param);
-        const char *r = json_string_value(role);
-        if (!strcmp(r, "system") || !strcmp(r, "developer"))
+        if (str_is(role, "system") || str_is(role, "developer"))
             p->msgs[i].role = TL_CHAT_SYSTEM;
-        else if (!strcmp(r, "user"))
+        else if (str_is(role, "user"))
             p->msgs[i].role = TL_CHAT_USER;
-        else if (!strcmp(r, "assistant"))
+        else if (str_is(role, "assistant"))
             p->msgs[i].role = TL_CHAT_ASSISTANT;
         else
             return bad(err, param,
@@ -338,6 +344,8 @@ static bool parse_fields(json_t *root, const struct tl_oai_limits *lim, struct t
     json_t *model = json_object_get(root, "model");
     if (model && !json_is_null(model)) {
         if (!json_is_string(model)) return bad(err, "model", "'model' must be a string");
+        if (strlen(json_string_value(model)) != json_string_length(model))
+            return bad(err, "model", "'model' may not contain NUL");
         p->model = json_string_value(model);
     }
     if (chat ? !parse_messages(root, p, err) : !parse_prompt(root, lim, p, err)) return false;

@@ -174,6 +174,20 @@ static bool add_logprob(struct tl_server *s, struct tl_oai_logprobs *lp, int32_t
     return ok;
 }
 
+// Tokenizing runs on the loop, so a text that can never fit the context is refused before it
+// is tokenized (megabytes would stall every client for seconds): every token is at most
+// max_token_bytes long, so such a text has more than max_seq_len tokens. Fills *err.
+static bool text_fits(const struct tl_server *s, size_t len, const char *param,
+                      struct tl_oai_error *err)
+{
+    if (len / s->max_token_bytes <= (size_t)s->max_seq_len) return true;
+    tl_oai_error_set(err, 400, "invalid_request_error", "context_length_exceeded", param,
+                     "This model's maximum context length is %d tokens; a prompt of %zu "
+                     "bytes is far longer",
+                     (int)s->max_seq_len, len);
+    return false;
+}
+
 // ---- simple endpoints ------------------------------------------------------------------------
 
 static void h_health(struct tl_server *s, struct evhttp_request *r, int64_t t0)
@@ -225,6 +239,11 @@ static bool check_model_field(struct tl_server *s, struct evhttp_request *r, int
     if (!json_is_string(m)) {
         send_err(s, r, t0, 400, "invalid_request_error", "invalid_value", "model",
                  "'model' must be a string");
+        return false;
+    }
+    if (strlen(json_string_value(m)) != json_string_length(m)) {
+        send_err(s, r, t0, 400, "invalid_request_error", "invalid_value", "model",
+                 "'model' may not contain NUL");
         return false;
     }
     if (model_matches(s, json_string_value(m))) return true;
@@ -306,6 +325,13 @@ static void h_tokenize(struct tl_server *s, struct evhttp_request *r, int64_t t0
         json_decref(root);
         send_err(s, r, t0, 400, "invalid_request_error", "invalid_value", "prompt",
                  "'prompt' (a string) or 'messages' is required");
+        return;
+    }
+    struct tl_oai_error lerr;
+    if (!text_fits(s, len, rendered ? "messages" : "prompt", &lerr)) {
+        free(rendered);
+        json_decref(root);
+        tl__srv_send_error(s, r, &lerr, t0);
         return;
     }
     int32_t *ids = NULL;
@@ -663,14 +689,8 @@ static bool prepare_prompt(struct tl_server *s, struct tl_srv_req *q, int i,
         text = p->prompts[i].text;
         len = p->prompts[i].text_len;
     }
-    // Tokenizing runs on the loop: refuse at once what can never fit the context.
-    if (len / s->max_token_bytes > (size_t)s->max_seq_len) {
+    if (!text_fits(s, len, p->kind == TL_OAI_CHAT ? "messages" : "prompt", err)) {
         free(rendered);
-        tl_oai_error_set(err, 400, "invalid_request_error", "context_length_exceeded",
-                         p->kind == TL_OAI_CHAT ? "messages" : "prompt",
-                         "This model's maximum context length is %d tokens; a prompt of %zu "
-                         "bytes is far longer",
-                         (int)s->max_seq_len, len);
         return false;
     }
     tl_status st = s->be->tokenize(s->model, text, len, true, true, &q->prompt_tokens[i],
@@ -942,7 +962,9 @@ void tl__srv_handle(struct evhttp_request *r, void *arg)
         send_err(s, r, t0, 404, "invalid_request_error", "not_found", NULL, msg);
         return;
     }
-    if (evhttp_request_get_command(r) != match->method) {
+    enum evhttp_cmd_type cmd = evhttp_request_get_command(r);
+    if (cmd == EVHTTP_REQ_HEAD) cmd = EVHTTP_REQ_GET; // answered as GET, without the body
+    if (cmd != match->method) {
         evhttp_add_header(evhttp_request_get_output_headers(r), "Allow",
                           match->method == EVHTTP_REQ_GET ? "GET" : "POST");
         char msg[300];

@@ -43,6 +43,9 @@ struct tl_server_config {
                                    // (default 256)
     double shutdown_timeout_s;     // on stop, how long in-flight requests may finish (default 30)
     int http_timeout_s;            // per-connection read/write idle timeout (default 60)
+    size_t max_unsent_bytes;       // a stream whose client lets more than this pile up unread
+                                   // is cancelled (default 8 MiB): memory per connection stays
+                                   // bounded even for a client that reads a byte a minute
     const char *served_model_name; // the model id clients use (default: the model's name)
     const char *chat_template;     // a family name overriding detection ("chatml", ...), or NULL
     bool handle_signals;           // stop on SIGINT/SIGTERM (the CLI sets it)

@@ -106,3 +106,18 @@ await test('abuse: two pipelined requests on one connection get two answers in o
   eq(answers.length, 2, 'two 200 answers');
   check(got.indexOf('"status":"ok"') < got.indexOf('"object":"list"'), 'in order');
 });
+
+await test('abuse: HEAD answers carry no body, so a kept-alive connection stays in sync', async () => {
+  const s = await open();
+  let got = '';
+  s.on('data', (d) => { got += d.toString(); });
+  s.write('HEAD /health HTTP/1.1\r\nHost: x\r\n\r\nHEAD /v1/completions HTTP/1.1\r\nHost: x\r\n\r\n' +
+          'GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n');
+  for (let i = 0; i < 100 && !got.includes('"status":"ok"'); i++) await sleep(50);
+  s.destroy();
+  const heads = got.split(/(?=HTTP\/1\.1 )/);
+  eq(heads.length, 3, `three answers: ${JSON.stringify(got.slice(0, 300))}`);
+  check(/^HTTP\/1\.1 200[^]*Content-Length: 15\r\n[^]*\r\n\r\n$/.test(heads[0]), `HEAD /health: ${JSON.stringify(heads[0])}`);
+  check(/^HTTP\/1\.1 405[^]*\r\n\r\n$/.test(heads[1]), `HEAD on a POST route: ${JSON.stringify(heads[1])}`);
+  check(heads[2].startsWith('HTTP/1.1 200') && heads[2].endsWith('{"status":"ok"}'), 'the GET after them');
+});

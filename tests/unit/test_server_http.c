@@ -276,6 +276,10 @@ static void *run_main(void *arg)
 
 static int64_t running_requests(void);
 
+// Overrides for the next start() (0 = the default).
+static size_t s_max_unsent;
+static int32_t s_max_seq_len;
+
 static struct running *start(const char *api_key, size_t max_body, int max_queued)
 {
     for (int i = 0; i < FAKE_MAX; i++)
@@ -291,6 +295,8 @@ static struct running *start(const char *api_key, size_t max_body, int max_queue
     if (max_body) c.max_body_bytes = max_body;
     if (max_queued) c.max_queued_requests = max_queued;
     c.shutdown_timeout_s = 5;
+    if (s_max_unsent) c.max_unsent_bytes = s_max_unsent;
+    if (s_max_seq_len) c.engine.max_seq_len = s_max_seq_len;
     struct running *r = calloc(1, sizeof(*r));
     r->s = tl_server_create(&c);
     assert_non_null(r->s);
@@ -932,8 +938,60 @@ static void test_graceful_stop_finishes_in_flight(void **state)
     assert_int_equal(stop(sv), 0);
 }
 
+static int64_t finished(enum tl_finish_reason why)
+{
+    pthread_mutex_lock(&fe.mu);
+    int64_t n = fe.n_finished[why];
+    pthread_mutex_unlock(&fe.mu);
+    return n;
+}
+
+// A client that requests a long stream and never reads it (its TCP window fills up): the
+// server must not buffer the whole stream for it. Past --max-unsent-bytes the choices are
+// cancelled while the connection is still open; the server keeps serving others.
+static void test_stalled_reader_is_cancelled(void **state)
+{
+    (void)state;
+    s_max_unsent = 64 * 1024;
+    s_max_seq_len = 1 << 17;
+    struct running *sv = start(NULL, 0, 0);
+    s_max_unsent = 0;
+    s_max_seq_len = 0;
+    int port = s_port = tl_server_port(sv->s);
+    assert_true(wait_until(server_healthy, 5000));
+    fe.step_sleep_ms = 0;
+    int64_t cancelled0 = finished(TL_FINISH_CANCELLED), length0 = finished(TL_FINISH_LENGTH);
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    int small = 4096;
+    setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof(small));
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    assert_int_equal(connect(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+    // Unbounded, this stream would be 8 x 100000 chunks of ~250 bytes (~200 MB).
+    send_request(fd, "POST", "/v1/completions",
+                 "{\"prompt\":\"x\",\"max_tokens\":100000,\"n\":8,\"logprobs\":2,\"stream\":true,"
+                 "\"ignore_eos\":true}",
+                 NULL);
+    for (int i = 0; i < 1000 && running_requests() < 8; i++) {
+        struct timespec ts = {0, 5000000L};
+        nanosleep(&ts, NULL);
+    }
+    assert_true(wait_until(engine_idle, 60000));
+    assert_int_equal(finished(TL_FINISH_CANCELLED) - cancelled0, 8);
+    assert_int_equal(finished(TL_FINISH_LENGTH) - length0, 0);
+    assert_true(server_healthy()); // the stalled connection is still open
+    struct resp r;
+    request(port, "GET", "/metrics", NULL, NULL, &r);
+    assert_non_null(strstr(r.body, "\ntokenloom:client_disconnects_total 1\n"));
+    resp_free(&r);
+    close(fd);
+    fe.step_sleep_ms = 1;
+    assert_int_equal(stop(sv), 0);
+}
+
 TL_TEST_MAIN(cmocka_unit_test(test_health_models_metrics), cmocka_unit_test(test_completion_plain),
              cmocka_unit_test(test_streams), cmocka_unit_test(test_echo_logprobs_stream_and_not),
              cmocka_unit_test(test_errors), cmocka_unit_test(test_queue_bound_gives_429),
              cmocka_unit_test(test_disconnect_cancels),
-             cmocka_unit_test(test_graceful_stop_finishes_in_flight))
+             cmocka_unit_test(test_graceful_stop_finishes_in_flight),
+             cmocka_unit_test(test_stalled_reader_is_cancelled))

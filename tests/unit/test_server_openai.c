@@ -401,10 +401,34 @@ static void test_mutated_bodies(void **state)
     }
 }
 
+// JSON strings may hold NUL: a role, content-part type or model that only starts with a
+// valid name is not that name.
+static void test_nul_in_names(void **state)
+{
+    (void)state;
+    expect_bad(TL_OAI_CHAT, "{\"messages\":[{\"role\":\"user\\u0000x\",\"content\":\"hi\"}]}",
+               "messages[0].role");
+    expect_bad(TL_OAI_CHAT, "{\"messages\":[{\"role\":\"system\\u0000\",\"content\":\"hi\"}]}",
+               "messages[0].role");
+    expect_bad(TL_OAI_CHAT,
+               "{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"text\\u0000image\","
+               "\"text\":\"hi\"}]}]}",
+               "messages[0].content[0]");
+    expect_bad(TL_OAI_COMPLETION, "{\"prompt\":\"x\",\"model\":\"m\\u0000other\"}", "model");
+    struct tl_oai_params p;
+    struct tl_oai_error e;
+    // NUL inside content is carried with its length.
+    assert_true(parse(TL_OAI_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"a\\u0000b\"}]}",
+                      &p, &e));
+    assert_int_equal(p.msgs[0].content_len, 3);
+    tl_oai_params_free(&p);
+}
+
 TL_TEST_MAIN(cmocka_unit_test(test_completion_defaults),
              cmocka_unit_test(test_completion_all_fields), cmocka_unit_test(test_prompt_shapes),
              cmocka_unit_test(test_field_types_and_ranges), cmocka_unit_test(test_malformed_bodies),
              cmocka_unit_test(test_chat_messages), cmocka_unit_test(test_status_mapping),
              cmocka_unit_test(test_error_json_shape), cmocka_unit_test(test_response_shapes),
              cmocka_unit_test(test_invalid_utf8_output_is_replaced),
-             cmocka_unit_test(test_logprobs_shapes), cmocka_unit_test(test_mutated_bodies))
+             cmocka_unit_test(test_logprobs_shapes), cmocka_unit_test(test_mutated_bodies),
+             cmocka_unit_test(test_nul_in_names))
