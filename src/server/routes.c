@@ -679,7 +679,10 @@ static bool prepare_prompt(struct tl_server *s, struct tl_srv_req *q, int i,
         q->prompt_tokens[i] = p->prompts[i].tokens; // take ownership
         q->n_prompt_tokens[i] = p->prompts[i].n_tokens;
         p->prompts[i].tokens = NULL;
-        if (p->echo) {
+        // Echo: the prompt's text, detokenized on the loop; a prompt that cannot fit the
+        // context is refused by check_lengths, so it is not detokenized first (millions of
+        // ids would stall every client).
+        if (p->echo && q->n_prompt_tokens[i] < s->max_seq_len) {
             q->prompt_text[i] =
                 s->be->detokenize(s->model, q->prompt_tokens[i], q->n_prompt_tokens[i], false);
             q->prompt_text_len[i] = q->prompt_text[i] ? strlen(q->prompt_text[i]) : 0;

@@ -52,9 +52,12 @@ static tl_status fake_tokenize(const tl_model *m, const char *text, size_t len, 
     return TL_OK;
 }
 
+static atomic_long n_detokenize; // calls of fake_detokenize
+
 static char *fake_detokenize(const tl_model *m, const int32_t *ids, int64_t n, bool special)
 {
     (void)m;
+    atomic_fetch_add(&n_detokenize, 1);
     (void)special;
     char *s = malloc((size_t)n + 1);
     int64_t k = 0;
@@ -989,9 +992,37 @@ static void test_stalled_reader_is_cancelled(void **state)
     assert_int_equal(stop(sv), 0);
 }
 
+// echo with a token-id prompt that cannot fit the context: 400 before the prompt is
+// detokenized for the echo (that work runs on the event loop).
+static void test_echo_of_overlong_token_prompt_is_not_detokenized(void **state)
+{
+    (void)state;
+    struct running *sv = start(NULL, 0, 0);
+    int port = s_port = tl_server_port(sv->s);
+    assert_true(wait_until(server_healthy, 5000));
+    char body[1024];
+    int k = snprintf(body, sizeof(body), "{\"echo\":true,\"max_tokens\":1,\"prompt\":[5");
+    for (int i = 1; i < 100; i++)
+        k += snprintf(body + k, sizeof(body) - (size_t)k, ",5");
+    snprintf(body + k, sizeof(body) - (size_t)k, "]}");
+    long before = atomic_load(&n_detokenize);
+    expect_error(port, "POST", "/v1/completions", body, NULL, 400, "max_tokens");
+    assert_int_equal(atomic_load(&n_detokenize), before);
+    // A prompt that fits is echoed (detokenized once).
+    struct resp r;
+    request(port, "POST", "/v1/completions",
+            "{\"echo\":true,\"max_tokens\":1,\"prompt\":[72,105],\"seed\":0}", NULL, &r);
+    assert_int_equal(r.status, 200);
+    assert_non_null(strstr(r.body, "\"text\":\"Efa\""));
+    resp_free(&r);
+    assert_int_equal(atomic_load(&n_detokenize), before + 1);
+    assert_int_equal(stop(sv), 0);
+}
+
 TL_TEST_MAIN(cmocka_unit_test(test_health_models_metrics), cmocka_unit_test(test_completion_plain),
              cmocka_unit_test(test_streams), cmocka_unit_test(test_echo_logprobs_stream_and_not),
              cmocka_unit_test(test_errors), cmocka_unit_test(test_queue_bound_gives_429),
              cmocka_unit_test(test_disconnect_cancels),
              cmocka_unit_test(test_graceful_stop_finishes_in_flight),
-             cmocka_unit_test(test_stalled_reader_is_cancelled))
+             cmocka_unit_test(test_stalled_reader_is_cancelled),
+             cmocka_unit_test(test_echo_of_overlong_token_prompt_is_not_detokenized))
