@@ -10,7 +10,12 @@
  *   - step overhead: the share of step time outside the forward pass (scheduling, batch
  *     building, sampling, detokenizing, events);
  *   - KV memory: peak blocks in use x block bytes vs the exact need c * (prompt + gen - 1)
- *     positions.
+ *     positions;
+ *   - steady gen tok/s: an open-loop run that keeps c requests in flight (a finished one is
+ *     replaced at once, as a server under constant load would see) for 4c requests, measured
+ *     from the end of the first c requests to the last submission: the throughput at
+ *     concurrency c without the closed batch's ramp-in and ramp-out, where one run's c
+ *     requests start together and its last steps carry a shrinking batch.
  * Correctness first: request 0 of every run is greedy on a fixed prompt, and its tokens must
  * be the same at every concurrency (exit 1 otherwise).
  *
@@ -36,10 +41,13 @@ struct req {
     bool done;
 };
 
+static int64_t g_tokens; // TOKEN events of every request, for the steady run's window
+
 static void on_event(void *user, const struct tl_event *ev)
 {
     struct req *r = user;
     if (ev->type == TL_EVENT_TOKEN) {
+        g_tokens++;
         if (!r->n) r->t_first_us = tl_time_us();
         if (r->n < 4096) r->tokens[r->n++] = ev->token;
     } else {
@@ -58,9 +66,69 @@ static int32_t rnd_token(int32_t n_vocab)
 
 struct result {
     double wall_s, decode_s, prefill_tok_s, gen_tok_s, decode_tok_s, overhead, kv_used_mib,
-        kv_need_mib;
+        kv_need_mib, steady_tok_s;
     int64_t steps, preemptions;
 };
+
+// Submits request i: a random prompt, or (fixed) a fixed one for request 0, whose tokens every
+// concurrency must reproduce (greedy); the others sample (temperature 0.8, top-p 0.95).
+static int submit(tl_engine *e, const struct tl_model_info *info, int32_t *prompt, int n_prompt,
+                  int max_tokens, int i, bool fixed, struct req *rq)
+{
+    for (int k = 0; k < n_prompt; k++)
+        prompt[k] = i == 0 && fixed ? 3 + (k * 31) % (info->n_vocab - 3) : rnd_token(info->n_vocab);
+    struct tl_request r;
+    tl_request_default(&r);
+    r.prompt_tokens = prompt;
+    r.n_prompt_tokens = n_prompt;
+    r.max_tokens = max_tokens;
+    r.ignore_eos = true;
+    r.sampling.temperature = i == 0 ? 0.0f : 0.8f;
+    r.sampling.top_p = 0.95f;
+    r.sampling.seed = (uint64_t)i;
+    r.on_event = on_event;
+    r.user = rq;
+    uint64_t id;
+    if (tl_engine_submit(e, &r, &id)) {
+        fprintf(stderr, "bench_engine: submit: %s\n", tl_last_error());
+        return -1;
+    }
+    return 0;
+}
+
+// The open-loop run: c requests in flight until 4c have been submitted. Returns generated
+// tok/s over [first c done, last submission], or -1.
+static double run_steady(tl_engine *e, const struct tl_model_info *info, int c, int n_prompt,
+                         int n_gen, int32_t *prompt)
+{
+    const int total = 4 * c;
+    struct req *rs = calloc((size_t)total, sizeof(*rs));
+    if (!rs) return -1;
+    int submitted = 0, done = 0;
+    int64_t t_a = 0, tok_a = 0, t_b = 0, tok_b = 0, n = 1;
+    for (; submitted < c; submitted++)
+        if (submit(e, info, prompt, n_prompt, n_gen, submitted, false, &rs[submitted])) goto fail;
+    while (n > 0) {
+        if (tl_engine_step(e, &n)) {
+            fprintf(stderr, "bench_engine: step: %s\n", tl_last_error());
+            goto fail;
+        }
+        done = 0;
+        for (int i = 0; i < submitted; i++)
+            done += rs[i].done;
+        if (!t_a && done >= c) t_a = tl_time_us(), tok_a = g_tokens;
+        for (; submitted < total && submitted - done < c; submitted++)
+            if (submit(e, info, prompt, n_prompt, n_gen, submitted, false, &rs[submitted]))
+                goto fail;
+        if (!t_b && submitted == total) t_b = tl_time_us(), tok_b = g_tokens;
+        if (submitted > done) n = 1; // just submitted: the engine has work even if step said 0
+    }
+    free(rs);
+    return t_b > t_a ? (double)(tok_b - tok_a) / ((double)(t_b - t_a) / 1e6) : 0;
+fail:
+    free(rs);
+    return -1;
+}
 
 static int run(tl_model *m, const struct tl_engine_config *cfg, int c, int n_prompt, int n_gen,
                struct req *reqs, struct result *res, double block_bytes, double pos_bytes)
@@ -79,27 +147,9 @@ static int run(tl_model *m, const struct tl_engine_config *cfg, int c, int n_pro
     for (int pass = 0; pass < 2; pass++) {
         memset(reqs, 0, (size_t)c * sizeof(*reqs));
         int64_t t0 = tl_time_us();
-        for (int i = 0; i < c; i++) {
-            for (int k = 0; k < n_prompt; k++)
-                prompt[k] = i == 0 && pass == 1 ? 3 + (k * 31) % (info->n_vocab - 3)
-                                                : rnd_token(info->n_vocab);
-            struct tl_request r;
-            tl_request_default(&r);
-            r.prompt_tokens = prompt;
-            r.n_prompt_tokens = n_prompt;
-            r.max_tokens = pass ? n_gen : 1;
-            r.ignore_eos = true;
-            r.sampling.temperature = i == 0 ? 0.0f : 0.8f;
-            r.sampling.top_p = 0.95f;
-            r.sampling.seed = (uint64_t)i;
-            r.on_event = on_event;
-            r.user = &reqs[i];
-            uint64_t id;
-            if (tl_engine_submit(e, &r, &id)) {
-                fprintf(stderr, "bench_engine: submit: %s\n", tl_last_error());
+        for (int i = 0; i < c; i++)
+            if (submit(e, info, prompt, n_prompt, pass ? n_gen : 1, i, pass == 1, &reqs[i]))
                 return -1;
-            }
-        }
         struct tl_engine_stats s0, s1;
         tl_engine_get_stats(e, &s0);
         int64_t n = 1, peak_used = 0;
@@ -133,9 +183,10 @@ static int run(tl_model *m, const struct tl_engine_config *cfg, int c, int n_pro
         res->kv_used_mib = (double)peak_used * block_bytes / (1024.0 * 1024.0);
         res->kv_need_mib = (double)c * (n_prompt + n_gen - 1) * pos_bytes / (1024.0 * 1024.0);
     }
+    res->steady_tok_s = run_steady(e, info, c, n_prompt, n_gen, prompt);
     free(prompt);
     tl_engine_destroy(e);
-    return 0;
+    return res->steady_tok_s < 0 ? -1 : 0;
 }
 
 int main(int argc, char **argv)
@@ -146,25 +197,31 @@ int main(int argc, char **argv)
     enum tl_kv_type kv_type = TL_KV_F16;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(a, "-m") && v) model_path = v, i++;
-        else if (!strcmp(a, "--threads") && v) threads = atoi(v), i++;
-        else if (!strcmp(a, "--prompt") && v) n_prompt = atoi(v), i++;
-        else if (!strcmp(a, "--gen") && v) n_gen = atoi(v), i++;
-        else if (!strcmp(a, "--budget") && v) budget = atoi(v), i++;
-        else if (!strcmp(a, "--repeat") && v) repeat = atoi(v), i++;
+        if (!strcmp(a, "-m") && v)
+            model_path = v, i++;
+        else if (!strcmp(a, "--threads") && v)
+            threads = atoi(v), i++;
+        else if (!strcmp(a, "--prompt") && v)
+            n_prompt = atoi(v), i++;
+        else if (!strcmp(a, "--gen") && v)
+            n_gen = atoi(v), i++;
+        else if (!strcmp(a, "--budget") && v)
+            budget = atoi(v), i++;
+        else if (!strcmp(a, "--repeat") && v)
+            repeat = atoi(v), i++;
         else if (!strcmp(a, "--kv-type") && v) {
             kv_type = !strcmp(v, "f32") ? TL_KV_F32 : !strcmp(v, "q8_0") ? TL_KV_Q8_0 : TL_KV_F16;
             i++;
-        }
-        else if (!strcmp(a, "--conc") && v) {
+        } else if (!strcmp(a, "--conc") && v) {
             n_conc = 0;
             for (char *s = argv[++i]; *s && n_conc < 16;) {
                 conc[n_conc++] = (int)strtol(s, &s, 10);
                 if (*s == ',') s++;
             }
         } else {
-            fprintf(stderr, "usage: bench_engine [-m MODEL] [--threads N] [--conc 1,4,16] "
-                            "[--prompt N] [--gen N] [--kv-type f16|f32|q8_0] [--budget N] [--repeat N]\n");
+            fprintf(stderr,
+                    "usage: bench_engine [-m MODEL] [--threads N] [--conc 1,4,16] "
+                    "[--prompt N] [--gen N] [--kv-type f16|f32|q8_0] [--budget N] [--repeat N]\n");
             return 2;
         }
     }
@@ -181,7 +238,8 @@ int main(int argc, char **argv)
     struct tl_model_info mi;
     tl_model_get_info(m, &mi);
     int max_c = 1;
-    for (int i = 0; i < n_conc; i++) max_c = conc[i] > max_c ? conc[i] : max_c;
+    for (int i = 0; i < n_conc; i++)
+        max_c = conc[i] > max_c ? conc[i] : max_c;
     struct tl_engine_config cfg;
     tl_engine_config_default(&cfg);
     cfg.n_threads = threads;
@@ -194,13 +252,18 @@ int main(int argc, char **argv)
     cfg.kv_blocks = per_seq * max_c;
     // bytes per value: f32 4, f16 2, q8_0 34 per 32 (int8 + one f16 scale per block)
     double pos_bytes = (double)mi.n_layer * 2 * mi.n_head_kv * mi.head_dim *
-                       (kv_type == TL_KV_F32 ? 4 : kv_type == TL_KV_Q8_0 ? 34.0 / 32 : 2);
+                       (kv_type == TL_KV_F32    ? 4
+                        : kv_type == TL_KV_Q8_0 ? 34.0 / 32
+                                                : 2);
     double block_bytes = pos_bytes * cfg.kv_block_size;
     printf("model %s: %s, %.1fM params, %d layers, dim %d; prompt %d, gen %d, budget %d, "
            "threads %d, kv %s, best of %d\n",
            mi.name, mi.weight_type, (double)mi.n_params / 1e6, mi.n_layer, mi.n_embd, n_prompt,
            n_gen, budget, threads,
-           kv_type == TL_KV_F32 ? "f32" : kv_type == TL_KV_Q8_0 ? "q8_0" : "f16", repeat);
+           kv_type == TL_KV_F32    ? "f32"
+           : kv_type == TL_KV_Q8_0 ? "q8_0"
+                                   : "f16",
+           repeat);
     struct req *reqs = calloc((size_t)max_c, sizeof(*reqs));
     struct result *best = calloc((size_t)n_conc, sizeof(*best));
     double *gen_lo = calloc((size_t)n_conc, sizeof(*gen_lo));
@@ -219,24 +282,28 @@ int main(int argc, char **argv)
                 fprintf(stderr, "bench_engine: request 0 differs at concurrency %d\n", conc[k]);
                 bad = 1;
             }
-            fprintf(stderr, "round %d, %d sequences: gen %.1f tok/s, decode %.1f tok/s\n",
-                    round + 1, conc[k], res.gen_tok_s, res.decode_tok_s);
+            fprintf(stderr,
+                    "round %d, %d sequences: gen %.1f tok/s, decode %.1f tok/s, steady %.1f\n",
+                    round + 1, conc[k], res.gen_tok_s, res.decode_tok_s, res.steady_tok_s);
             if (!round || res.gen_tok_s < gen_lo[k]) gen_lo[k] = res.gen_tok_s;
-            // prefill is its own run: keep the best of each independently
+            // prefill and steady are runs of their own: keep the best of each independently
             double prefill = best[k].prefill_tok_s > res.prefill_tok_s ? best[k].prefill_tok_s
-                                                                        : res.prefill_tok_s;
+                                                                       : res.prefill_tok_s;
+            double steady =
+                best[k].steady_tok_s > res.steady_tok_s ? best[k].steady_tok_s : res.steady_tok_s;
             if (res.gen_tok_s > best[k].gen_tok_s) best[k] = res;
             best[k].prefill_tok_s = prefill;
+            best[k].steady_tok_s = steady;
         }
-    printf("%5s %12s %12s %12s %8s %9s %7s %12s %12s %14s\n", "conc", "prefill t/s", "gen t/s",
+    printf("%5s %12s %12s %12s %8s %9s %7s %12s %12s %14s %11s\n", "conc", "prefill t/s", "gen t/s",
            "decode t/s", "steps", "overhead", "preempt", "KV used MiB", "KV need MiB",
-           "gen t/s worst");
+           "gen t/s worst", "steady t/s");
     for (int k = 0; k < n_conc; k++) {
         const struct result *r = &best[k];
-        printf("%5d %12.1f %12.1f %12.1f %8lld %8.2f%% %7lld %12.1f %12.1f %14.1f\n", conc[k],
-               r->prefill_tok_s, r->gen_tok_s, r->decode_tok_s, (long long)r->steps,
+        printf("%5d %12.1f %12.1f %12.1f %8lld %8.2f%% %7lld %12.1f %12.1f %14.1f %11.1f\n",
+               conc[k], r->prefill_tok_s, r->gen_tok_s, r->decode_tok_s, (long long)r->steps,
                100 * r->overhead, (long long)r->preemptions, r->kv_used_mib, r->kv_need_mib,
-               gen_lo[k]);
+               gen_lo[k], r->steady_tok_s);
     }
     free(best);
     free(gen_lo);
