@@ -569,6 +569,11 @@ static void check_case(const struct arch_case *c)
 // ---- cases
 // ---------------------------------------------------------------------------------------
 
+// Every case is a 64-wide model with 4 query heads and a 96-wide FFN; it picks the KV heads and
+// layers. Weights, norms and biases are F32 unless a case sets wtype / vtype (F32 is 0).
+#define SHAPE(n_kv, layers)                                                                        \
+    .n_embd = 64, .n_head = 4, .n_head_kv = (n_kv), .n_layer = (layers), .n_ff = 96
+
 // The knobs llama.cpp uses for a llama file with no rope/eps keys, and variations of them.
 #define LLAMA_DEFAULT                                                                              \
     {                                                                                              \
@@ -581,16 +586,10 @@ static void test_llama_untied_base_1e6_eps_1e6(void **state)
     const struct arch_case c = {
         .name = "llama-untied-1e6",
         .arch = "llama",
-        .n_embd = 64,
-        .n_head = 4,
-        .n_head_kv = 2,
-        .n_layer = 2,
-        .n_ff = 96,
+        SHAPE(2, 2),
         .untied = true,
         .freq_base = 1e6f,
         .rms_eps = 1e-6f,
-        .wtype = TL_DTYPE_F32,
-        .vtype = TL_DTYPE_F32,
         .want = {.base = 1e6, .scale = 1, .eps = 1e-6f},
         .controls = {{"tied output", {.base = 1e6, .scale = 1, .eps = 1e-6f, .tied = true}},
                      {"base 10000", {.base = 10000, .scale = 1, .eps = 1e-6f}},
@@ -606,15 +605,9 @@ static void test_llama_linear_rope_scaling(void **state)
     const struct arch_case c = {
         .name = "llama-linear-x4",
         .arch = "llama",
-        .n_embd = 64,
-        .n_head = 4,
-        .n_head_kv = 2,
-        .n_layer = 2,
-        .n_ff = 96,
+        SHAPE(2, 2),
         .scaling_type = "linear",
         .scaling_factor = 4.0f,
-        .wtype = TL_DTYPE_F32,
-        .vtype = TL_DTYPE_F32,
         .want = {.base = 10000, .scale = 0.25, .eps = 1e-5},
         .controls = {{"no scaling", LLAMA_DEFAULT},
                      {"scale x4 instead of /4", {.base = 10000, .scale = 4, .eps = 1e-5}}},
@@ -629,14 +622,8 @@ static void test_llama_legacy_scale_key_and_no_type(void **state)
     const struct arch_case c = {
         .name = "llama-scale_linear-x2",
         .arch = "llama",
-        .n_embd = 64,
-        .n_head = 4,
-        .n_head_kv = 4,
-        .n_layer = 1,
-        .n_ff = 96,
+        SHAPE(4, 1),
         .scale_linear = 2.0f,
-        .wtype = TL_DTYPE_F32,
-        .vtype = TL_DTYPE_F32,
         .want = {.base = 10000, .scale = 0.5, .eps = 1e-5},
         .controls = {{"no scaling", LLAMA_DEFAULT}},
     };
@@ -650,16 +637,10 @@ static void test_llama_scaling_factor_wins_over_legacy_key(void **state)
     const struct arch_case c = {
         .name = "llama-factor-vs-legacy",
         .arch = "llama",
-        .n_embd = 64,
-        .n_head = 4,
-        .n_head_kv = 2,
-        .n_layer = 1,
-        .n_ff = 96,
+        SHAPE(2, 1),
         .scaling_type = "linear",
         .scaling_factor = 4.0f,
         .scale_linear = 2.0f,
-        .wtype = TL_DTYPE_F32,
-        .vtype = TL_DTYPE_F32,
         .want = {.base = 10000, .scale = 0.25, .eps = 1e-5},
         .controls = {{"the legacy factor 2", {.base = 10000, .scale = 0.5, .eps = 1e-5}}},
     };
@@ -673,15 +654,9 @@ static void test_llama_scaling_type_none_ignores_factor(void **state)
     const struct arch_case c = {
         .name = "llama-type-none",
         .arch = "llama",
-        .n_embd = 64,
-        .n_head = 4,
-        .n_head_kv = 2,
-        .n_layer = 1,
-        .n_ff = 96,
+        SHAPE(2, 1),
         .scaling_type = "none",
         .scaling_factor = 8.0f,
-        .wtype = TL_DTYPE_F32,
-        .vtype = TL_DTYPE_F32,
         .want = LLAMA_DEFAULT,
         .controls = {{"the factor applied", {.base = 10000, .scale = 0.125, .eps = 1e-5}}},
     };
@@ -695,15 +670,9 @@ static void test_llama_key_length_and_mqa(void **state)
     const struct arch_case c = {
         .name = "llama-hd32-mqa",
         .arch = "llama",
-        .n_embd = 64,
-        .n_head = 4,
-        .n_head_kv = 1,
-        .n_layer = 2,
-        .n_ff = 96,
+        SHAPE(1, 2),
         .key_length = 32,
         .freq_base = 500000.0f,
-        .wtype = TL_DTYPE_F32,
-        .vtype = TL_DTYPE_F32,
         .want = {.base = 500000, .scale = 1, .eps = 1e-5},
         .controls = {{"NEOX pairing", {.base = 500000, .scale = 1, .eps = 1e-5, .neox = true}},
                      {"base 10000", LLAMA_DEFAULT}},
@@ -717,16 +686,10 @@ static void test_qwen2_biases_neox(void **state)
     const struct arch_case c = {
         .name = "qwen2-bias",
         .arch = "qwen2",
-        .n_embd = 64,
-        .n_head = 4,
-        .n_head_kv = 2,
-        .n_layer = 2,
-        .n_ff = 96,
+        SHAPE(2, 2),
         .biases = true,
         .freq_base = 1e6f,
         .rms_eps = 1e-6f,
-        .wtype = TL_DTYPE_F32,
-        .vtype = TL_DTYPE_F32,
         .want = {.base = 1e6, .scale = 1, .eps = 1e-6f, .neox = true, .bias = true},
         .controls = {{"normal pairing", {.base = 1e6, .scale = 1, .eps = 1e-6f, .bias = true}},
                      {"no bias", {.base = 1e6, .scale = 1, .eps = 1e-6f, .neox = true}}},
@@ -741,11 +704,7 @@ static void test_qwen2_f16_untied(void **state)
     const struct arch_case c = {
         .name = "qwen2-f16-untied",
         .arch = "qwen2",
-        .n_embd = 64,
-        .n_head = 4,
-        .n_head_kv = 2,
-        .n_layer = 2,
-        .n_ff = 96,
+        SHAPE(2, 2),
         .untied = true,
         .biases = true,
         .freq_base = 1e6f,
@@ -767,11 +726,7 @@ static void test_llama_f16_and_bf16_weights(void **state)
     struct arch_case c = {
         .name = "llama-f16",
         .arch = "llama",
-        .n_embd = 64,
-        .n_head = 4,
-        .n_head_kv = 2,
-        .n_layer = 2,
-        .n_ff = 96,
+        SHAPE(2, 2),
         .untied = true,
         .scaling_type = "linear",
         .scaling_factor = 4.0f,
@@ -812,14 +767,8 @@ static void test_unsupported_files_rejected_clearly(void **state)
     struct arch_case c = {
         .name = "partial-rope",
         .arch = "llama",
-        .n_embd = 64,
-        .n_head = 4,
-        .n_head_kv = 2,
-        .n_layer = 1,
-        .n_ff = 96,
+        SHAPE(2, 1),
         .rope_dims = 8, // half of head_dim 16
-        .wtype = TL_DTYPE_F32,
-        .vtype = TL_DTYPE_F32,
     };
     expect_load_error(&c, -1, TL_ERR_UNSUPPORTED, "partial RoPE");
     c.name = "yarn", c.rope_dims = 0, c.scaling_type = "yarn", c.scaling_factor = 4.0f;
@@ -832,14 +781,8 @@ static void test_unsupported_files_rejected_clearly(void **state)
     struct arch_case q = {
         .name = "qwen2-no-bias",
         .arch = "qwen2",
-        .n_embd = 64,
-        .n_head = 4,
-        .n_head_kv = 2,
-        .n_layer = 2,
-        .n_ff = 96,
+        SHAPE(2, 2),
         .biases = true,
-        .wtype = TL_DTYPE_F32,
-        .vtype = TL_DTYPE_F32,
     };
     expect_load_error(&q, 1, TL_ERR_FORMAT, "blk.1.attn_q.bias");
 }
