@@ -13,13 +13,14 @@
  *
  * Usage: bench_kernels [--quick] [--hot] [--raw] [--no-ceilings] [--isa NAME] [--type NAME]
  *                      [--threads N] [--shape i | --dims N_OUTxN_IN] [--tok N (1..128)]
- *                      (--type attn: attention only)
+ *                      [--kv-type f16|f32|q8_0|all] (--type attn: attention only)
  * Each configuration is timed in 5 rounds and the fastest round is reported (other processes
  * on a shared machine can only make a round slower); single-thread runs are timed in thread CPU
  * time, which excludes time slices taken by other processes.
  */
 #include "core/alloc.h"
 #include "core/clock.h"
+#include "core/dtype.h"
 #include "core/pool.h"
 #include "kernels/kernels.h"
 #include "kernels/kernels_impl.h"
@@ -234,32 +235,42 @@ static const int64_t toks[] = {1, 4, 16, 32, 64, 128};
 // ---- attention timing -------------------------------------------------------------------------
 
 // Decode-style attention: n_tok tokens of different sequences, each attending to n_ctx
-// positions of a 1B-like layer (32 heads, 4 KV heads, head_dim 64, F16 KV, blocks of 16).
+// positions of a layer of N_HEAD heads, N_KV KV heads, head_dim 64, KV type kv_type (F16 by
+// default, --kv-type), blocks of 16.
 static void bench_attention(struct tl_pool *pool, int threads, const char *only_isa, int N_HEAD,
-                            int N_KV)
+                            int N_KV, enum tl_dtype kv_type)
 {
     enum { HD = 64, BS = 16, MAX_TOK = 16, MAX_HEAD = 32 };
     const int64_t ctxs[] = {256, 1024, 4096};
     int64_t max_ctx = 4096, blocks_per_seq = max_ctx / BS;
     size_t n_blocks = (size_t)(MAX_TOK * blocks_per_seq);
     size_t elems = n_blocks * BS * N_KV * HD;
-    uint16_t *k = tl_aligned_alloc(elems * 2), *v = tl_aligned_alloc(elems * 2);
+    const size_t row_bytes = tl_kv_row_bytes(kv_type, HD); // per (position, KV head)
+    const size_t kv_bytes = elems / HD * row_bytes;
+    void *k = tl_aligned_alloc(kv_bytes), *v = tl_aligned_alloc(kv_bytes);
+    float *kf = malloc(elems * 4), *vf = malloc(elems * 4);
     int32_t *tables = malloc(sizeof(int32_t) * n_blocks);
     float *q = tl_aligned_alloc(sizeof(float) * MAX_TOK * MAX_HEAD * HD);
     float *out = tl_aligned_alloc(sizeof(float) * MAX_TOK * MAX_HEAD * HD);
     void *work = tl_aligned_alloc(tl_attention_work_bytes(threads, max_ctx, HD));
     for (size_t i = 0; i < elems; i++) {
-        k[i] = tl_f32_to_fp16(rnd());
-        v[i] = tl_f32_to_fp16(rnd());
+        kf[i] = rnd();
+        vf[i] = rnd();
     }
+    if (!tl_quantize_row(kv_type, kf, k, (int64_t)elems) ||
+        !tl_quantize_row(kv_type, vf, v, (int64_t)elems)) {
+        fprintf(stderr, "bench_kernels: cannot store KV of type %s\n", tl_dtype_name(kv_type));
+        exit(1);
+    }
+    free(kf), free(vf);
     for (size_t i = 0; i < n_blocks; i++)
         tables[i] = (int32_t)((i * 7919) % n_blocks); // scattered
     for (int i = 0; i < MAX_TOK * N_HEAD * HD; i++)
         q[i] = rnd();
-    struct tl_kv_layer kv = {TL_DTYPE_F16, BS, N_KV, HD, k, v};
-    printf("\nattention (%d heads, %d KV heads, head_dim 64, F16 KV; per layer; KV GB/s = K+V "
+    struct tl_kv_layer kv = {kv_type, BS, N_KV, HD, k, v};
+    printf("\nattention (%d heads, %d KV heads, head_dim 64, %s KV; per layer; KV GB/s = K+V "
            "bytes of each token's context / time)\n",
-           N_HEAD, N_KV);
+           N_HEAD, N_KV, tl_dtype_name(kv_type));
     printf("%-6s %5s %4s %3s %10s %9s\n", "isa", "ctx", "tok", "thr", "us/call", "KV GB/s");
     for (int s = 0; s < 3; s++) {
         if (only_isa && strcmp(only_isa, isas[s])) continue;
@@ -282,7 +293,7 @@ static void bench_attention(struct tl_pool *pool, int threads, const char *only_
                     } while (el < 0.03 || calls < 2);
                     if (el / calls < per) per = el / calls;
                 }
-                double bytes = (double)n_tok * ctxs[ci] * N_KV * HD * 2 * 2;
+                double bytes = (double)n_tok * ctxs[ci] * N_KV * row_bytes * 2;
                 printf("%-6s %5lld %4d %3d %10.1f %9.1f\n", isas[s], (long long)ctxs[ci], n_tok,
                        threads, per * 1e6, bytes / per / 1e9);
             }
@@ -297,7 +308,7 @@ int main(int argc, char **argv)
 {
     int quick = 0, hot = 0, raw = 0, no_ceil = 0, only_threads = 0, only_shape = -1, only_tok = 0;
     struct shape custom = {0};
-    const char *only_isa = NULL, *only_type = NULL;
+    const char *only_isa = NULL, *only_type = NULL, *kv_type_arg = "f16";
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--quick"))
             quick = 1;
@@ -311,6 +322,8 @@ int main(int argc, char **argv)
             only_isa = argv[++i];
         else if (!strcmp(argv[i], "--type") && i + 1 < argc)
             only_type = argv[++i];
+        else if (!strcmp(argv[i], "--kv-type") && i + 1 < argc)
+            kv_type_arg = argv[++i];
         else if (!strcmp(argv[i], "--threads") && i + 1 < argc)
             only_threads = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--shape") && i + 1 < argc)
@@ -447,8 +460,15 @@ int main(int argc, char **argv)
     if (!only_type || !strcasecmp(only_type, "attn"))
         for (int th = 1; th <= 2; th++)
             if (!only_threads || th == only_threads) {
-                bench_attention(pools[th - 1], th, only_isa, 32, 4);  // 1B-like: GQA groups of 8
-                bench_attention(pools[th - 1], th, only_isa, 12, 12); // 110M: no sharing
+                for (int kt = 0; kt < 3; kt++) {
+                    const char *kvn[3] = {"f16", "q8_0", "f32"};
+                    if (strcasecmp(kv_type_arg, "all") && strcasecmp(kv_type_arg, kvn[kt]))
+                        continue;
+                    enum tl_dtype kvt;
+                    if (!tl_dtype_from_name(kvn[kt], &kvt)) continue;
+                    bench_attention(pools[th - 1], th, only_isa, 32, 4, kvt);  // 1B-like: GQA 8
+                    bench_attention(pools[th - 1], th, only_isa, 12, 12, kvt); // 110M: no sharing
+                }
             }
     tl_aligned_free(x);
     tl_aligned_free(y);

@@ -361,11 +361,18 @@ void tl_kv_store(const struct tl_kv_layer *kv, const int32_t *block_table, int64
         // base is a multiple of head_dim, hence of 32: the row starts at a Q8_0 block, and
         // no block straddles two heads, so one call quantizes every head of the position
         TL_ASSERT(kv->head_dim % TL_QK8_0 == 0);
-        bool ok =
-            tl_quantize_row(TL_DTYPE_Q8_0, k, (struct tl_block_q8_0 *)kv->k + base / TL_QK8_0, n);
-        ok = ok &&
-             tl_quantize_row(TL_DTYPE_Q8_0, v, (struct tl_block_q8_0 *)kv->v + base / TL_QK8_0, n);
-        TL_ASSERT(ok);
+        struct tl_block_q8_0 *kd = (struct tl_block_q8_0 *)kv->k + base / TL_QK8_0;
+        struct tl_block_q8_0 *vd = (struct tl_block_q8_0 *)kv->v + base / TL_QK8_0;
+        const struct tl__kernel_ops *o = ops();
+        if (o->quantize_q8_0) {
+            // the same bytes as tl_quantize_row, whose scalar roundf was ~8% of a decode step
+            o->quantize_q8_0(k, kd, n);
+            o->quantize_q8_0(v, vd, n);
+        } else {
+            bool ok = tl_quantize_row(TL_DTYPE_Q8_0, k, kd, n);
+            ok = ok && tl_quantize_row(TL_DTYPE_Q8_0, v, vd, n);
+            TL_ASSERT(ok);
+        }
     } else if (kv->type == TL_DTYPE_F16) {
         uint16_t *kd = (uint16_t *)kv->k + base, *vd = (uint16_t *)kv->v + base;
         const struct tl__kernel_ops *o = ops();

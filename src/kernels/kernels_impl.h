@@ -195,6 +195,9 @@ struct tl__kernel_ops {
     void (*attn_kv)(const struct tl_kv_layer *kv, const int32_t *block_table, int64_t n_ctx0,
                     int n_q, int kvh0, int n_kvh, int group, const float *q, size_t q_stride,
                     float scale, float *out);
+    // Optional: tl_quantize_row(TL_DTYPE_Q8_0) of n values (a multiple of 32), vectorized, the
+    // same bytes for every input but signaling NaNs (the Q8_0 KV store; tests compare them).
+    void (*quantize_q8_0)(const float *src, struct tl_block_q8_0 *dst, int64_t n);
 };
 
 extern const struct tl__kernel_ops tl__ops_scalar;

@@ -132,3 +132,49 @@ void tl__avx2_attn_head(const struct tl_kv_layer *kv, const int32_t *block_table
     else
         attn_head_t(kv, block_table, n_ctx, kv_head, q, scale, out, scores, acc, KT_F32);
 }
+
+// ---- the Q8_0 KV store --------------------------------------------------------------------------
+//
+// tl_quantize_row(Q8_0) step for step, as tl__avx512_quantize_q8_0 (the same bytes for every
+// input but a signaling NaN): amax by max(|x|, amax), d and 1 / d in scalar f32, x * id rounded
+// half away from zero (trunc, then +-1 where |v - trunc(v)| >= 0.5), clamped to [-127, 127],
+// NaN -> 0; the int32 are then packed with saturation (a no-op in that range) to bytes.
+void tl__avx2_quantize_q8_0(const float *src, struct tl_block_q8_0 *dst, int64_t n)
+{
+    const __m256 absm = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+    const __m256 signm = _mm256_castsi256_ps(_mm256_set1_epi32((int)0x80000000u));
+    const __m256 half = _mm256_set1_ps(0.5f), one = _mm256_set1_ps(1.f);
+    const __m256 hi = _mm256_set1_ps(127.f), lo = _mm256_set1_ps(-127.f);
+    for (int64_t b = 0; b < n / TL_QK8_0; b++) {
+        const float *x = src + b * TL_QK8_0;
+        __m256 xv[4], a = _mm256_setzero_ps();
+        for (int h = 0; h < 4; h++) {
+            xv[h] = _mm256_loadu_ps(x + 8 * h);
+            a = _mm256_max_ps(_mm256_and_ps(xv[h], absm), a);
+        }
+        __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+        m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+        m4 = _mm_max_ss(m4, _mm_shuffle_ps(m4, m4, 1));
+        float amax = _mm_cvtss_f32(m4);
+        float d = amax / 127.f;
+        float id = d != 0.f ? 1.f / d : 0.f;
+        dst[b].d = tl_f32_to_fp16(d);
+        const __m256 vid = _mm256_set1_ps(id);
+        __m256i qi[4];
+        for (int h = 0; h < 4; h++) {
+            __m256 v = _mm256_mul_ps(xv[h], vid);
+            __m256 t = _mm256_round_ps(v, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
+            __m256 up = _mm256_cmp_ps(_mm256_and_ps(_mm256_sub_ps(v, t), absm), half, _CMP_GE_OQ);
+            t = _mm256_add_ps(t, _mm256_and_ps(up, _mm256_or_ps(_mm256_and_ps(v, signm), one)));
+            t = _mm256_max_ps(_mm256_min_ps(t, hi), lo);
+            t = _mm256_and_ps(t, _mm256_cmp_ps(v, v, _CMP_ORD_Q));
+            qi[h] = _mm256_cvtps_epi32(t);
+        }
+        // packs work per 128-bit lane: (0a 1a 0b 1b) words, then bytes (0a 1a 2a 3a 0b 1b 2b 3b)
+        // in dwords; the permute puts the dwords back in element order
+        __m256i w01 = _mm256_packs_epi32(qi[0], qi[1]), w23 = _mm256_packs_epi32(qi[2], qi[3]);
+        __m256i b8 = _mm256_packs_epi16(w01, w23);
+        b8 = _mm256_permutevar8x32_epi32(b8, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+        _mm256_storeu_si256((__m256i *)dst[b].qs, b8);
+    }
+}

@@ -154,4 +154,5 @@ const struct tl__kernel_ops tl__ops_avx2 = {
     .exp_sub = exp_sub,
     .attn_head = tl__avx2_attn_head,
     .f32_to_f16 = f32_to_f16,
+    .quantize_q8_0 = tl__avx2_quantize_q8_0,
 };

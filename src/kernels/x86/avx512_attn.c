@@ -53,6 +53,20 @@ static ALWAYS_INLINE size_t kv_bytes(int kt, size_t n)
     return kt == KT_Q8 ? n / TL_QK8_0 * sizeof(struct tl_block_q8_0) : n * (kt == KT_F16 ? 2 : 4);
 }
 
+// Q8_0 in attn_kv: the 16 int8 of half c of a row's block c / 2, widened to f32 without the
+// scale (exact), and that block's scale; `row` is the row's first block (element offset / 32,
+// computed once per row: (off + 16 c) / 32 per load was a division chain per vector).
+static ALWAYS_INLINE __m512 q8_raw(const struct tl_block_q8_0 *row, int c)
+{
+    __m128i q8 = _mm_loadu_si128((const __m128i *)(row[c / 2].qs + (c % 2) * 16));
+    return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q8));
+}
+
+static ALWAYS_INLINE float q8_d(const struct tl_block_q8_0 *row, int b)
+{
+    return _cvtsh_ss(row[b].d);
+}
+
 // Position iterator over one KV head through a block table.
 struct kv_pos {
     const int32_t *table;
@@ -256,6 +270,7 @@ static ALWAYS_INLINE void attn_kv_t(const struct tl_kv_layer *kv, const int32_t 
     const int pf_kv = n_ctx_max >= AK_PF_MIN_CTX;
     _Alignas(64) float acc[AK_ACC_FLOATS];                 // (token, head) x hp output accumulators
     _Alignas(64) float kbuf[16][8 * 16], vbuf[16][8 * 16]; // (unused when DIRECT)
+    float kd[16][4], vd[16][4]; // Q8_0: the buffered rows' block scales (kbuf/vbuf unscaled)
     _Alignas(64) float pbuf[16];
     float m[AK_MAX_PAIRS], l[AK_MAX_PAIRS];
     size_t offs[16], next[16]; // this chunk's and the next one's (position, KV head 0) offsets
@@ -291,7 +306,24 @@ static ALWAYS_INLINE void attn_kv_t(const struct tl_kv_layer *kv, const int32_t 
                     _mm_prefetch((const char *)kv->v + kv_bytes(kt, next[u] + hoff) + b,
                                  TL_AVX512_AKPF);
                 }
-            if (!DIRECT) {
+            if (!DIRECT && kt == KT_Q8) {
+                for (int u = 0; u < nu; u++) {
+                    const struct tl_block_q8_0 *kr =
+                        (const struct tl_block_q8_0 *)kv->k + (offs[u] + hoff) / TL_QK8_0;
+                    const struct tl_block_q8_0 *vr =
+                        (const struct tl_block_q8_0 *)kv->v + (offs[u] + hoff) / TL_QK8_0;
+#pragma GCC unroll 8
+                    for (int c = 0; c < NQ; c++) {
+                        _mm512_store_ps(kbuf[u] + 16 * c, q8_raw(kr, c));
+                        _mm512_store_ps(vbuf[u] + 16 * c, q8_raw(vr, c));
+                    }
+#pragma GCC unroll 4
+                    for (int b = 0; b < NQ / 2; b++) {
+                        kd[u][b] = q8_d(kr, b);
+                        vd[u][b] = q8_d(vr, b);
+                    }
+                }
+            } else if (!DIRECT) {
                 for (int u = 0; u < nu; u++)
 #pragma GCC unroll 8
                     for (int c = 0; c < NQ; c++) {
@@ -318,7 +350,24 @@ static ALWAYS_INLINE void attn_kv_t(const struct tl_kv_layer *kv, const int32_t 
 #pragma GCC unroll 16
                     for (int u = 0; u < 16; u++) {
                         part[u] = _mm512_setzero_ps();
-                        if (u < nt) {
+                        if (u < nt && kt == KT_Q8) {
+                            // per block: (q . k8 over its 32 values) * d, one multiply by the
+                            // scale per block, the same arithmetic from the cache or the buffer
+                            const struct tl_block_q8_0 *kr =
+                                (const struct tl_block_q8_0 *)kv->k + (offs[u] + hoff) / TL_QK8_0;
+#pragma GCC unroll 4
+                            for (int b = 0; b < NQ / 2; b++) {
+                                __m512 k0 =
+                                    DIRECT ? q8_raw(kr, 2 * b) : _mm512_load_ps(kbuf[u] + 32 * b);
+                                __m512 k1 = DIRECT ? q8_raw(kr, 2 * b + 1)
+                                                   : _mm512_load_ps(kbuf[u] + 32 * b + 16);
+                                __m512 t = _mm512_fmadd_ps(qv[2 * b + 1], k1,
+                                                           _mm512_mul_ps(qv[2 * b], k0));
+                                __m512 db = _mm512_set1_ps(DIRECT ? q8_d(kr, b) : kd[u][b]);
+                                part[u] =
+                                    b == 0 ? _mm512_mul_ps(t, db) : _mm512_fmadd_ps(t, db, part[u]);
+                            }
+                        } else if (u < nt) {
 #pragma GCC unroll 8
                             for (int c = 0; c < NQ; c++) {
                                 __m512 kv_ = DIRECT ? load_kv(kt, kv->k, offs[u] + hoff + 16 * c,
@@ -346,7 +395,22 @@ static ALWAYS_INLINE void attn_kv_t(const struct tl_kv_layer *kv, const int32_t 
 #pragma GCC unroll 8
                     for (int c = 0; c < NQ; c++)
                         a[c] = _mm512_mul_ps(_mm512_load_ps(acc + th * hp + 16 * c), vc);
-                    for (int u = 0; u < nt; u++) {
+                    for (int u = 0; u < nt && kt == KT_Q8; u++) {
+                        // p_u * d per block (a scalar product), then one FMA per 16 values
+                        const struct tl_block_q8_0 *vr =
+                            (const struct tl_block_q8_0 *)kv->v + (offs[u] + hoff) / TL_QK8_0;
+#pragma GCC unroll 4
+                        for (int b = 0; b < NQ / 2; b++) {
+                            __m512 pb = _mm512_set1_ps(pbuf[u] * (DIRECT ? q8_d(vr, b) : vd[u][b]));
+                            __m512 v0 =
+                                DIRECT ? q8_raw(vr, 2 * b) : _mm512_load_ps(vbuf[u] + 32 * b);
+                            __m512 v1 = DIRECT ? q8_raw(vr, 2 * b + 1)
+                                               : _mm512_load_ps(vbuf[u] + 32 * b + 16);
+                            a[2 * b] = _mm512_fmadd_ps(pb, v0, a[2 * b]);
+                            a[2 * b + 1] = _mm512_fmadd_ps(pb, v1, a[2 * b + 1]);
+                        }
+                    }
+                    for (int u = 0; u < nt && kt != KT_Q8; u++) {
                         __m512 pu = _mm512_set1_ps(pbuf[u]);
 #pragma GCC unroll 8
                         for (int c = 0; c < NQ; c++) {
@@ -425,4 +489,42 @@ void tl__avx512_attn_kv(const struct tl_kv_layer *kv, const int32_t *block_table
     const int direct = n_q == 1 && group == 1;
     akv_table[direct][kv_kt(kv)][nq](kv, block_table, n_ctx0, n_q, kvh0, n_kvh, group, q, q_stride,
                                      scale, out);
+}
+
+// ---- the Q8_0 KV store --------------------------------------------------------------------------
+//
+// tl_quantize_row(Q8_0) step for step, so the bytes are the same for every input but a signaling
+// NaN (which no arithmetic makes; glibc's fmaxf returns NaN for it, a vector max does not): amax by
+// max(|x|, amax) (a NaN |x| leaves amax, as fmaxf), d and 1 / d in scalar f32 as there, x * id
+// rounded half away from zero (trunc, then +-1 where the exact remainder |v - trunc(v)| >= 0.5,
+// which is roundf), clamped to [-127, 127], NaN -> 0.
+void tl__avx512_quantize_q8_0(const float *src, struct tl_block_q8_0 *dst, int64_t n)
+{
+    const __m512 absm = _mm512_castsi512_ps(_mm512_set1_epi32(0x7fffffff));
+    const __m512 signm = _mm512_castsi512_ps(_mm512_set1_epi32((int)0x80000000u));
+    const __m512 half = _mm512_set1_ps(0.5f), one = _mm512_set1_ps(1.f);
+    const __m512 hi = _mm512_set1_ps(127.f), lo = _mm512_set1_ps(-127.f);
+    for (int64_t b = 0; b < n / TL_QK8_0; b++) {
+        const float *x = src + b * TL_QK8_0;
+        __m512 x0 = _mm512_loadu_ps(x), x1 = _mm512_loadu_ps(x + 16);
+        __m512 a = _mm512_max_ps(_mm512_and_ps(x0, absm), _mm512_setzero_ps());
+        a = _mm512_max_ps(_mm512_and_ps(x1, absm), a);
+        float amax = _mm512_reduce_max_ps(a);
+        float d = amax / 127.f;
+        float id = d != 0.f ? 1.f / d : 0.f;
+        dst[b].d = tl_f32_to_fp16(d);
+        const __m512 vid = _mm512_set1_ps(id);
+#pragma GCC unroll 2
+        for (int h = 0; h < 2; h++) {
+            __m512 v = _mm512_mul_ps(h ? x1 : x0, vid);
+            __m512 t = _mm512_roundscale_ps(v, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
+            __mmask16 up =
+                _mm512_cmp_ps_mask(_mm512_and_ps(_mm512_sub_ps(v, t), absm), half, _CMP_GE_OQ);
+            t = _mm512_mask_add_ps(t, up, t, _mm512_or_ps(_mm512_and_ps(v, signm), one));
+            t = _mm512_max_ps(_mm512_min_ps(t, hi), lo);
+            __mmask16 ord = _mm512_cmp_ps_mask(v, v, _CMP_ORD_Q);
+            __m512i qi = _mm512_maskz_cvtps_epi32(ord, t);
+            _mm_storeu_si128((__m128i *)(dst[b].qs + 16 * h), _mm512_cvtepi32_epi8(qi));
+        }
+    }
 }

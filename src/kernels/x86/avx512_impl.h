@@ -124,6 +124,8 @@ int tl__avx512_attn_kv_pairs(int head_dim);
 void tl__avx512_attn_kv(const struct tl_kv_layer *kv, const int32_t *block_table, int64_t n_ctx0,
                         int n_q, int kvh0, int n_kvh, int group, const float *q, size_t q_stride,
                         float scale, float *out);
+// avx512_attn.c: the op table's quantize_q8_0 (the Q8_0 KV store).
+void tl__avx512_quantize_q8_0(const float *src, struct tl_block_q8_0 *dst, int64_t n);
 
 // avx512_ops.c, also used by attention: x[i] = exp(x[i] - mx) in place, returning the sum
 // (fixed order: 16 lane sums, then hsum512); and the maximum of n values.

@@ -137,4 +137,5 @@ const struct tl__kernel_ops tl__ops_avx512 = {
     .f32_to_f16 = f32_to_f16,
     .attn_kv_pairs = tl__avx512_attn_kv_pairs,
     .attn_kv = tl__avx512_attn_kv,
+    .quantize_q8_0 = tl__avx512_quantize_q8_0,
 };
