@@ -2,7 +2,7 @@
  * The Q8_0 KV cache in the kernels: tl_kv_store writes exactly the bytes of
  * tl_quantize_row(TL_DTYPE_Q8_0) at the element addresses of kernels.h (scattered blocks, every
  * ISA, random and hard values: ties, NaN, inf, subnormals), and tl_attention over a Q8_0 cache
- * is within 1e-5 of the output's largest magnitude of an independent double-precision reference
+ * is within 4e-6 of the output's largest magnitude of an independent double-precision reference
  * over the dequantized values on every ISA; on scalar and AVX2 (and AVX-512 beyond head_dim
  * 128) it also equals the same ISA's attention over an F32 cache holding those values bit for
  * bit (d * q is exact in f32), while AVX-512's attn_kv folds the block scale out of its sums;
@@ -285,14 +285,17 @@ static void test_attention_every_isa(void **state)
                             fail_msg("%s hd %d bs %d heads %d/%d batch %d: q8 differs from f32 "
                                      "over the dequantized values",
                                      isas[s], hd, block_sizes[bi], N_HEAD, N_KV, batch);
-                        // within 1e-5 of the output's largest magnitude: f32 sums of terms
+                        // within 4e-6 of the output's largest magnitude (measured worst:
+                        // scalar 1.7e-6, folded AVX-512 4.4e-7 against 3.6e-7 for its F32
+                        // kernel; a folding mistake -- a scale applied twice or to the wrong
+                        // block -- is off by orders more): f32 sums of terms
                         // of mixed signs and magnitudes (2^-6 .. 2^5 here) lose
                         // relative accuracy on the elements that nearly cancel
                         double big = 0;
                         for (int i = 0; i < n_out; i++)
                             big = fmax(big, fabs((double)want[i]));
                         for (int i = 0; i < n_out; i++)
-                            if (!(fabs((double)out[i] - want[i]) <= 1e-5 * big))
+                            if (!(fabs((double)out[i] - want[i]) <= 4e-6 * big))
                                 fail_msg("%s hd %d bs %d heads %d/%d: [%d] %.9g vs %.9g", isas[s],
                                          hd, block_sizes[bi], N_HEAD, N_KV, i, (double)out[i],
                                          (double)want[i]);

@@ -3,7 +3,7 @@
  * called when the CPU has them): one (token, head) per call, two passes (scores, then exp and
  * the V sum), positions walked block by block through the block table. One template per KV
  * type (F32, F16, Q8_0: widened to f32 and scaled as they are loaded, then the same arithmetic).
- * avx2_ops.c publishes it in the op table.
+ * Also the Q8_0 KV store's vectorized quantizer. avx2_ops.c publishes both in the op table.
  *
  * Determinism: each (token, head) is computed alone, in position order, so results do not
  * depend on the batch or the threads.

@@ -3,9 +3,11 @@
  * only called when the CPU has them): attn_head (one token, one head; two passes over the
  * context) and attn_kv (all the query heads of a range of KV heads of a run of tokens of one
  * sequence in one pass over its context, with an online softmax), each a table of always-inline
- * templates instantiated per KV type (F32, F16, Q8_0: int8 widened to f32 and scaled by the
- * block's d as it is loaded, then the same arithmetic) and head size. avx512_ops.c publishes them
- * in the op table.
+ * templates instantiated per KV type (F32, F16, Q8_0) and head size; and the Q8_0 KV store's
+ * quantizer. Q8_0: attn_head widens int8 * d to f32 exactly as it loads (bit-identical to F32
+ * over the dequantized cache); attn_kv widens the int8 unscaled and applies the block's d once
+ * per block ((q . k8) * d, (p * d) * v8), the same operations in its direct and buffered paths.
+ * avx512_ops.c publishes them in the op table.
  *
  * Determinism: every (token, head) goes through the same operations over its context whatever
  * else shares the call (see the two sections below), so results do not depend on the batch or
