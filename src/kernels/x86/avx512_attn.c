@@ -31,14 +31,16 @@
 // the block table without divisions.
 
 // KV element types of the templates below.
-enum { KT_F32 = 0, KT_F16 = 1, KT_Q8 = 2 };
+// KT_Q8F: Q8_0 in attn_kv with the block scale folded out of the sums (one query head per KV
+// head); KT_Q8 widens int8 * d exactly as it loads.
+enum { KT_F32 = 0, KT_F16 = 1, KT_Q8 = 2, KT_Q8F = 3 };
 
 // 16 K or V values at element index idx, lanes off in m read as zero. Q8_0: idx is a multiple
 // of 16 and head_dim of 32, so the 16 values are one half of a block and m is always full (it
 // is not applied); d * q is exact in f32, the same value as the scalar reference's.
 static ALWAYS_INLINE __m512 load_kv(int kt, const void *base, size_t idx, __mmask16 m)
 {
-    if (kt == KT_Q8) {
+    if (kt == KT_Q8 || kt == KT_Q8F) {
         const struct tl_block_q8_0 *b = (const struct tl_block_q8_0 *)base + idx / TL_QK8_0;
         __m128i q8 = _mm_loadu_si128((const __m128i *)(b->qs + idx % TL_QK8_0));
         __m512 x = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q8));
@@ -52,7 +54,7 @@ static ALWAYS_INLINE __m512 load_kv(int kt, const void *base, size_t idx, __mmas
 // Bytes spanned by the first n elements of a pool of element type kt (see tl__kv_elem_bytes).
 static ALWAYS_INLINE size_t kv_bytes(int kt, size_t n)
 {
-    return kt == KT_Q8 ? n / TL_QK8_0 * sizeof(struct tl_block_q8_0) : n * (kt == KT_F16 ? 2 : 4);
+    return kt >= KT_Q8 ? n / TL_QK8_0 * sizeof(struct tl_block_q8_0) : n * (kt == KT_F16 ? 2 : 4);
 }
 
 // Q8_0 in attn_kv: the 16 int8 of half c of a row's block c / 2, widened to f32 without the
@@ -308,7 +310,7 @@ static ALWAYS_INLINE void attn_kv_t(const struct tl_kv_layer *kv, const int32_t 
                     _mm_prefetch((const char *)kv->v + kv_bytes(kt, next[u] + hoff) + b,
                                  TL_AVX512_AKPF);
                 }
-            if (!DIRECT && kt == KT_Q8) {
+            if (!DIRECT && kt == KT_Q8F) {
                 for (int u = 0; u < nu; u++) {
                     const struct tl_block_q8_0 *kr =
                         (const struct tl_block_q8_0 *)kv->k + (offs[u] + hoff) / TL_QK8_0;
@@ -352,7 +354,7 @@ static ALWAYS_INLINE void attn_kv_t(const struct tl_kv_layer *kv, const int32_t 
 #pragma GCC unroll 16
                     for (int u = 0; u < 16; u++) {
                         part[u] = _mm512_setzero_ps();
-                        if (u < nt && kt == KT_Q8) {
+                        if (u < nt && kt == KT_Q8F) {
                             // per block: (q . k8 over its 32 values) * d, one multiply by the
                             // scale per block, the same arithmetic from the cache or the buffer
                             const struct tl_block_q8_0 *kr =
@@ -397,7 +399,7 @@ static ALWAYS_INLINE void attn_kv_t(const struct tl_kv_layer *kv, const int32_t 
 #pragma GCC unroll 8
                     for (int c = 0; c < NQ; c++)
                         a[c] = _mm512_mul_ps(_mm512_load_ps(acc + th * hp + 16 * c), vc);
-                    for (int u = 0; u < nt && kt == KT_Q8; u++) {
+                    for (int u = 0; u < nt && kt == KT_Q8F; u++) {
                         // p_u * d per block (a scalar product), then one FMA per 16 values
                         const struct tl_block_q8_0 *vr =
                             (const struct tl_block_q8_0 *)kv->v + (offs[u] + hoff) / TL_QK8_0;
@@ -412,7 +414,7 @@ static ALWAYS_INLINE void attn_kv_t(const struct tl_kv_layer *kv, const int32_t 
                             a[2 * b + 1] = _mm512_fmadd_ps(pb, v1, a[2 * b + 1]);
                         }
                     }
-                    for (int u = 0; u < nt && kt != KT_Q8; u++) {
+                    for (int u = 0; u < nt && kt != KT_Q8F; u++) {
                         __m512 pu = _mm512_set1_ps(pbuf[u]);
 #pragma GCC unroll 8
                         for (int c = 0; c < NQ; c++) {
@@ -460,17 +462,20 @@ typedef void (*akv_fn)(const struct tl_kv_layer *kv, const int32_t *table, int64
 DEF_AKV_NQ(0, 0)
 DEF_AKV_NQ(1, 0)
 DEF_AKV_NQ(2, 0)
+DEF_AKV_NQ(3, 0)
 DEF_AKV_NQ(0, 1)
 DEF_AKV_NQ(1, 1)
 DEF_AKV_NQ(2, 1)
+DEF_AKV_NQ(3, 1)
 #define AKV_LIST(KT, D)                                                                            \
     {                                                                                              \
         0, akv_##KT##_1_##D, akv_##KT##_2_##D, akv_##KT##_3_##D, akv_##KT##_4_##D,                 \
             akv_##KT##_5_##D, akv_##KT##_6_##D, akv_##KT##_7_##D, akv_##KT##_8_##D                 \
     }
 // [direct][kt][nq]
-static const akv_fn akv_table[2][3][9] = {{AKV_LIST(0, 0), AKV_LIST(1, 0), AKV_LIST(2, 0)},
-                                          {AKV_LIST(0, 1), AKV_LIST(1, 1), AKV_LIST(2, 1)}};
+static const akv_fn akv_table[2][4][9] = {
+    {AKV_LIST(0, 0), AKV_LIST(1, 0), AKV_LIST(2, 0), AKV_LIST(3, 0)},
+    {AKV_LIST(0, 1), AKV_LIST(1, 1), AKV_LIST(2, 1), AKV_LIST(3, 1)}};
 
 int tl__avx512_attn_kv_pairs(int head_dim)
 {
@@ -489,8 +494,15 @@ void tl__avx512_attn_kv(const struct tl_kv_layer *kv, const int32_t *block_table
     // one query head of one token per KV head reads K and V straight from the cache; otherwise
     // they are converted once into a buffer
     const int direct = n_q == 1 && group == 1;
-    akv_table[direct][kv_kt(kv)][nq](kv, block_table, n_ctx0, n_q, kvh0, n_kvh, group, q, q_stride,
-                                     scale, out);
+    // Q8_0: the scale folded out when each KV head has one query head (the K/V widening is
+    // then per (token, head) and the fold saves a multiply per vector: 1.2-1.3x faster); with
+    // grouped heads the rows are widened once for the group, exactly, and the fold would only
+    // add work per head (1.1x slower measured). A model's group is fixed, so each (token, head)
+    // always gets the same arithmetic.
+    int kt = kv_kt(kv);
+    if (kt == KT_Q8 && group == 1) kt = KT_Q8F;
+    akv_table[direct][kt][nq](kv, block_table, n_ctx0, n_q, kvh0, n_kvh, group, q, q_stride, scale,
+                              out);
 }
 
 // ---- the Q8_0 KV store --------------------------------------------------------------------------
