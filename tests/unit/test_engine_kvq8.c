@@ -9,6 +9,7 @@
  *   - the logits of a Q8_0-KV forward pass stay close to the F32-KV ones, and F16 KV closer
  *     still (the tolerance, and why it is loose on this model, is explained at the test).
  */
+#include "engine_harness.h"
 #include "tl_test.h"
 
 #include "core/log.h"
@@ -112,11 +113,9 @@ static struct tl_engine_config q8_config(void)
     return c;
 }
 
-static tl_engine *engine(struct tl_engine_config *c)
+static tl_engine *engine(const struct tl_engine_config *c)
 {
-    tl_engine *e = NULL;
-    if (tl_engine_create(model, c, &e)) fail_msg("create: %s", tl_last_error());
-    return e;
+    return harness_engine(model, c);
 }
 
 enum { N_GEN = 100 };
@@ -143,8 +142,7 @@ static void submit_ref(tl_engine *e, struct run *r, int32_t priority)
 static uint64_t rng = 7;
 static uint32_t rnd(uint32_t n)
 {
-    rng = rng * 6364136223846793005ull + 1442695040888963407ull;
-    return (uint32_t)(rng >> 33) % n;
+    return harness_rnd(&rng, n);
 }
 
 // A random request: 1..max_prompt random tokens, sampled or greedy, 1..80 new tokens.
@@ -166,15 +164,6 @@ static void submit_random(tl_engine *e, struct run *r, int32_t priority, int max
     q.user = r;
     uint64_t id;
     if (tl_engine_submit(e, &q, &id)) fail_msg("submit: %s", tl_last_error());
-}
-
-static void run_all(tl_engine *e)
-{
-    int64_t n = 1;
-    while (n > 0) {
-        if (tl_engine_step(e, &n)) fail_msg("step: %s", tl_last_error());
-        if (!tl__engine_check(e)) fail_msg("%s", tl_last_error());
-    }
 }
 
 static struct run ref; // the request alone, default budget
@@ -244,7 +233,7 @@ static void test_greedy_alone_batched_chunked(void **state)
     tl_engine *e = engine(&c);
     memset(&ref, 0, sizeof(ref));
     submit_ref(e, &ref, 0);
-    run_all(e);
+    harness_run_all(e);
     tl_engine_destroy(e);
     assert_int_equal(ref.n_done, 1);
     assert_int_equal(ref.n, N_GEN);
@@ -264,7 +253,7 @@ static void test_greedy_alone_batched_chunked(void **state)
             else
                 submit_random(e, &r[i], 0, 60);
         }
-        run_all(e);
+        harness_run_all(e);
         char what[64];
         snprintf(what, sizeof(what), "among 15 others, budget %d", budgets[k]);
         assert_same_as_ref(&r[5], what);
@@ -363,7 +352,7 @@ static void test_logits_close_to_f16_kv(void **state)
     q.user = r;
     uint64_t id;
     assert_int_equal(tl_engine_submit(e, &q, &id), TL_OK);
-    run_all(e);
+    harness_run_all(e);
     tl_engine_destroy(e);
     assert_true(r->n == 200);
     memcpy(toks, r->tokens, sizeof(toks));

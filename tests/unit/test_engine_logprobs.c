@@ -10,6 +10,7 @@
  * engine_fake.h with a 32000-token vocabulary: the prompt-logprob logits rows of a step stay
  * within their 16 MiB bound (131 rows) while three 512-token prompts get all their events.
  */
+#include "engine_harness.h"
 #include "tl_test.h"
 
 #include "core/alloc.h"
@@ -125,9 +126,7 @@ static struct tl_engine_config base_config(void)
 
 static tl_engine *engine(const struct tl_engine_config *c)
 {
-    tl_engine *e = NULL;
-    if (tl_engine_create(model, c, &e)) fail_msg("create: %s", tl_last_error());
-    return e;
+    return harness_engine(model, c);
 }
 
 static void submit(tl_engine *e, struct run *r, const int32_t *ids, int n, bool plp, int max_tokens,
@@ -151,8 +150,7 @@ static void submit(tl_engine *e, struct run *r, const int32_t *ids, int n, bool 
 static uint64_t rng = 7;
 static uint32_t rnd(uint32_t n)
 {
-    rng = rng * 6364136223846793005ull + 1442695040888963407ull;
-    return (uint32_t)(rng >> 33) % n;
+    return harness_rnd(&rng, n);
 }
 
 // A random request of up to max_prompt tokens; a third of them want prompt logprobs too.
@@ -177,15 +175,6 @@ static void submit_random(tl_engine *e, struct run *r, int32_t priority, int max
     q.user = r;
     uint64_t id;
     if (tl_engine_submit(e, &q, &id)) fail_msg("submit: %s", tl_last_error());
-}
-
-static void run_all(tl_engine *e)
-{
-    int64_t n = 1;
-    while (n > 0) {
-        if (tl_engine_step(e, &n)) fail_msg("step: %s", tl_last_error());
-        if (!tl__engine_check(e)) fail_msg("%s", tl_last_error());
-    }
 }
 
 static void assert_clean(const struct run *r, int n_prompt_tokens)
@@ -215,7 +204,7 @@ static struct run *reference_run(enum tl_kv_type kv)
     tl_engine *e = engine(&c);
     struct run *r = calloc(1, sizeof(*r));
     submit(e, r, prompt, n_prompt, true, 8, 0);
-    run_all(e);
+    harness_run_all(e);
     assert_clean(r, n_prompt);
     tl_engine_destroy(e);
     return r;
@@ -326,7 +315,7 @@ static void test_identical_across_chunks_rows_and_company(void **state)
                 for (int i = 1; i < 11; i++)
                     submit_random(e, &r[i], i % 2 ? -1 : 1, 120);
             submit(e, &r[0], prompt, n_prompt, true, 8, 0);
-            run_all(e);
+            harness_run_all(e);
             assert_clean(&r[0], n_prompt);
             assert_same_plp(ref, &r[0]);
             assert_int_equal(r[0].n_gen, 8);
@@ -395,10 +384,10 @@ static void test_prefix_cache_skipped_and_published(void **state)
     struct run *r = calloc(3, sizeof(*r));
     // Without prompt logprobs first: its blocks are cached; the next request must not use them.
     submit(e, &r[0], prompt, n_prompt, false, 8, 0);
-    run_all(e);
+    harness_run_all(e);
     assert_int_equal(r[0].n_plp, 0);
     submit(e, &r[1], prompt, n_prompt, true, 8, 0);
-    run_all(e);
+    harness_run_all(e);
     assert_clean(&r[1], n_prompt);
     assert_int_equal(r[1].done.n_cached_tokens, 0);
     assert_same_plp(ref, &r[1]);
@@ -407,10 +396,10 @@ static void test_prefix_cache_skipped_and_published(void **state)
     e = engine(&c);
     memset(&r[1], 0, sizeof(r[1]));
     submit(e, &r[1], prompt, n_prompt, true, 8, 0);
-    run_all(e);
+    harness_run_all(e);
     assert_clean(&r[1], n_prompt);
     submit(e, &r[2], prompt, n_prompt, false, 8, 0);
-    run_all(e);
+    harness_run_all(e);
     assert_int_equal(r[2].done.n_cached_tokens, (n_prompt - 1) / 16 * 16);
     assert_memory_equal(r[2].gen_tok, ref->gen_tok, 8 * sizeof(int32_t));
     tl_engine_destroy(e);
@@ -429,13 +418,13 @@ static void test_consistent_with_generated_logprobs(void **state)
     tl_engine *e = engine(&c);
     struct run *r = calloc(2, sizeof(*r));
     submit(e, &r[0], prompt, HEAD, false, GEN, 0);
-    run_all(e);
+    harness_run_all(e);
     assert_int_equal(r[0].n_gen, GEN);
     int32_t ids[HEAD + GEN];
     memcpy(ids, prompt, HEAD * sizeof(int32_t));
     memcpy(ids + HEAD, r[0].gen_tok, GEN * sizeof(int32_t));
     submit(e, &r[1], ids, HEAD + GEN, true, 1, 0);
-    run_all(e);
+    harness_run_all(e);
     assert_clean(&r[1], HEAD + GEN);
     for (int i = 0; i < GEN; i++) {
         assert_int_equal(r[1].plp_tok[HEAD + i], r[0].gen_tok[i]);
@@ -472,7 +461,7 @@ static void test_edge_cases(void **state)
     q.user = &r[1];
     uint64_t id;
     assert_int_equal(tl_engine_submit(e, &q, &id), TL_OK);
-    run_all(e);
+    harness_run_all(e);
     assert_clean(&r[0], 1);
     assert_true(isnan(r[0].plp_lp[0]));
     assert_int_equal(r[0].n_gen, 3);

@@ -4,6 +4,7 @@
  * alone, among 63 random requests, with any prefill chunk size, with a prefix-cache hit, after
  * preemption and recompute, with F16 and F32 KV.
  */
+#include "engine_harness.h"
 #include "tl_test.h"
 
 #include "core/log.h"
@@ -34,7 +35,8 @@ static int load_reference(void **state)
         if (end == p) return -1;
         ref_ids[n_ref++] = (int32_t)v;
         p = end;
-        while (*p == ',' || *p == ' ') p++;
+        while (*p == ',' || *p == ' ')
+            p++;
     }
     // The first fenced block after "## Reference output" is the text.
     const char *t = strstr(buf, "## Reference output");
@@ -74,18 +76,17 @@ static void on_event(void *user, const struct tl_event *ev)
         memcpy(r->text + r->len, ev->text, ev->text_len);
         r->len += ev->text_len;
     }
-    if (ev->type == TL_EVENT_TOKEN) r->tokens[r->n++] = ev->token;
+    if (ev->type == TL_EVENT_TOKEN)
+        r->tokens[r->n++] = ev->token;
     else {
         r->done = *ev;
         r->n_done++;
     }
 }
 
-static tl_engine *engine(struct tl_engine_config *c)
+static tl_engine *engine(const struct tl_engine_config *c)
 {
-    tl_engine *e = NULL;
-    if (tl_engine_create(model, c, &e)) fail_msg("create: %s", tl_last_error());
-    return e;
+    return harness_engine(model, c);
 }
 
 static struct tl_engine_config base_config(void)
@@ -115,15 +116,6 @@ static uint64_t submit_ref(tl_engine *e, struct run *r, int32_t priority)
     return id;
 }
 
-static void run_all(tl_engine *e)
-{
-    int64_t n = 1;
-    while (n > 0) {
-        if (tl_engine_step(e, &n)) fail_msg("step: %s", tl_last_error());
-        if (!tl__engine_check(e)) fail_msg("%s", tl_last_error());
-    }
-}
-
 static void assert_reference(const struct run *r)
 {
     assert_int_equal(r->n_done, 1);
@@ -147,7 +139,7 @@ static void test_reference_alone_f16_and_f32(void **state)
         tl_engine *e = engine(&c);
         struct run *r = calloc(1, sizeof(*r));
         submit_ref(e, r, 0);
-        run_all(e);
+        harness_run_all(e);
         assert_reference(r);
         assert_int_equal(r->done.finish, TL_FINISH_LENGTH);
         tl_engine_destroy(e);
@@ -158,14 +150,13 @@ static void test_reference_alone_f16_and_f32(void **state)
 static uint64_t rng = 99;
 static uint32_t rnd(uint32_t n)
 {
-    rng = rng * 6364136223846793005ull + 1442695040888963407ull;
-    return (uint32_t)(rng >> 33) % n;
+    return harness_rnd(&rng, n);
 }
 
 static void submit_random(tl_engine *e, struct run *r, int32_t priority, int max_prompt)
 {
-    static const char *words[] = {"the", "dog", "Lily", "ran", "happy", "big", "tree", "said",
-                                  "Once", "ball", "sun", "mom", "play", "a", "and", "."};
+    static const char *words[] = {"the",  "dog",  "Lily", "ran", "happy", "big", "tree", "said",
+                                  "Once", "ball", "sun",  "mom", "play",  "a",   "and",  "."};
     char text[1024] = "";
     int n_words = 1 + (int)rnd((uint32_t)max_prompt);
     for (int i = 0; i < n_words; i++) {
@@ -194,12 +185,15 @@ static void test_reference_among_63_others(void **state)
     tl_engine *e = engine(&c);
     struct run *r = calloc(64, sizeof(*r));
     for (int i = 0; i < 64; i++) {
-        if (i == 17) submit_ref(e, &r[i], 0);
-        else submit_random(e, &r[i], 0, 60);
+        if (i == 17)
+            submit_ref(e, &r[i], 0);
+        else
+            submit_random(e, &r[i], 0, 60);
     }
-    run_all(e);
+    harness_run_all(e);
     assert_reference(&r[17]);
-    for (int i = 0; i < 64; i++) assert_int_equal(r[i].n_done, 1);
+    for (int i = 0; i < 64; i++)
+        assert_int_equal(r[i].n_done, 1);
     tl_engine_destroy(e);
     free(r);
 }
@@ -218,7 +212,7 @@ static void test_reference_any_chunk_size(void **state)
         submit_ref(e, &r[0], 0);
         submit_random(e, &r[2], 0, 40);
         submit_random(e, &r[3], 0, 40);
-        run_all(e);
+        harness_run_all(e);
         assert_reference(&r[0]);
         tl_engine_destroy(e);
         free(r);
@@ -233,9 +227,9 @@ static void test_reference_with_prefix_hit(void **state)
     tl_engine *e = engine(&c);
     struct run *r = calloc(3, sizeof(*r));
     submit_ref(e, &r[0], 0);
-    run_all(e);
+    harness_run_all(e);
     submit_ref(e, &r[1], 0);
-    run_all(e);
+    harness_run_all(e);
     assert_int_equal(r[1].done.n_cached_tokens, 4);
     assert_reference(&r[1]);
     tl_engine_destroy(e);
@@ -255,7 +249,7 @@ static void test_reference_with_prefix_hit(void **state)
         memset(&r[2], 0, sizeof(r[2]));
         uint64_t id;
         assert_int_equal(tl_engine_submit(e, &q, &id), TL_OK);
-        run_all(e);
+        harness_run_all(e);
         assert_int_equal(r[2].done.n_cached_tokens, k ? 48 : 0);
         assert_int_equal(r[2].n, n_ref - 60);
         assert_memory_equal(r[2].tokens, ref_ids + 60, (size_t)(n_ref - 60) * sizeof(int32_t));
@@ -309,7 +303,7 @@ static void test_stop_string_on_real_text(void **state)
     q.user = r;
     uint64_t id;
     assert_int_equal(tl_engine_submit(e, &q, &id), TL_OK);
-    run_all(e);
+    harness_run_all(e);
     assert_int_equal(r->done.finish, TL_FINISH_STOP);
     r->text[r->len] = '\0';
     assert_string_equal(r->text, ", there was a little girl ");
