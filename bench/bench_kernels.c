@@ -18,6 +18,7 @@
  * on a shared machine can only make a round slower); single-thread runs are timed in thread CPU
  * time, which excludes time slices taken by other processes.
  */
+#include "bench_common.h"
 #include "core/alloc.h"
 #include "core/clock.h"
 #include "core/dtype.h"
@@ -33,65 +34,6 @@
 #if defined(__x86_64__)
 #include <immintrin.h>
 #endif
-
-static uint64_t rng = 88172645463325252ull;
-static float rnd(void)
-{
-    rng ^= rng << 13;
-    rng ^= rng >> 7;
-    rng ^= rng << 17;
-    return (float)((double)(rng >> 11) / 9007199254740992.0 * 2 - 1);
-}
-
-static double now_s(void)
-{
-    return (double)tl_time_us() * 1e-6;
-}
-
-// CPU time of the calling thread: with one thread it excludes time stolen by other processes.
-static double thread_cpu_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-// ---- ceilings ---------------------------------------------------------------------------------
-
-struct bw_job {
-    const uint64_t *p;
-    size_t n;
-    uint64_t sink[64];
-};
-
-static void bw_worker(void *arg, int ith, int nth)
-{
-    struct bw_job *j = arg;
-    int64_t b, e;
-    tl_pool_range((int64_t)j->n, 1024, ith, nth, &b, &e);
-    uint64_t a0 = 0, a1 = 0, a2 = 0, a3 = 0;
-    for (int64_t i = b; i + 4 <= e; i += 4) {
-        a0 += j->p[i];
-        a1 += j->p[i + 1];
-        a2 += j->p[i + 2];
-        a3 += j->p[i + 3];
-    }
-    j->sink[ith * 8] = a0 + a1 + a2 + a3;
-}
-
-static double stream_read_gbs(struct tl_pool *pool, const void *buf, size_t bytes)
-{
-    struct bw_job j = {.p = buf, .n = bytes / 8};
-    tl_pool_run(pool, bw_worker, &j); // warm the TLB and the threads
-    double best = 0;
-    for (int rep = 0; rep < 5; rep++) {
-        double t0 = now_s();
-        tl_pool_run(pool, bw_worker, &j);
-        double gbs = (double)bytes / (now_s() - t0) / 1e9;
-        if (gbs > best) best = gbs;
-    }
-    return best;
-}
 
 #if defined(__x86_64__)
 // 16 independent accumulators keep both FMA ports busy whatever the latency.
@@ -427,23 +369,8 @@ int main(int argc, char **argv)
                         if (only_tok && ti > 0) break;
                         if (quick && n_tok != 1 && n_tok != 32) continue;
                         if (only_tok && n_tok != only_tok) continue;
-                        // The best of 5 rounds: other processes on the machine only slow
-                        // a round down, so the minimum is the most repeatable estimate.
-                        int copy = 0;
-                        double per = 1e30;
-                        for (int round = 0; round < 5; round++) {
-                            int calls = 0;
-                            double (*clock_fn)(void) = th == 1 ? thread_cpu_s : now_s;
-                            double t0 = clock_fn(), el = 0;
-                            do {
-                                w.data = arena + (size_t)copy * stride;
-                                copy = (copy + 1) % copies;
-                                tl_matmul(pools[th - 1], &w, x, n_tok, y, work);
-                                calls++;
-                                el = clock_fn() - t0;
-                            } while (el < (quick ? 0.02 : 0.06) || calls < 2);
-                            if (el / calls < per) per = el / calls;
-                        }
+                        double per = best_matmul_s(pools[th - 1], &w, arena, stride, copies, x,
+                                                   n_tok, y, work, th == 1, quick ? 0.02 : 0.06);
                         double gflops = 2.0 * sh->n_in * sh->n_out * n_tok / per / 1e9;
                         double gbs = (double)mbytes / per / 1e9;
                         double tps = n_tok / per;

@@ -13,6 +13,7 @@
  * Usage: bench_quants [--quick] [--hot] [--isa NAME] [--type NAME] [--threads N] [--shape i]
  *                     [--tok N]
  */
+#include "bench_common.h"
 #include "core/alloc.h"
 #include "core/clock.h"
 #include "core/pool.h"
@@ -26,69 +27,11 @@
 #include <strings.h>
 #include <time.h>
 
-static uint64_t rng = 88172645463325252ull;
-static float rnd(void)
-{
-    rng ^= rng << 13;
-    rng ^= rng >> 7;
-    rng ^= rng << 17;
-    return (float)((double)(rng >> 11) / 9007199254740992.0 * 2 - 1);
-}
-
-static double now_s(void)
-{
-    return (double)tl_time_us() * 1e-6;
-}
-
-static double thread_cpu_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 static const char *const isas[] = {"scalar", "avx2", "avx512"};
 static const enum tl_dtype types[] = {TL_DTYPE_Q4_0, TL_DTYPE_Q4_1, TL_DTYPE_Q5_0, TL_DTYPE_Q5_1,
                                       TL_DTYPE_Q2_K, TL_DTYPE_Q3_K, TL_DTYPE_Q4_K, TL_DTYPE_Q5_K,
                                       TL_DTYPE_Q6_K, TL_DTYPE_Q8_0};
 enum { N_TYPES = sizeof(types) / sizeof(types[0]) };
-
-// ---- bandwidth ceiling ------------------------------------------------------------------------
-
-struct bw_job {
-    const uint64_t *p;
-    size_t n;
-    uint64_t sink[64];
-};
-
-static void bw_worker(void *arg, int ith, int nth)
-{
-    struct bw_job *j = arg;
-    int64_t b, e;
-    tl_pool_range((int64_t)j->n, 1024, ith, nth, &b, &e);
-    uint64_t a0 = 0, a1 = 0, a2 = 0, a3 = 0;
-    for (int64_t i = b; i + 4 <= e; i += 4) {
-        a0 += j->p[i];
-        a1 += j->p[i + 1];
-        a2 += j->p[i + 2];
-        a3 += j->p[i + 3];
-    }
-    j->sink[ith * 8] = a0 + a1 + a2 + a3;
-}
-
-static double stream_read_gbs(struct tl_pool *pool, const void *buf, size_t bytes)
-{
-    struct bw_job j = {.p = buf, .n = bytes / 8};
-    tl_pool_run(pool, bw_worker, &j);
-    double best = 0;
-    for (int rep = 0; rep < 5; rep++) {
-        double t0 = now_s();
-        tl_pool_run(pool, bw_worker, &j);
-        double gbs = (double)bytes / (now_s() - t0) / 1e9;
-        if (gbs > best) best = gbs;
-    }
-    return best;
-}
 
 // ---- correctness ------------------------------------------------------------------------------
 
@@ -235,21 +178,8 @@ int main(int argc, char **argv)
                         int64_t n_tok = toks[ti];
                         if (quick && n_tok != 1 && n_tok != 32) continue;
                         if (only_tok && n_tok != only_tok) continue;
-                        int copy = 0;
-                        double per = 1e30;
-                        for (int round = 0; round < 5; round++) {
-                            int calls = 0;
-                            double (*clock_fn)(void) = th == 1 ? thread_cpu_s : now_s;
-                            double t0 = clock_fn(), el = 0;
-                            do {
-                                w.data = arena + (size_t)copy * stride;
-                                copy = (copy + 1) % copies;
-                                tl_matmul(pools[th - 1], &w, x, n_tok, y, work);
-                                calls++;
-                                el = clock_fn() - t0;
-                            } while (el < (quick ? 0.02 : 0.05) || calls < 2);
-                            if (el / calls < per) per = el / calls;
-                        }
+                        double per = best_matmul_s(pools[th - 1], &w, arena, stride, copies, x,
+                                                   n_tok, y, work, th == 1, quick ? 0.02 : 0.05);
                         double gflops = 2.0 * sh->n_in * sh->n_out * n_tok / per / 1e9;
                         double gbs = (double)mbytes / per / 1e9;
                         double tps = n_tok / per;
