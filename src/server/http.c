@@ -446,6 +446,11 @@ void tl__srv_req_unlink(struct tl_server *s, struct tl_srv_req *q)
 
 // ---- stopping --------------------------------------------------------------------------------
 
+static int64_t front_in_flight(struct tl_server *s)
+{
+    return s->front.in_flight ? s->front.in_flight(s->front.arg) : 0;
+}
+
 static void begin_drain(struct tl_server *s)
 {
     int st = atomic_load(&s->state);
@@ -464,14 +469,14 @@ static void begin_drain(struct tl_server *s)
     int n = 0;
     for (struct tl_srv_req *q = s->reqs; q; q = q->next)
         n++;
-    TL_LOGI("serve: stopping: %d request(s) in flight, up to %.0f s to finish", n,
-            s->cfg.shutdown_timeout_s);
+    TL_LOGI("serve: stopping: %d request(s) in flight (+%lld gRPC), up to %.0f s to finish", n,
+            (long long)front_in_flight(s), s->cfg.shutdown_timeout_s);
 }
 
 static void check_drained(struct tl_server *s)
 {
     if (atomic_load(&s->state) != TL_SRV_DRAINING) return;
-    if (!s->reqs) {
+    if (!s->reqs && front_in_flight(s) == 0) {
         event_base_loopbreak(s->base);
         return;
     }
@@ -481,6 +486,7 @@ static void check_drained(struct tl_server *s)
         TL_LOGW("serve: shutdown timeout: cancelling the requests still running");
         for (struct tl_srv_req *q = s->reqs; q; q = q->next)
             tl__srv_req_cancel(q);
+        if (s->front.cancel_all) s->front.cancel_all(s->front.arg);
         s->drain_cancelled = true;
         s->drain_deadline_us = now + 2000000; // cancellations land within a step or two
         return;
@@ -616,6 +622,32 @@ fail:
 int tl_server_port(const struct tl_server *s)
 {
     return s->port;
+}
+
+void tl_server_set_front(struct tl_server *s, const struct tl_server_front *f)
+{
+    s->front = *f;
+}
+
+enum tl_server_phase tl_server_phase(const struct tl_server *s)
+{
+    return (enum tl_server_phase)atomic_load(&((struct tl_server *)s)->state);
+}
+
+bool tl_server_share(const struct tl_server *s, struct tl_server_share *out)
+{
+    int st = tl_server_phase(s);
+    // READY publishes the engine thread's writes; DRAINING follows READY unless the stop came
+    // while loading, which engine_up tells apart.
+    if (st == TL_SRV_LOADING || st == TL_SRV_FAILED || !atomic_load(&s->engine_up)) return false;
+    out->be = s->be;
+    out->engine = s->engine;
+    out->model = s->model;
+    out->model_name = s->model_name;
+    out->max_queued_requests = s->cfg.max_queued_requests;
+    out->max_seq_len = s->max_seq_len;
+    out->max_token_bytes = s->max_token_bytes;
+    return true;
 }
 
 // Ends every request still alive after the loop stopped (forced shutdown): their replies are
