@@ -173,8 +173,10 @@ static struct tl_grpc_gen_req *submit(struct tl_grpc_call *c, const struct tl_se
     *code = GRPC_STATUS_INVALID_ARGUMENT;
     if (g->n_queued >= sh->max_queued_requests) {
         *code = GRPC_STATUS_RESOURCE_EXHAUSTED;
-        snprintf(err, cap, "%lld gRPC requests are already queued (--max-queued-requests); "
-                 "retry later", (long long)g->n_queued);
+        snprintf(err, cap,
+                 "%lld gRPC requests are already queued (--max-queued-requests); "
+                 "retry later",
+                 (long long)g->n_queued);
         return NULL;
     }
     if (gen->prompt_len > (size_t)sh->max_seq_len * sh->max_token_bytes) {
@@ -184,8 +186,8 @@ static struct tl_grpc_gen_req *submit(struct tl_grpc_call *c, const struct tl_se
     }
     int32_t *ids = NULL;
     int64_t n_ids = 0;
-    tl_status st = sh->be->tokenize(sh->model, gen->prompt, gen->prompt_len, true, true, &ids,
-                                    &n_ids);
+    tl_status st =
+        sh->be->tokenize(sh->model, gen->prompt, gen->prompt_len, true, true, &ids, &n_ids);
     if (st) {
         *code = code_of(st);
         snprintf(err, cap, "cannot tokenize 'text_input': %s", tl_last_error());
@@ -256,7 +258,7 @@ void tl__grpc_infer(struct tl_grpc_call *c, const uint8_t *data, size_t len)
     enum tl_server_phase ph = tl_server_phase(g->srv);
     if (ph != TL_SERVER_READY || !tl_server_share(g->srv, &sh)) {
         request_error(c, GRPC_STATUS_UNAVAILABLE,
-                      ph == TL_SERVER_DRAINING  ? "the server is shutting down"
+                      ph == TL_SERVER_DRAINING ? "the server is shutting down"
                       : ph == TL_SERVER_FAILED ? "the model failed to load"
                                                : "the model is loading");
         return;
@@ -269,7 +271,8 @@ void tl__grpc_infer(struct tl_grpc_call *c, const uint8_t *data, size_t len)
     }
     struct tl_grpc_gen gen;
     grpc_status_code code;
-    if (strcmp(q->model_name, sh.model_name) || (*q->model_version && strcmp(q->model_version, "1"))) {
+    if (strcmp(q->model_name, sh.model_name) ||
+        (*q->model_version && strcmp(q->model_version, "1"))) {
         snprintf(err, sizeof(err),
                  "unknown model '%.64s' version '%.16s'; this server serves '%.64s' (version 1)",
                  q->model_name, q->model_version, sh.model_name);

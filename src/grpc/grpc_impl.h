@@ -103,11 +103,11 @@ struct tl_grpc_front {
     int port;
     pthread_t thread;
     bool thread_started;
-    atomic_bool quit;          // tl_grpc_stop
-    atomic_bool cancel_all;    // the server's shutdown timeout passed
-    atomic_llong busy;         // calls with work in progress (drain waits for 0)
+    atomic_bool quit;       // tl_grpc_stop
+    atomic_bool cancel_all; // the server's shutdown timeout passed
+    atomic_llong busy;      // calls with work in progress (drain waits for 0)
     atomic_llong counts[TL_GM_COUNT][TL_GRPC_N_CODES]; // finished calls by method and status
-    atomic_llong stream_requests; // generations started on ModelStreamInfer
+    atomic_llong stream_requests;                      // generations started on ModelStreamInfer
 
     pthread_mutex_t mu; // the engine -> gRPC thread queue
     struct tl_grpc_msg *q_head, *q_tail;

@@ -105,8 +105,9 @@ static bool read_raw(const char *name, const struct dtype *dt, const ProtobufCBi
             uint64_t l = le(p + at, 4);
             at += 4;
             if (l > n - at)
-                return fail(err, cap, "input '%s': raw BYTES element %lld claims %llu bytes, %zu left",
-                            name, (long long)k, (unsigned long long)l, n - at);
+                return fail(err, cap,
+                            "input '%s': raw BYTES element %lld claims %llu bytes, %zu left", name,
+                            (long long)k, (unsigned long long)l, n - at);
             if (k >= MAX_ELEMENTS)
                 return fail(err, cap, "input '%s' holds more than %d elements", name, MAX_ELEMENTS);
             e->bytes[k] = p + at;
@@ -118,8 +119,8 @@ static bool read_raw(const char *name, const struct dtype *dt, const ProtobufCBi
         return true;
     }
     if (n % (size_t)dt->size)
-        return fail(err, cap, "input '%s': raw contents of %zu bytes are not whole %s elements", name,
-                    n, dt->name);
+        return fail(err, cap, "input '%s': raw contents of %zu bytes are not whole %s elements",
+                    name, n, dt->name);
     size_t k = n / (size_t)dt->size;
     if (k > MAX_ELEMENTS)
         return fail(err, cap, "input '%s' holds more than %d elements", name, MAX_ELEMENTS);
@@ -151,12 +152,18 @@ static bool read_contents(const char *name, const struct dtype *dt,
 {
     size_t n = 0;
     if (c) {
-        if (dt->kind == K_BYTES) n = c->n_bytes_contents;
-        else if (dt->kind == K_BOOL) n = c->n_bool_contents;
-        else if (!strcmp(dt->name, "INT64")) n = c->n_int64_contents;
-        else if (!strcmp(dt->name, "UINT64")) n = c->n_uint64_contents;
-        else if (dt->kind == K_INT) n = dt->is_unsigned ? c->n_uint_contents : c->n_int_contents;
-        else n = dt->size == 4 ? c->n_fp32_contents : c->n_fp64_contents;
+        if (dt->kind == K_BYTES)
+            n = c->n_bytes_contents;
+        else if (dt->kind == K_BOOL)
+            n = c->n_bool_contents;
+        else if (!strcmp(dt->name, "INT64"))
+            n = c->n_int64_contents;
+        else if (!strcmp(dt->name, "UINT64"))
+            n = c->n_uint64_contents;
+        else if (dt->kind == K_INT)
+            n = dt->is_unsigned ? c->n_uint_contents : c->n_int_contents;
+        else
+            n = dt->size == 4 ? c->n_fp32_contents : c->n_fp64_contents;
     }
     if (n > MAX_ELEMENTS)
         return fail(err, cap, "input '%s' holds more than %d elements", name, MAX_ELEMENTS);
@@ -223,8 +230,8 @@ static bool one(const char *name, const struct elems *e, char *err, size_t cap)
     return true;
 }
 
-static bool want_kind(const char *name, const char *datatype, const struct elems *e,
-                      enum kind k, const char *expected, char *err, size_t cap)
+static bool want_kind(const char *name, const char *datatype, const struct elems *e, enum kind k,
+                      const char *expected, char *err, size_t cap)
 {
     if (e->kind != k)
         return fail(err, cap, "input '%s' has datatype %s; expected %s", name, datatype, expected);
@@ -304,14 +311,13 @@ static bool apply_json(struct tl_grpc_gen *g, const uint8_t *text, size_t len, c
             ok = set_float("temperature", json_number_value(v), 0, 2, false,
                            &g->sampling.temperature, err, cap);
         } else if (!strcmp(key, "top_p") && is_num) {
-            ok = set_float("top_p", json_number_value(v), 0, 1, true, &g->sampling.top_p, err,
-                           cap);
+            ok = set_float("top_p", json_number_value(v), 0, 1, true, &g->sampling.top_p, err, cap);
         } else if (!strcmp(key, "ignore_eos") && json_is_boolean(v)) {
             g->ignore_eos = json_is_true(v);
         } else if (!strcmp(key, "stop") && json_is_string(v)) {
             clear_stops(g);
-            ok = add_stop(g, (const uint8_t *)json_string_value(v), json_string_length(v), err,
-                          cap);
+            ok =
+                add_stop(g, (const uint8_t *)json_string_value(v), json_string_length(v), err, cap);
         } else if (!strcmp(key, "stop") && json_is_array(v)) {
             clear_stops(g);
             size_t i;

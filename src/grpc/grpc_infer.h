@@ -41,8 +41,8 @@ void tl_grpc_gen_free(struct tl_grpc_gen *g);
 
 // Reads the generation inputs of r. False on any fault, with a one-line message in err
 // ("input 'max_tokens' has datatype FP32; expected INT32"), *out then left empty.
-bool tl_grpc_gen_parse(const Inference__ModelInferRequest *r, struct tl_grpc_gen *out,
-                       char *err, size_t cap);
+bool tl_grpc_gen_parse(const Inference__ModelInferRequest *r, struct tl_grpc_gen *out, char *err,
+                       size_t cap);
 
 // The model's tensors for ModelMetadata.
 struct tl_grpc_tensor_desc {

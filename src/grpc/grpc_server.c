@@ -217,8 +217,7 @@ static bool authorized(const struct tl_grpc_call *c, const char *key)
     return false;
 }
 
-static bool model_matches(const struct tl_server_share *sh, const char *name,
-                          const char *version)
+static bool model_matches(const struct tl_server_share *sh, const char *name, const char *version)
 {
     return !strcmp(name, sh->model_name) && (!*version || !strcmp(version, "1"));
 }
@@ -269,8 +268,7 @@ static void handle_small(struct tl_grpc_call *c, const uint8_t *data, size_t len
             reply(c, &r.base); // ready = false while loading
         } else {
             tl__grpc_finish(c, GRPC_STATUS_UNAVAILABLE, "the model is %s",
-                            ph == TL_SERVER_FAILED ? "not available (failed to load)"
-                                                   : "loading");
+                            ph == TL_SERVER_FAILED ? "not available (failed to load)" : "loading");
         }
     } else if (!model_matches(&sh, q->name, q->version)) {
         tl__grpc_finish(c, GRPC_STATUS_NOT_FOUND,
@@ -399,6 +397,8 @@ static void on_new_call(struct tl_grpc_front *g, struct tl_grpc_call *c, bool ok
         tl__grpc_finish(c, GRPC_STATUS_UNAUTHENTICATED,
                         "missing or incorrect API key: send metadata 'authorization: Bearer "
                         "<key>'");
+    } else if (atomic_load(&g->quit)) {
+        tl__grpc_finish(c, GRPC_STATUS_UNAVAILABLE, "the server is stopping");
     } else if (c->method == TL_GM_STREAM && tl_server_phase(g->srv) != TL_SERVER_READY) {
         tl__grpc_finish(c, GRPC_STATUS_UNAVAILABLE, "the server is %s",
                         tl_server_phase(g->srv) == TL_SERVER_DRAINING ? "shutting down"
@@ -528,21 +528,21 @@ static void hook_metrics(void *arg, struct tl_sb *out)
 {
     struct tl_grpc_front *g = arg;
     tl_sb_printf(out, "# HELP tokenloom:grpc_requests_total gRPC calls finished, by method and "
-                    "status code.\n# TYPE tokenloom:grpc_requests_total counter\n");
+                      "status code.\n# TYPE tokenloom:grpc_requests_total counter\n");
     for (int m = 0; m < TL_GM_COUNT; m++)
         for (int k = 0; k < TL_GRPC_N_CODES; k++) {
             long long n = atomic_load(&g->counts[m][k]);
             if (n)
                 tl_sb_printf(out, "tokenloom:grpc_requests_total{method=\"%s\",code=\"%s\"} %lld\n",
-                           method_names[m], code_names[k], n);
+                             method_names[m], code_names[k], n);
         }
     tl_sb_printf(out,
-               "# HELP tokenloom:grpc_stream_generations_total generations started on "
-               "ModelStreamInfer streams.\n# TYPE tokenloom:grpc_stream_generations_total "
-               "counter\ntokenloom:grpc_stream_generations_total %lld\n"
-               "# HELP tokenloom:grpc_busy_calls gRPC calls with work in progress.\n"
-               "# TYPE tokenloom:grpc_busy_calls gauge\ntokenloom:grpc_busy_calls %lld\n",
-               (long long)atomic_load(&g->stream_requests), (long long)atomic_load(&g->busy));
+                 "# HELP tokenloom:grpc_stream_generations_total generations started on "
+                 "ModelStreamInfer streams.\n# TYPE tokenloom:grpc_stream_generations_total "
+                 "counter\ntokenloom:grpc_stream_generations_total %lld\n"
+                 "# HELP tokenloom:grpc_busy_calls gRPC calls with work in progress.\n"
+                 "# TYPE tokenloom:grpc_busy_calls gauge\ntokenloom:grpc_busy_calls %lld\n",
+                 (long long)atomic_load(&g->stream_requests), (long long)atomic_load(&g->busy));
 }
 
 // ---- lifecycle -------------------------------------------------------------------------------
@@ -564,8 +564,8 @@ struct tl_grpc_front *tl_grpc_start(struct tl_server *srv, const struct tl_grpc_
     memset(args, 0, sizeof(args));
     args[0].type = GRPC_ARG_INTEGER;
     args[0].key = GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH;
-    args[0].value.integer = c->max_message_bytes > (size_t)INT32_MAX ? INT32_MAX
-                                                                     : (int)c->max_message_bytes;
+    args[0].value.integer =
+        c->max_message_bytes > (size_t)INT32_MAX ? INT32_MAX : (int)c->max_message_bytes;
     args[1].type = GRPC_ARG_INTEGER;
     args[1].key = GRPC_ARG_MAX_SEND_MESSAGE_LENGTH;
     args[1].value.integer = -1;
@@ -582,8 +582,8 @@ struct tl_grpc_front *tl_grpc_start(struct tl_server *srv, const struct tl_grpc_
         tl__errorf(TL_ERR_IO, "grpc: cannot listen on %s", addr);
         grpc_server_destroy(g->server);
         grpc_completion_queue_shutdown(g->cq);
-        while (grpc_completion_queue_next(g->cq, gpr_inf_future(GPR_CLOCK_MONOTONIC), NULL)
-                   .type != GRPC_QUEUE_SHUTDOWN) {
+        while (grpc_completion_queue_next(g->cq, gpr_inf_future(GPR_CLOCK_MONOTONIC), NULL).type !=
+               GRPC_QUEUE_SHUTDOWN) {
         }
         grpc_completion_queue_destroy(g->cq);
         grpc_shutdown();
