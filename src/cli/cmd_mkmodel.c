@@ -78,8 +78,7 @@ static void usage(FILE *f)
            "  --name NAME                   general.name\n");
 }
 
-// ---- random weights
-// ------------------------------------------------------------------------------
+// ---- random weights -----------------------------------------------------------------------------
 
 // Fills x[0..n) with N(0, std^2) samples (Box-Muller, both outputs used).
 static void fill_normal(uint64_t *state, float *x, int64_t n, float std)
@@ -134,8 +133,7 @@ static uint64_t hash_name(const char *s)
     return h;
 }
 
-// ---- arguments
-// -----------------------------------------------------------------------------------
+// ---- arguments ----------------------------------------------------------------------------------
 
 // Parses a positive int in [1, max]; false otherwise.
 static bool parse_int(const char *s, long max, int *out)
@@ -258,8 +256,7 @@ static enum tl_dtype fitting_type(enum tl_dtype t, int64_t n_in)
     return TL_DTYPE_F16;
 }
 
-// ---- the command
-// ---------------------------------------------------------------------------------
+// ---- the command --------------------------------------------------------------------------------
 
 int tl_cmd_mkmodel(int argc, char **argv)
 {

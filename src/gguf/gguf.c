@@ -240,8 +240,7 @@ static void value_free(struct tl_gguf_value *v)
     v->arr.items = NULL;
 }
 
-// ---- parser
-// --------------------------------------------------------------------------------------
+// ---- parser -------------------------------------------------------------------------------------
 
 struct parser {
     const char *name;    // for messages (borrowed)

@@ -42,8 +42,7 @@
 #define MAX_TOKENS (1 << 26)  // far above any real vocabulary; bounds allocations
 #define MAX_PIECE_BYTES 65536 // one piece; real ones are < 1 KiB
 
-// ---- lookups
-// -------------------------------------------------------------------------------------
+// ---- lookups ------------------------------------------------------------------------------------
 
 int32_t tl__vocab_find(const struct tl_vocab *v, const char *piece, size_t len)
 {
