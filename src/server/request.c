@@ -29,6 +29,7 @@
 #include "core/alloc.h"
 #include "core/clock.h"
 #include "core/error.h"
+#include "core/hash.h"
 #include "core/log.h"
 
 #include <event2/event.h>
@@ -104,13 +105,10 @@ void tl_srv_send_error(struct tl_server *s, struct evhttp_request *r,
     tl_http_send_json(&s->http, r, err->http_status, tl_oai_error_json(err), t0, 0, 0);
 }
 
+// Seeds for requests that did not give one.
 static uint64_t next_seed(struct tl_server *s)
 {
-    // splitmix64: seeds for requests that did not give one.
-    uint64_t z = (s->rng += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
+    return tl_splitmix64(&s->rng);
 }
 
 // The text of one token, for logprobs (NUL-terminated, malloc'd, possibly a partial UTF-8

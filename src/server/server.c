@@ -284,7 +284,7 @@ struct tl_server *tl_server_create(const struct tl_server_config *c)
     atomic_init(&s->state, TL_SRV_LOADING);
     tl_metrics_init(&s->metrics);
     s->started_s = tl_wall_time_us() / 1000000;
-    s->rng = (uint64_t)tl_wall_time_us() ^ ((uint64_t)getpid() << 32) ^ 0x9E3779B97F4A7C15ull;
+    s->rng = (uint64_t)tl_wall_time_us() ^ ((uint64_t)getpid() << 32);
     signal(SIGPIPE, SIG_IGN); // a vanished client must not kill the process on write
 
     if (tl_srv_queue_init(&s->queue)) goto fail;
