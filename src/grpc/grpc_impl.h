@@ -11,7 +11,7 @@
 
 #include "grpc/grpc_front.h"
 #include "grpc/grpc_infer.h"
-#include "server/strbuf.h"
+#include "core/strbuf.h"
 
 #include <grpc/grpc.h>
 #include <pthread.h>
