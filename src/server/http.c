@@ -687,7 +687,7 @@ void tl_server_destroy(struct tl_server *s)
     pthread_mutex_destroy(&s->queue.mu);
     if (!s->cfg.backend) {
         tl_engine_destroy(s->engine);
-        tl_model_free(s->model);
+        tl_model_destroy(s->model);
     }
     free(s->model_name);
     free(s->model_base);
