@@ -65,7 +65,7 @@ tl_status tl__engine_backend_model(const tl_model *m, struct tl_engine_backend *
 // Checks the engine's block accounting: every block's refcount equals the number of live
 // sequences' block tables holding it, and free + used + cached == pool size. Engine thread.
 // Returns TL_ERR_STATE (TL_ERR_NOMEM) with the error message set, else TL_OK.
-tl_status tl__engine_check(const tl_engine *e);
+tl_status tl__engine_check(const tl_engine *e) TL_WARN_UNUSED;
 // The KV cache (tests). Engine thread.
 struct tl_kv_cache *tl__engine_kv(tl_engine *e);
 
