@@ -219,8 +219,8 @@ static void *engine_main(void *arg)
     int expected = TL_SRV_LOADING;
     if (atomic_compare_exchange_strong(&s->state, &expected, TL_SRV_READY))
         TL_LOGI("serve: ready: model '%s' on http://%s:%d (chat template %s%s)", s->model_name,
-                s->cfg.host, s->port, tl_chat_family_name(s->chat_family),
-                s->chat_fallback ? ", fallback" : "");
+                s->cfg.host, s->port, s->chat.source_name,
+                s->chat.fallback ? ": the model has none" : "");
     int64_t last_err_us = 0;
     while (!atomic_load(&s->engine_quit)) {
         int64_t pending = 0;
@@ -689,6 +689,7 @@ void tl_server_destroy(struct tl_server *s)
         tl_engine_destroy(s->engine);
         tl_model_free(s->model);
     }
+    tl_chat_template_free(&s->chat);
     free(s->model_name);
     free(s->model_base);
     free(s);

@@ -52,22 +52,18 @@ bool tl__srv_model_ready(struct tl_server *s)
         size_t n = s->be->token_text(s->model, id, buf, sizeof(buf));
         if (n > s->max_token_bytes) s->max_token_bytes = n;
     }
-    if (s->cfg.chat_template && *s->cfg.chat_template) {
-        if (!tl_chat_family_from_name(s->cfg.chat_template, &s->chat_family)) {
-            tl__errorf(TL_ERR_INVALID_ARG,
-                       "unknown chat template '%s' (chatml, llama2, llama3, mistral, zephyr, "
-                       "gemma, phi3)",
-                       s->cfg.chat_template);
-            return false;
-        }
-        s->chat_fallback = false;
-    } else {
-        s->chat_family = tl_chat_detect(s->info.chat_template, &s->chat_fallback);
-    }
+    // The chat template (src/chat renders it) sees the vocabulary's BOS and EOS texts.
+    char *bos = s->info.bos >= 0 ? s->be->detokenize(s->model, &s->info.bos, 1, true) : NULL;
+    char *eos = s->info.eos >= 0 ? s->be->detokenize(s->model, &s->info.eos, 1, true) : NULL;
+    tl_status cst = tl_chat_template_init(&s->chat, s->cfg.chat_template, s->cfg.chat_template_file,
+                                          s->info.chat_template, bos, eos);
+    free(bos);
+    free(eos);
+    if (cst) return false;
     // The family's end-of-turn texts: a stop token when the vocabulary has it as one token,
     // else a stop string.
     const char *texts[2];
-    int n = tl_chat_stop_texts(s->chat_family, texts);
+    int n = tl_chat_stop_texts(s->chat.family, texts);
     for (int i = 0; i < n; i++) {
         int32_t *ids = NULL;
         int64_t n_ids = 0;
@@ -222,12 +218,11 @@ static void h_metrics(struct tl_server *s, struct evhttp_request *r, int64_t t0)
 static void h_models(struct tl_server *s, struct evhttp_request *r, int64_t t0)
 {
     if (!require_ready(s, r, t0)) return;
-    json_t *m =
-        json_pack("{ss ss sI ss sI sI ss sb ss}", "id", s->model_name, "object", "model", "created",
-                  (json_int_t)s->started_s, "owned_by", "tokenloom", "max_model_len",
-                  (json_int_t)s->max_seq_len, "vocab_size", (json_int_t)s->info.n_vocab,
-                  "chat_template", tl_chat_family_name(s->chat_family), "chat_template_fallback",
-                  s->chat_fallback, "root", s->model_base);
+    json_t *m = json_pack("{ss ss sI ss sI sI ss sb ss}", "id", s->model_name, "object", "model",
+                          "created", (json_int_t)s->started_s, "owned_by", "tokenloom",
+                          "max_model_len", (json_int_t)s->max_seq_len, "vocab_size",
+                          (json_int_t)s->info.n_vocab, "chat_template", s->chat.source_name,
+                          "chat_template_fallback", s->chat.fallback, "root", s->model_base);
     tl__srv_send_json(s, r, 200, json_pack("{ss s[o]}", "object", "list", "data", m), t0, 0, 0);
 }
 
@@ -278,7 +273,8 @@ static json_t *parse_body_object(struct tl_server *s, struct evhttp_request *r, 
     return root;
 }
 
-// POST /tokenize {"prompt": "..."} or {"messages": [...]}, "add_special_tokens" (default true)
+// POST /tokenize {"prompt": "..."} or {"messages": [...], "tools": [...], ...} (rendered through
+// the chat template), "add_special_tokens" (default true for a prompt, false for messages)
 // -> {"tokens": [...], "count": N, "max_model_len": M}
 static void h_tokenize(struct tl_server *s, struct evhttp_request *r, int64_t t0)
 {
@@ -308,16 +304,20 @@ static void h_tokenize(struct tl_server *s, struct evhttp_request *r, int64_t t0
             tl__srv_send_error(s, r, &err, t0);
             return;
         }
-        tl_status st = tl_chat_render(s->chat_family, p.msgs, p.n_msgs, &rendered, &len);
+        const char *param = NULL;
+        tl_status st = tl_chat_template_apply(&s->chat, p.root, &rendered, &len, &param);
         tl_oai_params_free(&p);
         if (st) {
             json_decref(root);
             struct tl_oai_error e2;
             tl_oai_error_from_status(&e2, st, tl_last_error());
+            if (param) snprintf(e2.param, sizeof(e2.param), "%s", param);
             tl__srv_send_error(s, r, &e2, t0);
             return;
         }
         text = rendered;
+        // A rendered chat carries its own special tokens (vLLM's default for chat).
+        if (!add || json_is_null(add)) add_special = false;
     } else if (json_is_string(prompt)) {
         text = json_string_value(prompt);
         len = json_string_length(prompt);
@@ -669,9 +669,11 @@ static bool prepare_prompt(struct tl_server *s, struct tl_srv_req *q, int i,
     size_t len = 0;
     char *rendered = NULL;
     if (p->kind == TL_OAI_CHAT) {
-        tl_status st = tl_chat_render(s->chat_family, p->msgs, p->n_msgs, &rendered, &len);
+        const char *param = NULL;
+        tl_status st = tl_chat_template_apply(&s->chat, p->root, &rendered, &len, &param);
         if (st) {
             tl_oai_error_from_status(err, st, tl_last_error());
+            if (param) snprintf(err->param, sizeof(err->param), "%s", param);
             return false;
         }
         text = rendered;
@@ -696,8 +698,10 @@ static bool prepare_prompt(struct tl_server *s, struct tl_srv_req *q, int i,
         free(rendered);
         return false;
     }
-    tl_status st = s->be->tokenize(s->model, text, len, true, true, &q->prompt_tokens[i],
-                                   &q->n_prompt_tokens[i]);
+    // A rendered chat carries its own special tokens (the template writes BOS where the model
+    // wants one), so only plain prompts get the vocabulary's automatic BOS (vLLM does the same).
+    tl_status st = s->be->tokenize(s->model, text, len, p->kind != TL_OAI_CHAT, true,
+                                   &q->prompt_tokens[i], &q->n_prompt_tokens[i]);
     if (!st && p->echo) {
         q->prompt_text[i] = tl_strndup(text, len);
         q->prompt_text_len[i] = q->prompt_text[i] ? len : 0;
