@@ -151,7 +151,7 @@ def main():
         conv = json.load(f)
     names = sorted(n for n in os.listdir(TEMPLATES) if n.endswith(".jinja"))
     n_conv = len(conv["conversations"])
-    print("1..%d" % (len(names) * (n_conv + 1) + 6))
+    print("1..%d" % (len(names) * (n_conv + 1) + 5))
     tmp = tempfile.mkdtemp(prefix="tl_chat_e2e_")
     matched = [0, 0]
     try:
