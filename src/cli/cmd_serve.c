@@ -36,7 +36,7 @@ static void usage(FILE *f)
                "  --http-timeout S          per-connection idle read/write timeout (default 60)\n"
                "  --max-unsent-bytes N      a stream whose client leaves more than N bytes unread\n"
                "                            is cancelled (default 8388608)\n"
-               "  --grpc-port[=N]           also serve the Open Inference Protocol over gRPC\n"
+               "  --grpc-port [N]           also serve the Open Inference Protocol over gRPC\n"
                "                            (off by default; 8500 without a value; 0 = any)\n"
                "\n");
     tl_cli_engine_flags_help(f);
@@ -97,7 +97,12 @@ int tl_cmd_serve(int argc, char **argv)
             return 0;
         }
         if (!strcmp(argv[i], "--grpc-port")) {
-            grpc_port = TL_GRPC_DEFAULT_PORT; // the value is optional: only --grpc-port=N
+            // The value is optional: a number may follow (serve takes no positional arguments).
+            grpc_port = TL_GRPC_DEFAULT_PORT;
+            if (i + 1 < argc && argv[i + 1][0] >= '0' && argv[i + 1][0] <= '9') {
+                if (num("--grpc-port", argv[++i], 0, 65535, &d)) return 2;
+                grpc_port = (int)d;
+            }
         } else if (!strncmp(argv[i], "--grpc-port=", 12)) {
             if (num("--grpc-port", argv[i] + 12, 0, 65535, &d)) return 2;
             grpc_port = (int)d;
