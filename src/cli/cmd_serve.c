@@ -26,8 +26,9 @@ static void usage(FILE *f)
                "  --api-key KEY             require 'Authorization: Bearer KEY' (also\n"
                "                            $TOKENLOOM_API_KEY)\n"
                "  --served-model-name NAME  the model id clients send (default: the model's name)\n"
-               "  --chat-template FAMILY    chatml, llama2, llama3, mistral, zephyr, gemma, phi3\n"
-               "                            (default: detected from the model)\n"
+               "  --chat-template NAME      a built-in chat template instead of the model's:\n"
+               "                            chatml, llama2, llama3, mistral, zephyr, gemma, phi3\n"
+               "  --chat-template-file PATH a Jinja chat template file instead of the model's\n"
                "  --max-body-bytes N        larger request bodies get 413 (default 8388608)\n"
                "  --max-queued-requests N   queued engine requests before 429 (default 256)\n"
                "  --shutdown-timeout S      seconds in-flight requests get on SIGINT/SIGTERM\n"
@@ -123,6 +124,9 @@ int tl_cmd_serve(int argc, char **argv)
         } else if ((m = flag("--served-model-name", NULL, argc, argv, &i, &v)) != 0) {
             if (m < 0) return 2;
             c.served_model_name = v;
+        } else if ((m = flag("--chat-template-file", NULL, argc, argv, &i, &v)) != 0) {
+            if (m < 0) return 2;
+            c.chat_template_file = v;
         } else if ((m = flag("--chat-template", NULL, argc, argv, &i, &v)) != 0) {
             if (m < 0) return 2;
             c.chat_template = v;
