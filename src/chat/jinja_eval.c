@@ -282,6 +282,7 @@ static struct jv arith(struct jctx *c, enum jop op, struct jv a, struct jv b)
         break;
     case JOP_FLOORDIV:
     case JOP_MOD:
+        if (op == JOP_MOD && a.kind == JV_STR) return jstr_percent(c, a, b);
         if (nums) {
             if (fy == 0) jfail(c, "%s by zero", op == JOP_MOD ? "modulo" : "division");
             if (ints) {
