@@ -56,7 +56,7 @@ BENCH_BIN := $(BENCH_SRC:bench/%.c=$(BUILD)/bench/%)
 AVX2_FLAGS   := -mavx2 -mfma -mf16c
 AVX512_FLAGS := $(AVX2_FLAGS) -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512vnni
 
-.PHONY: format all test check lint clean bench run
+.PHONY: format all test check tsan lint clean bench run
 MODEL ?= ../shared/models/stories260K.gguf
 all: $(BUILD)/tokenloom $(BUILD)/libtokenloom.a
 
@@ -78,6 +78,17 @@ $(BUILD)/src/kernels/x86/avx512%.o: src/kernels/x86/avx512%.c
 $(BUILD)/%.o: %.c
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) -c $< -o $@
+
+# `tokenloom version` reports the git revision and build flags; the stamp file changes (and the
+# object is rebuilt) only when they do.
+GIT_REV     := $(shell git describe --always --dirty 2>/dev/null || echo unknown)
+BUILD_FLAGS := $(strip $(OPT) $(SAN))
+VERSION_STAMP := $(BUILD)/version.stamp
+$(shell mkdir -p $(BUILD) && echo '$(GIT_REV) $(BUILD_FLAGS)' | cmp -s - $(VERSION_STAMP) || \
+        echo '$(GIT_REV) $(BUILD_FLAGS)' > $(VERSION_STAMP))
+$(BUILD)/src/cli/cmd_version.o: src/cli/cmd_version.c $(VERSION_STAMP)
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) -DTL_GIT_REV='"$(GIT_REV)"' -DTL_BUILD_FLAGS='"$(BUILD_FLAGS)"' -c $< -o $@
 
 $(BUILD)/tests/%: tests/unit/%.c $(BUILD)/libtokenloom.a tests/unit/tl_test.h
 	@mkdir -p $(@D)
@@ -103,6 +114,16 @@ run: all
 check:
 	$(MAKE) BUILD=build-san OPT=-O1 SAN="-fsanitize=address,undefined -fno-omit-frame-pointer" test
 
+# ThreadSanitizer tier: the multi-threaded tests (engine, scheduler, server: loop thread, engine
+# thread and inbox; compute pool) in their own build folder. A race report fails the test.
+TSAN_TESTS := $(filter-out %_fuzz,$(filter test_engine% test_sched% test_server%,\
+              $(TEST_SRC:tests/unit/%.c=%)))
+tsan:
+	$(MAKE) BUILD=build-tsan OPT=-O1 SAN="-fsanitize=thread" build-tsan/tokenloom \
+	    $(TSAN_TESTS:%=build-tsan/tests/%)
+	@BUILD=build-tsan TL_TEST_ONLY="$(TSAN_TESTS)" \
+	    TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 $(TSAN_OPTIONS)" sh tests/run.sh
+
 LINT_FILES = $(ALL_SRC) $(shell find src include -name '*.h')
 
 lint:
@@ -113,6 +134,6 @@ format:
 	clang-format -i $(LINT_FILES)
 
 clean:
-	rm -rf build build-san
+	rm -rf build build-san build-tsan build-clang
 
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)
