@@ -4,6 +4,7 @@ names a file, every test's outcome is written there as a TAP line ("ok N - name"
 name") with the plan, so tests/run.sh counts pytest's tests like every other test program."""
 
 import os
+import re
 import sys
 
 import pytest
@@ -30,6 +31,19 @@ def model(model_path):
 
     m = tokenloom.Model(model_path)
     yield m
+
+
+@pytest.fixture(scope="session")
+def reference():
+    """The greedy continuation of "Once upon a time" in ../shared/models/PROVENANCE.md (text and
+    token ids, from llama2.c and llama.cpp)."""
+    text = open(shared("models/PROVENANCE.md"), encoding="utf-8").read()
+    body = text.split("## Reference output", 1)[1]
+    full = re.findall(r"```\n(.*?)\n```", body, re.S)[0]
+    ids = [int(x) for x in re.search(r"all_ids \[([^\]]*)\]", body).group(1).split(",")]
+    prompt_ids = [int(x) for x in re.search(r"prompt_ids \[([^\]]*)\]", body).group(1).split(",")]
+    assert full.startswith("Once upon a time")
+    return {"text": full[len("Once upon a time"):], "ids": ids, "prompt_ids": prompt_ids}
 
 
 class _Tap:

@@ -5,24 +5,11 @@ blocks; bad arguments and a missing file raise exceptions carrying tl_last_error
 requests leave no request, KV block or memory behind (engine stats, RSS)."""
 
 import os
-import re
 
 import pytest
 
 import tokenloom
 from conftest import shared
-
-
-@pytest.fixture(scope="module")
-def reference():
-    text = open(shared("models/PROVENANCE.md"), encoding="utf-8").read()
-    body = text.split("## Reference output", 1)[1]
-    blocks = re.findall(r"```\n(.*?)\n```", body, re.S)
-    full = blocks[0]
-    ids = [int(x) for x in re.search(r"all_ids \[([^\]]*)\]", body).group(1).split(",")]
-    prompt_ids = [int(x) for x in re.search(r"prompt_ids \[([^\]]*)\]", body).group(1).split(",")]
-    assert full.startswith("Once upon a time")
-    return {"text": full[len("Once upon a time"):], "ids": ids, "prompt_ids": prompt_ids}
 
 
 @pytest.fixture
