@@ -9,6 +9,8 @@ set -eu
 SET=${1:-test}
 BUILD_PKGS="build-essential pkg-config libpcre2-dev libevent-dev libjansson-dev"
 TEST_PKGS="libcmocka-dev curl jq python3 python3-pytest"
+# tests/chat/oracle.py: Jinja2 is the reference renderer for chat templates.
+TEST_PKGS="$TEST_PKGS python3-jinja2"
 case "$SET" in
 build) PKGS=$BUILD_PKGS ;;
 test | all) PKGS="$BUILD_PKGS $TEST_PKGS" ;;
