@@ -8,7 +8,7 @@
 set -eu
 SET=${1:-test}
 BUILD_PKGS="build-essential pkg-config libpcre2-dev libevent-dev libjansson-dev"
-TEST_PKGS="libcmocka-dev curl jq python3 python3-pytest"
+TEST_PKGS="libcmocka-dev curl jq python3 python3-pytest python3-venv"
 # tests/chat/oracle.py: Jinja2 is the reference renderer for chat templates.
 TEST_PKGS="$TEST_PKGS python3-jinja2"
 case "$SET" in
