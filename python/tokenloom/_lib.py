@@ -205,7 +205,7 @@ tl_model_load = _fn(
     ctypes.POINTER(ModelParams),
     ctypes.POINTER(ctypes.c_void_p),
 )
-tl_model_free = _fn("tl_model_free", None, ctypes.c_void_p)
+tl_model_destroy = _fn("tl_model_destroy", None, ctypes.c_void_p)
 tl_model_get_info = _fn("tl_model_get_info", None, ctypes.c_void_p, ctypes.POINTER(ModelInfo))
 tl_model_tokenize = _fn(
     "tl_model_tokenize",

@@ -101,7 +101,7 @@ class Model:
         if self._handle and self._engines:
             raise TokenloomError(-9, "Model.close: %d engine(s) still use this model" % self._engines)
         if self._handle:
-            _lib.tl_model_free(self._handle)
+            _lib.tl_model_destroy(self._handle)
             self._handle = None
 
     def __enter__(self):
