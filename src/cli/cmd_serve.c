@@ -3,7 +3,8 @@
  * (src/server/server.h). The model loads on the server's engine thread while /health answers
  * 503, so the port is open at once; SIGINT/SIGTERM drain in-flight requests and exit 0.
  * Every flag that can be checked without the model (ranges, the listen address, the chat
- * template name, that the model file is readable) is checked before the port is bound. The
+ * template name, that the model and template files are readable) is checked before the port is
+ * bound. --grpc-port adds the Open Inference Protocol front (src/grpc/) on the same server. The
  * engine flags and their vLLM / llama.cpp aliases come from engine_flags.c. Single-threaded
  * until tl_server_run.
  */
@@ -11,6 +12,7 @@
 #include "cli/args.h"
 #include "cli/engine_flags.h"
 #include "core/log.h"
+#include "grpc/grpc_front.h"
 #include "server/chat_template.h"
 #include "server/server.h"
 
@@ -36,8 +38,9 @@ static void usage(FILE *f)
                "  --api-key KEY             require 'Authorization: Bearer KEY' (also\n"
                "                            $TOKENLOOM_API_KEY)\n"
                "  --served-model-name NAME  the model id clients send (default: the model's name)\n"
-               "  --chat-template FAMILY    chatml, llama2, llama3, mistral, zephyr, gemma, phi3\n"
-               "                            (default: detected from the model)\n"
+               "  --chat-template NAME      a built-in chat template instead of the model's:\n"
+               "                            chatml, llama2, llama3, mistral, zephyr, gemma, phi3\n"
+               "  --chat-template-file PATH a Jinja chat template file instead of the model's\n"
                "  --jinja                   accepted for llama.cpp compatibility (a no-op)\n"
                "  --max-body-bytes N        larger request bodies get 413 (default 8388608)\n"
                "  --max-queued-requests N   queued engine requests before 429 (default 256)\n"
@@ -46,28 +49,21 @@ static void usage(FILE *f)
                "  --http-timeout S          per-connection idle read/write timeout (default 60)\n"
                "  --max-unsent-bytes N      a stream whose client leaves more than N bytes unread\n"
                "                            is cancelled (default 8388608)\n"
+               "  --grpc-port [N]           also serve the Open Inference Protocol over gRPC\n"
+               "                            (off by default; 8500 without a value; 0 = any)\n"
                "\n");
     tl_cli_engine_flags_help(f);
 }
 
 #define NAMES(...) ((const char *const[]){__VA_ARGS__, NULL})
 
-static const char *const serve_flag_names[] = {"--model",
-                                               "-m",
-                                               "--tokenizer",
-                                               "--host",
-                                               "--port",
-                                               "--api-key",
-                                               "--served-model-name",
-                                               "--chat-template",
-                                               "--jinja",
-                                               "--max-body-bytes",
-                                               "--max-queued-requests",
-                                               "--shutdown-timeout",
-                                               "--http-timeout",
-                                               "--max-unsent-bytes",
-                                               "--help",
-                                               NULL};
+// clang-format off
+static const char *const serve_flag_names[] = {
+    "--model", "-m", "--tokenizer", "--host", "--port", "--api-key", "--served-model-name",
+    "--chat-template", "--chat-template-file", "--jinja", "--grpc-port", "--max-body-bytes",
+    "--max-queued-requests", "--shutdown-timeout", "--http-timeout", "--max-unsent-bytes",
+    "--help", NULL};
+// clang-format on
 
 // The listen address must be an IPv4/IPv6 literal or a name that resolves; a dotted quad that
 // is not an address (999.1.1.1) is refused without a lookup.
@@ -120,6 +116,7 @@ int tl_cmd_serve(int argc, char **argv)
     tl_server_config_default(&c);
     c.handle_signals = true;
     c.model_path = NULL;
+    int grpc_port = -1; // off
     const char *env_key = getenv("TOKENLOOM_API_KEY");
     if (env_key && *env_key) c.api_key = env_key;
     for (int i = 1; i < argc; i++) {
@@ -132,7 +129,17 @@ int tl_cmd_serve(int argc, char **argv)
             return 0;
         }
         if (!strcmp(argv[i], "--jinja")) continue; // llama.cpp's; templates are always used
-        if ((m = tl_cli_flag("serve", NAMES("--model", "-m"), argc, argv, &i, &v)) != 0) {
+        if (!strcmp(argv[i], "--grpc-port")) {
+            // The value is optional: a number may follow (serve takes no positional arguments).
+            grpc_port = TL_GRPC_DEFAULT_PORT;
+            if (i + 1 < argc && argv[i + 1][0] >= '0' && argv[i + 1][0] <= '9') {
+                if (tl_cli_int("serve", "--grpc-port", argv[++i], 0, 65535, &n)) return 2;
+                grpc_port = (int)n;
+            }
+        } else if (!strncmp(argv[i], "--grpc-port=", 12)) {
+            if (tl_cli_int("serve", "--grpc-port", argv[i] + 12, 0, 65535, &n)) return 2;
+            grpc_port = (int)n;
+        } else if ((m = tl_cli_flag("serve", NAMES("--model", "-m"), argc, argv, &i, &v)) != 0) {
             if (m < 0) return 2;
             c.model_path = v;
         } else if ((m = tl_cli_flag("serve", NAMES("--tokenizer"), argc, argv, &i, &v)) != 0) {
@@ -151,6 +158,10 @@ int tl_cmd_serve(int argc, char **argv)
                    0) {
             if (m < 0) return 2;
             c.served_model_name = v;
+        } else if ((m = tl_cli_flag("serve", NAMES("--chat-template-file"), argc, argv, &i, &v)) !=
+                   0) {
+            if (m < 0) return 2;
+            c.chat_template_file = v;
         } else if ((m = tl_cli_flag("serve", NAMES("--chat-template"), argc, argv, &i, &v)) != 0) {
             if (m < 0) return 2;
             enum tl_chat_family fam;
@@ -200,14 +211,31 @@ int tl_cmd_serve(int argc, char **argv)
     if (c.model_params.tokenizer_path &&
         check_readable("--tokenizer", c.model_params.tokenizer_path))
         return 2;
+    if (c.chat_template_file && check_readable("--chat-template-file", c.chat_template_file))
+        return 2;
     struct tl_server *s = tl_server_create(&c);
     if (!s) {
         fprintf(stderr, "tokenloom serve: %s\n", server_error());
         return 1;
     }
+    struct tl_grpc_front *g = NULL;
+    if (grpc_port >= 0) {
+        struct tl_grpc_config gc = {.host = c.host,
+                                    .port = grpc_port,
+                                    .max_message_bytes = c.max_body_bytes,
+                                    .api_key = c.api_key};
+        g = tl_grpc_start(s, &gc);
+        if (!g) {
+            fprintf(stderr, "tokenloom serve: %s\n", server_error());
+            tl_server_destroy(s);
+            return 1;
+        }
+        TL_LOGI("serve: gRPC (Open Inference Protocol) on %s:%d", c.host, tl_grpc_port(g));
+    }
     TL_LOGI("serve: listening on http://%s:%d, loading %s", c.host, tl_server_port(s),
             c.model_path);
     int rc = tl_server_run(s);
+    tl_grpc_stop(g);
     tl_server_destroy(s);
     return rc;
 }

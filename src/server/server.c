@@ -94,22 +94,18 @@ static bool model_ready(struct tl_server *s)
         size_t n = s->be->token_text(s->model, id, buf, sizeof(buf));
         if (n > s->max_token_bytes) s->max_token_bytes = n;
     }
-    if (s->cfg.chat_template && *s->cfg.chat_template) {
-        if (!tl_chat_family_from_name(s->cfg.chat_template, &s->chat_family)) {
-            tl__errorf(TL_ERR_INVALID_ARG,
-                       "unknown chat template '%s' (chatml, llama2, llama3, mistral, zephyr, "
-                       "gemma, phi3)",
-                       s->cfg.chat_template);
-            return false;
-        }
-        s->chat_fallback = false;
-    } else {
-        s->chat_family = tl_chat_detect(s->info.chat_template, &s->chat_fallback);
-    }
+    // The chat template (src/chat renders it) sees the vocabulary's BOS and EOS texts.
+    char *bos = s->info.bos >= 0 ? s->be->detokenize(s->model, &s->info.bos, 1, true) : NULL;
+    char *eos = s->info.eos >= 0 ? s->be->detokenize(s->model, &s->info.eos, 1, true) : NULL;
+    tl_status cst = tl_chat_template_init(&s->chat, s->cfg.chat_template, s->cfg.chat_template_file,
+                                          s->info.chat_template, bos, eos);
+    free(bos);
+    free(eos);
+    if (cst) return false;
     // The family's end-of-turn texts: a stop token when the vocabulary has it as one token,
     // else a stop string.
     const char *texts[2];
-    int n = tl_chat_stop_texts(s->chat_family, texts);
+    int n = tl_chat_stop_texts(s->chat.family, texts);
     for (int i = 0; i < n; i++) {
         int32_t *ids = NULL;
         int64_t n_ids = 0;
@@ -158,8 +154,8 @@ static void *engine_main(void *arg)
     int expected = TL_SRV_LOADING;
     if (atomic_compare_exchange_strong(&s->state, &expected, TL_SRV_READY))
         TL_LOGI("serve: ready: model '%s' on http://%s:%d (chat template %s%s)", s->model_name,
-                s->cfg.host, s->http.port, tl_chat_family_name(s->chat_family),
-                s->chat_fallback ? ", fallback" : "");
+                s->cfg.host, s->http.port, s->chat.source_name,
+                s->chat.fallback ? ": the model has none" : "");
     int64_t last_err_us = 0;
     while (!atomic_load(&s->engine_quit)) {
         int64_t pending = 0;
@@ -191,6 +187,11 @@ static void on_queue(evutil_socket_t fd, short what, void *arg)
 
 // ---- stopping --------------------------------------------------------------------------------
 
+static int64_t front_in_flight(struct tl_server *s)
+{
+    return s->front.in_flight ? s->front.in_flight(s->front.arg) : 0;
+}
+
 static void begin_drain(struct tl_server *s)
 {
     int st = atomic_load(&s->state);
@@ -203,15 +204,15 @@ static void begin_drain(struct tl_server *s)
     atomic_store(&s->state, TL_SRV_DRAINING);
     tl_http_stop_listening(&s->http);
     s->drain_deadline_us = tl_time_us() + (int64_t)(s->cfg.shutdown_timeout_s * 1e6);
-    TL_LOGI("serve: stopping: %d request(s) in flight, up to %.0f s to finish",
-            tl_srv_reqs_count(s), s->cfg.shutdown_timeout_s);
+    TL_LOGI("serve: stopping: %d request(s) in flight (+%lld gRPC), up to %.0f s to finish",
+            tl_srv_reqs_count(s), (long long)front_in_flight(s), s->cfg.shutdown_timeout_s);
 }
 
 static void check_drained(struct tl_server *s)
 {
     if (atomic_load(&s->state) != TL_SRV_DRAINING) return;
     int64_t now = tl_time_us();
-    if (!s->reqs) {
+    if (!s->reqs && front_in_flight(s) == 0) {
         // Done once every finished reply has left libevent's buffers (or time is up).
         if (tl_http_unflushed(&s->http) == 0 || now >= s->drain_deadline_us)
             event_base_loopbreak(s->base);
@@ -221,6 +222,7 @@ static void check_drained(struct tl_server *s)
     if (!s->drain_cancelled) {
         TL_LOGW("serve: shutdown timeout: cancelling the requests still running");
         tl_srv_reqs_cancel_all(s);
+        if (s->front.cancel_all) s->front.cancel_all(s->front.arg);
         s->drain_cancelled = true;
         s->drain_deadline_us = now + 2000000; // cancellations land within a step or two
         return;
@@ -339,6 +341,34 @@ int tl_server_port(const struct tl_server *s)
     return s->http.port;
 }
 
+void tl_server_set_front(struct tl_server *s, const struct tl_server_front *f)
+{
+    s->front = *f;
+}
+
+enum tl_server_phase tl_server_phase(const struct tl_server *s)
+{
+    return (enum tl_server_phase)atomic_load(&((struct tl_server *)s)->state);
+}
+
+bool tl_server_share(const struct tl_server *s, struct tl_server_share *out)
+{
+    int st = tl_server_phase(s);
+    // READY publishes the engine thread's writes; DRAINING follows READY unless the stop came
+    // while loading, which engine_up tells apart.
+    if (st == TL_SRV_LOADING || st == TL_SRV_FAILED ||
+        !atomic_load(&((struct tl_server *)s)->engine_up))
+        return false;
+    out->be = s->be;
+    out->engine = s->engine;
+    out->model = s->model;
+    out->model_name = s->model_name;
+    out->max_queued_requests = s->cfg.max_queued_requests;
+    out->max_seq_len = s->max_seq_len;
+    out->max_token_bytes = s->max_token_bytes;
+    return true;
+}
+
 // Stops and joins the engine thread, then handles the messages that arrived before the join.
 static void stop_engine_thread(struct tl_server *s)
 {
@@ -391,6 +421,7 @@ void tl_server_destroy(struct tl_server *s)
         tl_engine_destroy(s->engine);
         tl_model_free(s->model);
     }
+    tl_chat_template_free(&s->chat);
     free(s->model_name);
     free(s->model_base);
     free(s);
