@@ -12,25 +12,17 @@ ARCH     := $(shell uname -m)
 PKGS      := libpcre2-8 jansson libevent libevent_pthreads grpc libprotobuf-c
 
 # On a fresh machine, install the Debian packages first (scripts/install-deps.sh is idempotent;
-<<<<<<< HEAD
 # as non-root it prints the one apt-get line needed and the build stops). Building and `make
 # run` need the build set only; the test goals need the test set too (cmocka, node, pytest).
 DEPS_SET := $(if $(filter test check tsan bench %/tests/%,$(MAKECMDGOALS)),test,build)
 DEPS_OK  := $(shell pkg-config --exists $(PKGS) $(if $(filter test,$(DEPS_SET)),cmocka) \
-              2>/dev/null && echo ok)
+              2>/dev/null && command -v protoc-c >/dev/null && echo ok)
 ifneq ($(filter clean lint format,$(MAKECMDGOALS)),)
 DEPS_OK  := ok
 endif
 ifneq ($(DEPS_OK),ok)
 $(info tokenloom: installing missing Debian packages (scripts/install-deps.sh $(DEPS_SET)))
 DEPS_RC := $(shell sh scripts/install-deps.sh $(DEPS_SET) >&2; echo $$?)
-=======
-# as non-root it prints the one apt-get line needed and the build stops).
-ifneq ($(MAKECMDGOALS),clean)
-ifneq ($(shell pkg-config --exists $(PKGS) cmocka 2>/dev/null && command -v protoc-c >/dev/null && echo ok),ok)
-$(info tokenloom: installing missing Debian packages (scripts/install-deps.sh))
-DEPS_RC := $(shell sh scripts/install-deps.sh >&2; echo $$?)
->>>>>>> main
 ifneq ($(DEPS_RC),0)
 $(error missing Debian packages: run the apt-get line printed above as root)
 endif
@@ -128,9 +120,15 @@ $(BUILD)/src/cli/cmd_version.o: src/cli/cmd_version.c $(VERSION_STAMP)
 
 # The shared library for the Python binding (python/tokenloom, ctypes): the same sources built
 # again with -fPIC into $(BUILD)/pic, so the static library and the executable keep their code.
-PIC_OBJ := $(LIB_SRC:%.c=$(BUILD)/pic/%.o)
+PIC_OBJ := $(LIB_SRC:%.c=$(BUILD)/pic/%.o) $(BUILD)/pic/gen/grpc_service.pb-c.o
 $(BUILD)/libtokenloom.so: $(PIC_OBJ)
 	$(CC) -shared $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+$(BUILD)/pic/gen/grpc_service.pb-c.o: $(BUILD)/gen/grpc_service.pb-c.c $(PROTO_H)
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) -fPIC -w -c $< -o $@
+
+$(LIB_SRC:%.c=$(BUILD)/pic/%.o): | $(PROTO_H)
 
 $(BUILD)/pic/src/kernels/x86/avx2%.o: src/kernels/x86/avx2%.c
 	@mkdir -p $(@D)

@@ -10,8 +10,11 @@ SET=${1:-test}
 BUILD_PKGS="build-essential pkg-config libpcre2-dev libevent-dev libjansson-dev"
 TEST_PKGS="libcmocka-dev curl jq python3 python3-pytest python3-venv"
 # tests/chat/oracle.py: Jinja2 is the reference renderer for chat templates.
-<<<<<<< HEAD
 TEST_PKGS="$TEST_PKGS python3-jinja2"
+# The gRPC front: gRPC's C core and protobuf-c (C code generated from proto/ at build time).
+BUILD_PKGS="$BUILD_PKGS libgrpc-dev libprotobuf-c-dev protobuf-c-compiler"
+# tests/grpc: a Python client on Debian's grpcio, stubs generated at test time.
+TEST_PKGS="$TEST_PKGS python3-grpcio python3-grpc-tools"
 case "$SET" in
 build) PKGS=$BUILD_PKGS ;;
 test | all) PKGS="$BUILD_PKGS $TEST_PKGS" ;;
@@ -20,13 +23,6 @@ test | all) PKGS="$BUILD_PKGS $TEST_PKGS" ;;
     exit 2
     ;;
 esac
-=======
-PKGS="$PKGS python3 python3-jinja2"
-# The gRPC front: gRPC's C core and protobuf-c (C code generated from proto/ at build time).
-PKGS="$PKGS libgrpc-dev libprotobuf-c-dev protobuf-c-compiler"
-# tests/grpc: a Python client on Debian's grpcio, stubs generated at test time.
-PKGS="$PKGS python3-grpcio python3-grpc-tools"
->>>>>>> main
 missing=""
 for p in $PKGS; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
