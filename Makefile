@@ -12,14 +12,19 @@ ARCH     := $(shell uname -m)
 PKGS      := libpcre2-8 jansson libevent libevent_pthreads grpc libprotobuf-c
 
 # On a fresh machine, install the Debian packages first (scripts/install-deps.sh is idempotent;
-# as non-root it prints the one apt-get line needed and the build stops).
-ifneq ($(MAKECMDGOALS),clean)
-ifneq ($(shell pkg-config --exists $(PKGS) cmocka 2>/dev/null && command -v protoc-c >/dev/null && echo ok),ok)
-$(info tokenloom: installing missing Debian packages (scripts/install-deps.sh))
-DEPS_RC := $(shell sh scripts/install-deps.sh >&2; echo $$?)
+# as non-root it prints the one apt-get line needed and the build stops). Building and `make
+# run` need the build set only; the test goals need the test set too (cmocka, node, pytest).
+DEPS_SET := $(if $(filter test check tsan bench %/tests/%,$(MAKECMDGOALS)),test,build)
+DEPS_OK  := $(shell pkg-config --exists $(PKGS) $(if $(filter test,$(DEPS_SET)),cmocka) \
+              2>/dev/null && command -v protoc-c >/dev/null && echo ok)
+ifneq ($(filter clean lint format,$(MAKECMDGOALS)),)
+DEPS_OK  := ok
+endif
+ifneq ($(DEPS_OK),ok)
+$(info tokenloom: installing missing Debian packages (scripts/install-deps.sh $(DEPS_SET)))
+DEPS_RC := $(shell sh scripts/install-deps.sh $(DEPS_SET) >&2; echo $$?)
 ifneq ($(DEPS_RC),0)
 $(error missing Debian packages: run the apt-get line printed above as root)
-endif
 endif
 endif
 PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
@@ -64,7 +69,7 @@ BENCH_BIN := $(BENCH_SRC:bench/%.c=$(BUILD)/bench/%)
 AVX2_FLAGS   := -mavx2 -mfma -mf16c
 AVX512_FLAGS := $(AVX2_FLAGS) -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512vnni
 
-.PHONY: format all test check lint clean bench run
+.PHONY: format all test check tsan lint clean bench run shlib
 MODEL ?= ../shared/models/stories260K.gguf
 all: $(BUILD)/tokenloom $(LIBS_A)
 
@@ -101,6 +106,44 @@ $(BUILD)/%.o: %.c
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) -c $< -o $@
 
+# `tokenloom version` reports the git revision and build flags; the stamp file changes (and the
+# object is rebuilt) only when they do.
+GIT_REV     := $(or $(shell git rev-parse --short=7 HEAD 2>/dev/null),unknown)$(shell \
+               git diff --quiet HEAD -- 2>/dev/null || echo -dirty)
+BUILD_FLAGS := $(strip $(OPT) $(SAN))
+VERSION_STAMP := $(BUILD)/version.stamp
+$(shell mkdir -p $(BUILD) && echo '$(GIT_REV) $(BUILD_FLAGS)' | cmp -s - $(VERSION_STAMP) || \
+        echo '$(GIT_REV) $(BUILD_FLAGS)' > $(VERSION_STAMP))
+$(BUILD)/src/cli/cmd_version.o: src/cli/cmd_version.c $(VERSION_STAMP)
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) -DTL_GIT_REV='"$(GIT_REV)"' -DTL_BUILD_FLAGS='"$(BUILD_FLAGS)"' -c $< -o $@
+
+# The shared library for the Python binding (python/tokenloom, ctypes): the same sources built
+# again with -fPIC into $(BUILD)/pic, so the static library and the executable keep their code.
+PIC_OBJ := $(LIB_SRC:%.c=$(BUILD)/pic/%.o) $(BUILD)/pic/gen/grpc_service.pb-c.o
+$(BUILD)/libtokenloom.so: $(PIC_OBJ)
+	$(CC) -shared $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+$(BUILD)/pic/gen/grpc_service.pb-c.o: $(BUILD)/gen/grpc_service.pb-c.c $(PROTO_H)
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) -fPIC -w -c $< -o $@
+
+$(LIB_SRC:%.c=$(BUILD)/pic/%.o): | $(PROTO_H)
+
+$(BUILD)/pic/src/kernels/x86/avx2%.o: src/kernels/x86/avx2%.c
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) -fPIC $(AVX2_FLAGS) -c $< -o $@
+
+$(BUILD)/pic/src/kernels/x86/avx512%.o: src/kernels/x86/avx512%.c
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) -fPIC $(AVX512_FLAGS) -c $< -o $@
+
+$(BUILD)/pic/%.o: %.c
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) -fPIC -c $< -o $@
+
+shlib: $(BUILD)/libtokenloom.so
+
 $(BUILD)/tests/%: tests/unit/%.c $(LIBS_A) tests/unit/tl_test.h
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) $(CMOCKA_CFLAGS) -Itests/unit -o $@ $< $(LIBS_A) \
@@ -114,16 +157,37 @@ bench: $(BENCH_BIN) $(BUILD)/tokenloom
 
 # The README's test command. tests/run.sh runs every unit binary and every script test (TAP) and
 # prints the totals; its exit code is 0 only when all pass.
-test: all $(TEST_BIN)
+# The Python binding's tests need the shared library; sanitizer builds skip it (an ASan library
+# cannot be loaded into an uninstrumented python3).
+test: all $(TEST_BIN) $(if $(SAN),,$(BUILD)/libtokenloom.so)
 	@BUILD=$(BUILD) sh tests/run.sh
 
 # The README's main command: the server on the default model (MODEL=path picks another).
+# Without the shared test data (a plain clone), it says where to get a model instead of failing
+# inside the server.
 run: all
+	@if [ ! -r "$(MODEL)" ]; then \
+	    echo "tokenloom: no model at $(MODEL)."; \
+	    echo "  The default model comes from the shared test-data folder next to the checkout"; \
+	    echo "  (../shared, see README.md 'Test data'). Without it, download a GGUF model (README"; \
+	    echo "  'Serve a real chat model') and run: make run MODEL=path/to/model.gguf"; \
+	    exit 2; \
+	fi
 	./$(BUILD)/tokenloom serve -m $(MODEL) $(ARGS)
 
 # Sanitizer tier: the same tests under ASan+UBSan in a separate build folder.
 check:
 	$(MAKE) BUILD=build-san OPT=-O1 SAN="-fsanitize=address,undefined -fno-omit-frame-pointer" test
+
+# ThreadSanitizer tier: the multi-threaded tests (engine, scheduler, server: loop thread, engine
+# thread and inbox; compute pool) in their own build folder. A race report fails the test.
+TSAN_TESTS := $(filter-out %_fuzz,$(filter test_engine% test_sched% test_server%,\
+              $(TEST_SRC:tests/unit/%.c=%)))
+tsan:
+	$(MAKE) BUILD=build-tsan OPT=-O1 SAN="-fsanitize=thread" build-tsan/tokenloom \
+	    $(TSAN_TESTS:%=build-tsan/tests/%)
+	@BUILD=build-tsan TL_TEST_ONLY="$(TSAN_TESTS)" \
+	    TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 $(TSAN_OPTIONS)" sh tests/run.sh
 
 LINT_FILES = $(ALL_SRC) $(shell find src include -name '*.h')
 
@@ -135,6 +199,6 @@ format:
 	clang-format -i $(LINT_FILES)
 
 clean:
-	rm -rf build build-san
+	rm -rf build build-san build-tsan build-clang
 
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)

@@ -1,21 +1,37 @@
 #!/bin/sh
-# Installs the Debian packages tokenloom needs to build and test. Idempotent: installs only what
-# is missing. Run as root (CI does); as another user it prints the one apt-get line to run.
+# Installs the Debian packages tokenloom needs. Idempotent: installs only what is missing. Run as
+# root (CI does); as another user it prints the one apt-get line to run.
+#   sh scripts/install-deps.sh build   what `make` / `make run` need (compiler, libraries)
+#   sh scripts/install-deps.sh test    the build set plus what `make test` needs (cmocka, curl,
+#                                      jq, pytest, node for the OpenAI client tests)
+#   sh scripts/install-deps.sh         both (the same as test)
 set -eu
-PKGS="build-essential pkg-config libpcre2-dev libcmocka-dev libevent-dev libjansson-dev curl jq"
+SET=${1:-test}
+BUILD_PKGS="build-essential pkg-config libpcre2-dev libevent-dev libjansson-dev"
+TEST_PKGS="libcmocka-dev curl jq python3 python3-pytest python3-venv"
 # tests/chat/oracle.py: Jinja2 is the reference renderer for chat templates.
-PKGS="$PKGS python3 python3-jinja2"
+TEST_PKGS="$TEST_PKGS python3-jinja2"
 # The gRPC front: gRPC's C core and protobuf-c (C code generated from proto/ at build time).
-PKGS="$PKGS libgrpc-dev libprotobuf-c-dev protobuf-c-compiler"
+BUILD_PKGS="$BUILD_PKGS libgrpc-dev libprotobuf-c-dev protobuf-c-compiler"
 # tests/grpc: a Python client on Debian's grpcio, stubs generated at test time.
-PKGS="$PKGS python3-grpcio python3-grpc-tools"
+TEST_PKGS="$TEST_PKGS python3-grpcio python3-grpc-tools"
+case "$SET" in
+build) PKGS=$BUILD_PKGS ;;
+test | all) PKGS="$BUILD_PKGS $TEST_PKGS" ;;
+*)
+    echo "usage: $0 [build|test]" >&2
+    exit 2
+    ;;
+esac
 missing=""
 for p in $PKGS; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
 done
-# tests/http runs the openai npm client: Debian's nodejs/npm unless a node is already there.
-command -v node >/dev/null 2>&1 || missing="$missing nodejs"
-command -v npm >/dev/null 2>&1 || missing="$missing npm"
+if [ "$SET" != build ]; then
+    # tests/http runs the openai npm client: Debian's nodejs/npm unless a node is already there.
+    command -v node >/dev/null 2>&1 || missing="$missing nodejs"
+    command -v npm >/dev/null 2>&1 || missing="$missing npm"
+fi
 [ -z "$missing" ] && exit 0
 if [ "$(id -u)" -ne 0 ]; then
     echo "tokenloom: missing Debian packages. Run as root:" >&2

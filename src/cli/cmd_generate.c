@@ -12,6 +12,7 @@
  * model, creates the engine and runs one of the two. Design: one thread; requests are
  * submitted up front and tl_engine_step is called until none is pending.
  */
+#include "cli/args.h"
 #include "cli/batch_job.h"
 #include "cli/cli.h"
 #include "cli/engine_flags.h"
@@ -68,50 +69,51 @@ static void usage(FILE *f)
     tl_cli_engine_flags_help(f);
 }
 
+static const char *const generate_flag_names[] = {"--model",
+                                                  "-m",
+                                                  "--tokenizer",
+                                                  "--prompt",
+                                                  "-p",
+                                                  "--input",
+                                                  "--output",
+                                                  "--max-tokens",
+                                                  "-n",
+                                                  "--temp",
+                                                  "--temperature",
+                                                  "--top-k",
+                                                  "--top-p",
+                                                  "--min-p",
+                                                  "--seed",
+                                                  "-s",
+                                                  "--repeat-penalty",
+                                                  "--repetition-penalty",
+                                                  "--presence-penalty",
+                                                  "--frequency-penalty",
+                                                  "--stop",
+                                                  "--ignore-eos",
+                                                  "--no-special",
+                                                  "--progress",
+                                                  "--no-progress",
+                                                  "--help",
+                                                  NULL};
+
 // "--name value" or "--name=value" for either spelling; 1 matched, 0 not it, -1 missing value.
 static int flag(const char *name, const char *alt, int argc, char **argv, int *i, const char **val)
 {
-    const char *names[2] = {name, alt};
-    for (int k = 0; k < 2; k++) {
-        if (!names[k]) continue;
-        size_t n = strlen(names[k]);
-        if (strncmp(argv[*i], names[k], n) != 0) continue;
-        if (argv[*i][n] == '=') {
-            *val = argv[*i] + n + 1;
-            return 1;
-        }
-        if (argv[*i][n] != '\0') continue;
-        if (*i + 1 >= argc) {
-            fprintf(stderr, "tokenloom generate: %s needs a value\n", names[k]);
-            return -1;
-        }
-        *val = argv[++*i];
-        return 1;
-    }
-    return 0;
+    const char *names[3] = {name, alt, NULL};
+    return tl_cli_flag("generate", names, argc, argv, i, val);
 }
 
 static int num(const char *name, const char *s, double lo, double hi, double *out)
 {
-    char *end;
-    errno = 0;
-    double v = strtod(s, &end);
-    if (errno || end == s || *end || !(v >= lo && v <= hi)) {
-        fprintf(stderr, "tokenloom generate: %s: '%s' is not a number in [%.10g, %.10g]\n", name, s,
-                lo, hi);
-        return -1;
-    }
-    *out = v;
-    return 0;
+    return tl_cli_real("generate", name, s, lo, hi, out);
 }
 
-static int integer(const char *name, const char *s, double lo, double hi, double *out)
+static int integer(const char *name, const char *s, long long lo, long long hi, double *out)
 {
-    if (num(name, s, lo, hi, out)) return -1;
-    if (*out != floor(*out)) {
-        fprintf(stderr, "tokenloom generate: %s: '%s' is not an integer\n", name, s);
-        return -1;
-    }
+    long long v;
+    if (tl_cli_int("generate", name, s, lo, hi, &v)) return -1;
+    *out = (double)v;
     return 0;
 }
 
@@ -197,7 +199,7 @@ int tl_cmd_generate(int argc, char **argv)
             usage(stdout);
             return 0;
         }
-        int ef = tl_cli_engine_flag(&cfg, argc, argv, &i);
+        int ef = tl_cli_engine_flag("generate", &cfg, argc, argv, &i);
         if (ef < 0) return 2;
         if (ef > 0) continue;
         if ((m = flag("--model", "-m", argc, argv, &i, &v)) < 0) return 2;
@@ -308,9 +310,8 @@ int tl_cmd_generate(int argc, char **argv)
         } else if (!strcmp(argv[i], "--no-progress")) {
             progress = 0;
         } else {
-            fprintf(stderr, "tokenloom generate: unknown option '%s'\n", argv[i]);
-            usage(stderr);
-            return 2;
+            return tl_cli_unknown_option("generate", argv[i], generate_flag_names,
+                                         tl_cli_engine_flag_names, NULL);
         }
     }
     if (!prompt && !input) {

@@ -9,6 +9,7 @@
  * are printed with control characters replaced, so a hostile file cannot garble the terminal.
  * A bad file gives one line "tokenloom: <path>: <problem>" on stderr and exit code 1.
  */
+#include "cli/args.h"
 #include "cli/cli.h"
 
 #include "gguf/gguf.h"
@@ -258,10 +259,12 @@ int tl_cmd_info(int argc, char **argv)
         } else if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
             usage(stdout);
             return 0;
-        } else {
-            fprintf(stderr, "tokenloom info: unknown or incomplete option '%s'\n", argv[i]);
-            usage(stderr);
+        } else if (!strcmp(argv[i], "-m") || !strcmp(argv[i], "--model")) {
+            fprintf(stderr, "tokenloom info: %s needs a value\n", argv[i]);
             return 2;
+        } else {
+            static const char *const known[] = {"--model", "-m", "--all", "-a", "--help", NULL};
+            return tl_cli_unknown_option("info", argv[i], known, NULL);
         }
     }
     if (!path) path = tl_cli_default_model();

@@ -22,6 +22,7 @@
  *
  * Thread model: single-threaded. Ownership: everything is local to tl_cmd_mkmodel.
  */
+#include "cli/args.h"
 #include "cli/cli.h"
 
 #include "core/alloc.h"
@@ -271,9 +272,15 @@ int tl_cmd_mkmodel(int argc, char **argv)
             usage(stdout);
             return 0;
         }
+        static const char *const known[] = {
+            "--out",   "-o",         "--size", "--type", "--tokenizer-from",
+            "--name",  "--seed",     "--ctx",  "--dim",  "--layers",
+            "--heads", "--kv-heads", "--ff",   "--help", NULL};
         if (!v) {
-            fprintf(stderr, "tokenloom mkmodel: unknown or incomplete option '%s'\n", a);
-            usage(stderr);
+            size_t d;
+            if (!tl_cli_closest(a, known, &d) || d)
+                return tl_cli_unknown_option("mkmodel", a, known, NULL);
+            fprintf(stderr, "tokenloom mkmodel: %s needs a value\n", a);
             return 2;
         }
         if (!strcmp(a, "-o") || !strcmp(a, "--out"))
@@ -302,11 +309,8 @@ int tl_cmd_mkmodel(int argc, char **argv)
             ok = parse_int(v, 1024, &kv_heads);
         else if (!strcmp(a, "--ff"))
             ok = parse_int(v, 1 << 18, &ff);
-        else {
-            fprintf(stderr, "tokenloom mkmodel: unknown option '%s'\n", a);
-            usage(stderr);
-            return 2;
-        }
+        else
+            return tl_cli_unknown_option("mkmodel", a, known, NULL);
         if (!ok) {
             fprintf(stderr, "tokenloom mkmodel: bad value '%s' for %s\n", v, a);
             return 2;

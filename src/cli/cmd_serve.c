@@ -2,17 +2,29 @@
  * tokenloom serve: flag parsing and wiring for the OpenAI-compatible HTTP server
  * (src/server/server.h). The model loads on the server's engine thread while /health answers
  * 503, so the port is open at once; SIGINT/SIGTERM drain in-flight requests and exit 0.
+ * Every flag that can be checked without the model (ranges, the listen address, the chat
+ * template name, that the model and template files are readable) is checked before the port is
+ * bound. --grpc-port adds the Open Inference Protocol front (src/grpc/) on the same server. The
+ * engine flags and their vLLM / llama.cpp aliases come from engine_flags.c. Single-threaded
+ * until tl_server_run.
  */
 #include "cli/cli.h"
+#include "cli/args.h"
 #include "cli/engine_flags.h"
+#include "core/log.h"
 #include "grpc/grpc_front.h"
+#include "server/chat_template.h"
 #include "server/server.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
-#include <limits.h>
+#include <netdb.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 static void usage(FILE *f)
 {
@@ -29,6 +41,7 @@ static void usage(FILE *f)
                "  --chat-template NAME      a built-in chat template instead of the model's:\n"
                "                            chatml, llama2, llama3, mistral, zephyr, gemma, phi3\n"
                "  --chat-template-file PATH a Jinja chat template file instead of the model's\n"
+               "  --jinja                   accepted for llama.cpp compatibility (a no-op)\n"
                "  --max-body-bytes N        larger request bodies get 413 (default 8388608)\n"
                "  --max-queued-requests N   queued engine requests before 429 (default 256)\n"
                "  --shutdown-timeout S      seconds in-flight requests get on SIGINT/SIGTERM\n"
@@ -42,41 +55,59 @@ static void usage(FILE *f)
     tl_cli_engine_flags_help(f);
 }
 
-// "--name value" or "--name=value"; 1 matched (value set), 0 not this flag, -1 missing value.
-static int flag(const char *name, const char *alt, int argc, char **argv, int *i, const char **val)
+#define NAMES(...) ((const char *const[]){__VA_ARGS__, NULL})
+
+// clang-format off
+static const char *const serve_flag_names[] = {
+    "--model", "-m", "--tokenizer", "--host", "--port", "--api-key", "--served-model-name",
+    "--chat-template", "--chat-template-file", "--jinja", "--grpc-port", "--max-body-bytes",
+    "--max-queued-requests", "--shutdown-timeout", "--http-timeout", "--max-unsent-bytes",
+    "--help", NULL};
+// clang-format on
+
+// The listen address must be an IPv4/IPv6 literal or a name that resolves; a dotted quad that
+// is not an address (999.1.1.1) is refused without a lookup.
+static int check_host(const char *host)
 {
-    const char *a = argv[*i];
-    const char *names[2] = {name, alt};
-    for (int k = 0; k < 2; k++) {
-        if (!names[k]) continue;
-        size_t n = strlen(names[k]);
-        if (strncmp(a, names[k], n) != 0) continue;
-        if (a[n] == '=') {
-            *val = a + n + 1;
-            return 1;
-        }
-        if (a[n] != '\0') continue;
-        if (*i + 1 >= argc) {
-            fprintf(stderr, "tokenloom serve: %s needs a value\n", names[k]);
-            return -1;
-        }
-        *val = argv[++*i];
-        return 1;
+    unsigned char addr[sizeof(struct in6_addr)];
+    if (inet_pton(AF_INET, host, addr) == 1 || inet_pton(AF_INET6, host, addr) == 1) return 0;
+    if (*host && strspn(host, "0123456789.") == strlen(host)) {
+        fprintf(stderr, "tokenloom serve: --host: '%s' is not a valid IPv4 address\n", host);
+        return -1;
+    }
+    struct addrinfo hints = {
+        .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE};
+    struct addrinfo *res = NULL;
+    int rc = *host ? getaddrinfo(host, NULL, &hints, &res) : EAI_NONAME;
+    if (rc != 0) {
+        fprintf(stderr, "tokenloom serve: --host: cannot resolve '%s': %s\n", host,
+                gai_strerror(rc));
+        return -1;
+    }
+    freeaddrinfo(res);
+    return 0;
+}
+
+// A file the server would only open after binding the port: checked now.
+static int check_readable(const char *flag, const char *path)
+{
+    struct stat st;
+    if (stat(path, &st) != 0 || access(path, R_OK) != 0) {
+        fprintf(stderr, "tokenloom serve: %s: %s: %s\n", flag, path, strerror(errno));
+        return -1;
+    }
+    if (S_ISDIR(st.st_mode)) {
+        fprintf(stderr, "tokenloom serve: %s: %s is a directory\n", flag, path);
+        return -1;
     }
     return 0;
 }
 
-static int num(const char *name, const char *s, double lo, double hi, double *out)
+// The server's messages may begin with its own "serve: "; the CLI adds "tokenloom serve: ".
+static const char *server_error(void)
 {
-    char *end;
-    errno = 0;
-    double v = strtod(s, &end);
-    if (errno || end == s || *end || !(v >= lo && v <= hi)) {
-        fprintf(stderr, "tokenloom serve: %s: '%s' is not a number in [%g, %g]\n", name, s, lo, hi);
-        return -1;
-    }
-    *out = v;
-    return 0;
+    const char *e = tl_last_error();
+    return strncmp(e, "serve: ", 7) ? e : e + 7;
 }
 
 int tl_cmd_serve(int argc, char **argv)
@@ -90,79 +121,101 @@ int tl_cmd_serve(int argc, char **argv)
     if (env_key && *env_key) c.api_key = env_key;
     for (int i = 1; i < argc; i++) {
         const char *v = NULL;
+        long long n;
         double d;
         int m;
         if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
             usage(stdout);
             return 0;
         }
+        if (!strcmp(argv[i], "--jinja")) continue; // llama.cpp's; templates are always used
         if (!strcmp(argv[i], "--grpc-port")) {
             // The value is optional: a number may follow (serve takes no positional arguments).
             grpc_port = TL_GRPC_DEFAULT_PORT;
             if (i + 1 < argc && argv[i + 1][0] >= '0' && argv[i + 1][0] <= '9') {
-                if (num("--grpc-port", argv[++i], 0, 65535, &d)) return 2;
-                grpc_port = (int)d;
+                if (tl_cli_int("serve", "--grpc-port", argv[++i], 0, 65535, &n)) return 2;
+                grpc_port = (int)n;
             }
         } else if (!strncmp(argv[i], "--grpc-port=", 12)) {
-            if (num("--grpc-port", argv[i] + 12, 0, 65535, &d)) return 2;
-            grpc_port = (int)d;
-        } else if ((m = flag("--model", "-m", argc, argv, &i, &v)) != 0) {
+            if (tl_cli_int("serve", "--grpc-port", argv[i] + 12, 0, 65535, &n)) return 2;
+            grpc_port = (int)n;
+        } else if ((m = tl_cli_flag("serve", NAMES("--model", "-m"), argc, argv, &i, &v)) != 0) {
             if (m < 0) return 2;
             c.model_path = v;
-        } else if ((m = flag("--tokenizer", NULL, argc, argv, &i, &v)) != 0) {
+        } else if ((m = tl_cli_flag("serve", NAMES("--tokenizer"), argc, argv, &i, &v)) != 0) {
             if (m < 0) return 2;
             c.model_params.tokenizer_path = v;
-        } else if ((m = flag("--host", NULL, argc, argv, &i, &v)) != 0) {
+        } else if ((m = tl_cli_flag("serve", NAMES("--host"), argc, argv, &i, &v)) != 0) {
             if (m < 0) return 2;
             c.host = v;
-        } else if ((m = flag("--port", NULL, argc, argv, &i, &v)) != 0) {
-            if (m < 0 || num("--port", v, 0, 65535, &d)) return 2;
-            c.port = (int)d;
-        } else if ((m = flag("--api-key", NULL, argc, argv, &i, &v)) != 0) {
+        } else if ((m = tl_cli_flag("serve", NAMES("--port"), argc, argv, &i, &v)) != 0) {
+            if (m < 0 || tl_cli_int("serve", "--port", v, 0, 65535, &n)) return 2;
+            c.port = (int)n;
+        } else if ((m = tl_cli_flag("serve", NAMES("--api-key"), argc, argv, &i, &v)) != 0) {
             if (m < 0) return 2;
             c.api_key = v;
-        } else if ((m = flag("--served-model-name", NULL, argc, argv, &i, &v)) != 0) {
+        } else if ((m = tl_cli_flag("serve", NAMES("--served-model-name"), argc, argv, &i, &v)) !=
+                   0) {
             if (m < 0) return 2;
             c.served_model_name = v;
-        } else if ((m = flag("--chat-template-file", NULL, argc, argv, &i, &v)) != 0) {
+        } else if ((m = tl_cli_flag("serve", NAMES("--chat-template-file"), argc, argv, &i, &v)) !=
+                   0) {
             if (m < 0) return 2;
             c.chat_template_file = v;
-        } else if ((m = flag("--chat-template", NULL, argc, argv, &i, &v)) != 0) {
+        } else if ((m = tl_cli_flag("serve", NAMES("--chat-template"), argc, argv, &i, &v)) != 0) {
             if (m < 0) return 2;
-            c.chat_template = v;
-        } else if ((m = flag("--max-body-bytes", NULL, argc, argv, &i, &v)) != 0) {
-            if (m < 0 || num("--max-body-bytes", v, 1, (double)(1ull << 40), &d)) return 2;
-            c.max_body_bytes = (size_t)d;
-        } else if ((m = flag("--max-queued-requests", NULL, argc, argv, &i, &v)) != 0) {
-            if (m < 0 || num("--max-queued-requests", v, 1, 1 << 24, &d)) return 2;
-            c.max_queued_requests = (int)d;
-        } else if ((m = flag("--shutdown-timeout", NULL, argc, argv, &i, &v)) != 0) {
-            if (m < 0 || num("--shutdown-timeout", v, 0, 86400, &d)) return 2;
-            c.shutdown_timeout_s = d;
-        } else if ((m = flag("--max-unsent-bytes", NULL, argc, argv, &i, &v)) != 0) {
-            if (m < 0 || num("--max-unsent-bytes", v, 4096, (double)(1ull << 40), &d)) return 2;
-            c.max_unsent_bytes = (size_t)d;
-        } else if ((m = flag("--http-timeout", NULL, argc, argv, &i, &v)) != 0) {
-            if (m < 0 || num("--http-timeout", v, 1, 86400, &d)) return 2;
-            c.http_timeout_s = (int)d;
-        } else {
-            int e = tl_cli_engine_flag(&c.engine, argc, argv, &i);
-            if (e < 0) return 2;
-            if (e == 0) {
-                fprintf(stderr, "tokenloom serve: unknown option '%s'\n", argv[i]);
-                usage(stderr);
+            enum tl_chat_family fam;
+            if (*v && !tl_chat_family_from_name(v, &fam)) {
+                fprintf(stderr,
+                        "tokenloom serve: --chat-template: unknown template '%s' (chatml, llama2, "
+                        "llama3, mistral, zephyr, gemma, phi3)\n",
+                        v);
                 return 2;
             }
+            c.chat_template = v;
+        } else if ((m = tl_cli_flag("serve", NAMES("--max-body-bytes"), argc, argv, &i, &v)) != 0) {
+            if (m < 0 || tl_cli_int("serve", "--max-body-bytes", v, 1, 1ll << 40, &n)) return 2;
+            c.max_body_bytes = (size_t)n;
+        } else if ((m = tl_cli_flag("serve", NAMES("--max-queued-requests"), argc, argv, &i, &v)) !=
+                   0) {
+            if (m < 0 || tl_cli_int("serve", "--max-queued-requests", v, 1, 1 << 24, &n)) return 2;
+            c.max_queued_requests = (int)n;
+        } else if ((m = tl_cli_flag("serve", NAMES("--shutdown-timeout"), argc, argv, &i, &v)) !=
+                   0) {
+            if (m < 0 || tl_cli_real("serve", "--shutdown-timeout", v, 0, 86400, &d)) return 2;
+            c.shutdown_timeout_s = d;
+        } else if ((m = tl_cli_flag("serve", NAMES("--max-unsent-bytes"), argc, argv, &i, &v)) !=
+                   0) {
+            if (m < 0 || tl_cli_int("serve", "--max-unsent-bytes", v, 4096, 1ll << 40, &n))
+                return 2;
+            c.max_unsent_bytes = (size_t)n;
+        } else if ((m = tl_cli_flag("serve", NAMES("--http-timeout"), argc, argv, &i, &v)) != 0) {
+            if (m < 0 || tl_cli_int("serve", "--http-timeout", v, 1, 86400, &n)) return 2;
+            c.http_timeout_s = (int)n;
+        } else {
+            int e = tl_cli_engine_flag("serve", &c.engine, argc, argv, &i);
+            if (e < 0) return 2;
+            if (e == 0)
+                return tl_cli_unknown_option("serve", argv[i], serve_flag_names,
+                                             tl_cli_engine_flag_names, NULL);
         }
     }
     if (!c.model_path) c.model_path = tl_cli_default_model();
     if (!c.model_path) {
-        fprintf(stderr, "tokenloom serve: no model: pass -m PATH or set $MODEL\n");
+        fprintf(stderr, "tokenloom serve: no model: pass -m PATH or set $MODEL (see README: "
+                        "'make run' without ../shared)\n");
         return 2;
     }
+    // Everything that can be checked without the model is checked before the port is bound.
+    if (check_host(c.host) || check_readable("--model", c.model_path)) return 2;
+    if (c.model_params.tokenizer_path &&
+        check_readable("--tokenizer", c.model_params.tokenizer_path))
+        return 2;
+    if (c.chat_template_file && check_readable("--chat-template-file", c.chat_template_file))
+        return 2;
     struct tl_server *s = tl_server_create(&c);
     if (!s) {
-        fprintf(stderr, "tokenloom serve: %s\n", tl_last_error());
+        fprintf(stderr, "tokenloom serve: %s\n", server_error());
         return 1;
     }
     struct tl_grpc_front *g = NULL;
@@ -174,15 +227,14 @@ int tl_cmd_serve(int argc, char **argv)
                                     .api_key = c.api_key};
         g = tl_grpc_start(s, &gc);
         if (!g) {
-            fprintf(stderr, "tokenloom serve: %s\n", tl_last_error());
+            fprintf(stderr, "tokenloom serve: %s\n", server_error());
             tl_server_destroy(s);
             return 1;
         }
-        fprintf(stderr, "tokenloom serve: gRPC (Open Inference Protocol) on %s:%d\n", c.host,
-                tl_grpc_port(g));
+        TL_LOGI("serve: gRPC (Open Inference Protocol) on %s:%d", c.host, tl_grpc_port(g));
     }
-    fprintf(stderr, "tokenloom serve: listening on http://%s:%d, loading %s\n", c.host,
-            tl_server_port(s), c.model_path);
+    TL_LOGI("serve: listening on http://%s:%d, loading %s", c.host, tl_server_port(s),
+            c.model_path);
     int rc = tl_server_run(s);
     tl_grpc_stop(g);
     tl_server_destroy(s);

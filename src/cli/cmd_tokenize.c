@@ -13,6 +13,7 @@
  * files work; a file that is not GGUF is read as a llama.cpp tokenizer.bin (llama2.c format).
  * Exit codes: 0 ok, 1 runtime error (message on stderr), 2 usage error.
  */
+#include "cli/args.h"
 #include "cli/cli.h"
 
 #include "core/alloc.h"
@@ -159,10 +160,14 @@ int tl_cmd_tokenize(int argc, char **argv)
             no_bos = true;
         } else if (!strcmp(a, "--parse-special")) {
             parse_special = true;
-        } else {
-            fprintf(stderr, "tokenloom tokenize: unknown or incomplete option '%s'\n", a);
-            usage(stderr);
+        } else if (!strcmp(a, "-m") || !strcmp(a, "--model") || !strcmp(a, "-f") ||
+                   !strcmp(a, "--file")) {
+            fprintf(stderr, "tokenloom tokenize: %s needs a value\n", a);
             return 2;
+        } else {
+            static const char *const known[] = {
+                "--model", "-m", "--file", "-f", "--no-bos", "--parse-special", "--help", NULL};
+            return tl_cli_unknown_option("tokenize", a, known, NULL);
         }
     }
     if (!model) model = tl_cli_default_model();

@@ -1,54 +1,72 @@
 /*
- * Parsing of the engine flags shared by `generate` and `serve` (see engine_flags.h). Values are
- * checked for range here so that a typo gives a usage error naming the flag, not a failure deep
- * inside tl_engine_create; tl_engine_create still validates the combination.
+ * Parsing of the engine flags shared by `generate` and `serve` (see engine_flags.h), with the
+ * vLLM and llama.cpp spellings as aliases. Values are checked for range here so that a typo
+ * gives a usage error naming the flag, not a failure deep inside tl_engine_create;
+ * tl_engine_create still validates the combination against the model. The K and V cache types
+ * given separately (-ctk/-ctv) are remembered in file statics to check that they agree:
+ * parsing is single-threaded and happens once per process.
  */
 #include "cli/engine_flags.h"
+
+#include "cli/args.h"
 
 #include <errno.h>
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <unistd.h>
 
-// Matches argv[*i] against a flag name, in either "--name value" or "--name=value" form.
-// Returns 1 and sets *val when it matches with a value, 0 when it is not this flag, -1 when the
-// value is missing.
-static int match(const char *name, int argc, char **argv, int *i, const char **val)
-{
-    const char *a = argv[*i];
-    size_t n = strlen(name);
-    if (strncmp(a, name, n) != 0) return 0;
-    if (a[n] == '=') {
-        *val = a + n + 1;
-        return 1;
-    }
-    if (a[n] != '\0') return 0;
-    if (*i + 1 >= argc) {
-        fprintf(stderr, "tokenloom: %s needs a value\n", name);
-        return -1;
-    }
-    *i += 1;
-    *val = argv[*i];
-    return 1;
-}
+#define NAMES(...) ((const char *const[]){__VA_ARGS__, NULL})
 
-static int parse_i64(const char *flag, const char *s, int64_t lo, int64_t hi, int64_t *out)
-{
-    char *end;
-    errno = 0;
-    long long v = strtoll(s, &end, 10);
-    if (errno || end == s || *end != '\0' || v < lo || v > hi) {
-        fprintf(stderr, "tokenloom: %s: '%s' is not an integer in [%lld, %lld]\n", flag, s,
-                (long long)lo, (long long)hi);
-        return -1;
-    }
-    *out = v;
-    return 0;
-}
+static const char *const *const max_batch_names =
+    NAMES("--max-batch-size", "--max-num-seqs", "-np", "--parallel");
+static const char *const *const step_names =
+    NAMES("--max-tokens-per-step", "--max-num-batched-tokens", "-b", "--batch-size");
+static const char *const *const seq_len_names =
+    NAMES("--max-seq-len", "--max-model-len", "-c", "--ctx-size");
+static const char *const *const block_names = NAMES("--kv-block-size", "--block-size");
+static const char *const *const kv_type_names = NAMES("--kv-type", "--kv-cache-dtype");
+static const char *const *const kv_k_names = NAMES("-ctk", "--cache-type-k");
+static const char *const *const kv_v_names = NAMES("-ctv", "--cache-type-v");
+static const char *const *const thread_names = NAMES("--threads", "-t");
+static const char *const *const gpu_layer_names = NAMES("-ngl", "--n-gpu-layers", "--gpu-layers");
+
+const char *const tl_cli_engine_flag_names[] = {"--max-batch-size",
+                                                "--max-num-seqs",
+                                                "-np",
+                                                "--parallel",
+                                                "--max-tokens-per-step",
+                                                "--max-num-batched-tokens",
+                                                "-b",
+                                                "--batch-size",
+                                                "--max-seq-len",
+                                                "--max-model-len",
+                                                "-c",
+                                                "--ctx-size",
+                                                "--kv-block-size",
+                                                "--block-size",
+                                                "--kv-blocks",
+                                                "--kv-bytes",
+                                                "--kv-type",
+                                                "--kv-cache-dtype",
+                                                "-ctk",
+                                                "--cache-type-k",
+                                                "-ctv",
+                                                "--cache-type-v",
+                                                "--no-prefix-cache",
+                                                "--no-prefix-caching",
+                                                "--no-enable-prefix-caching",
+                                                "--threads",
+                                                "-t",
+                                                "--gpu-memory-utilization",
+                                                "-ngl",
+                                                "--n-gpu-layers",
+                                                "--gpu-layers",
+                                                NULL};
 
 // A byte size with an optional K/M/G/T suffix (powers of 1024; a trailing "B"/"iB" is allowed).
-static int parse_bytes(const char *flag, const char *s, int64_t *out)
+static int parse_bytes(const char *cmd, const char *flag, const char *s, int64_t *out)
 {
     char *end;
     errno = 0;
@@ -59,115 +77,181 @@ static int parse_bytes(const char *flag, const char *s, int64_t *out)
         case 'k':
         case 'K':
             mul = 1024.0;
-            end++;
             break;
         case 'm':
         case 'M':
             mul = 1024.0 * 1024;
-            end++;
             break;
         case 'g':
         case 'G':
             mul = 1024.0 * 1024 * 1024;
-            end++;
             break;
         case 't':
         case 'T':
             mul = 1024.0 * 1024 * 1024 * 1024;
-            end++;
             break;
         default:
             break;
         }
+        if (mul > 1) end++;
         if (mul > 1 && *end == 'i') end++;
         if (*end == 'b' || *end == 'B') end++;
     }
     if (errno || end == s || *end != '\0' || !(v >= 0) || v * mul > 9.0e18) {
-        fprintf(stderr, "tokenloom: %s: '%s' is not a byte size (e.g. 512M, 2G)\n", flag, s);
+        fprintf(stderr, "tokenloom %s: %s: '%s' is not a byte size (e.g. 512M, 2G)\n", cmd, flag,
+                s);
         return -1;
     }
     *out = (int64_t)(v * mul);
     return 0;
 }
 
-int tl_cli_engine_flag(struct tl_engine_config *c, int argc, char **argv, int *i)
+// A KV element type name: ours, llama.cpp's (f16, f32, q8_0) and vLLM's "auto" (= f16).
+static int parse_kv_type(const char *cmd, const char *flag, const char *s, enum tl_kv_type *out)
+{
+    if (!strcasecmp(s, "f16") || !strcasecmp(s, "auto"))
+        *out = TL_KV_F16;
+    else if (!strcasecmp(s, "f32"))
+        *out = TL_KV_F32;
+    else if (!strcasecmp(s, "q8_0"))
+        *out = TL_KV_Q8_0;
+    else {
+        fprintf(stderr, "tokenloom %s: %s: '%s' is not supported (f16, f32 or q8_0%s)\n", cmd, flag,
+                s, !strncasecmp(s, "fp8", 3) ? "; q8_0 is the 8-bit KV type" : "");
+        return -1;
+    }
+    return 0;
+}
+
+// -ctk and -ctv set one shared KV type; different values are refused.
+static int kv_k_given = -1, kv_v_given = -1;
+
+static int kv_half(const char *cmd, struct tl_engine_config *c, const char *flag, const char *val,
+                   int *mine, int other)
+{
+    enum tl_kv_type t;
+    if (parse_kv_type(cmd, flag, val, &t)) return -1;
+    if (other >= 0 && other != (int)t) {
+        fprintf(stderr,
+                "tokenloom %s: %s: the K and V caches share one type here; give -ctk and -ctv "
+                "the same value\n",
+                cmd, flag);
+        return -1;
+    }
+    *mine = (int)t;
+    c->kv_type = t;
+    return 1;
+}
+
+static void warn_threads(const char *cmd, long long n)
+{
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    if (cpus > 0 && n > cpus)
+        fprintf(stderr,
+                "tokenloom %s: warning: %lld threads on %ld online CPUs; threads will share "
+                "cores and run slower (0 = one per CPU)\n",
+                cmd, n, cpus);
+}
+
+int tl_cli_engine_flag(const char *cmd, struct tl_engine_config *c, int argc, char **argv, int *i)
 {
     const char *a = argv[*i];
     const char *val = NULL;
-    int64_t v;
+    long long v;
+    int64_t b;
     int m;
-    if (!strcmp(a, "--no-prefix-cache") || !strcmp(a, "--no-prefix-caching")) {
+    if (!strcmp(a, "--no-prefix-cache") || !strcmp(a, "--no-prefix-caching") ||
+        !strcmp(a, "--no-enable-prefix-caching")) {
         c->prefix_caching = false;
         return 1;
     }
-    if ((m = match("--max-batch-size", argc, argv, i, &val)) != 0) {
-        if (m < 0 || parse_i64(a, val, 1, 1 << 16, &v)) return -1;
+    if ((m = tl_cli_flag(cmd, max_batch_names, argc, argv, i, &val)) != 0) {
+        if (m < 0 || tl_cli_int(cmd, a, val, 1, 1 << 16, &v)) return -1;
         c->max_batch_size = (int32_t)v;
         return 1;
     }
-    if ((m = match("--max-tokens-per-step", argc, argv, i, &val)) != 0) {
-        if (m < 0 || parse_i64(a, val, 1, 1 << 20, &v)) return -1;
+    if ((m = tl_cli_flag(cmd, step_names, argc, argv, i, &val)) != 0) {
+        if (m < 0 || tl_cli_int(cmd, a, val, 1, 1 << 20, &v)) return -1;
         c->max_tokens_per_step = (int32_t)v;
         return 1;
     }
-    if ((m = match("--max-seq-len", argc, argv, i, &val)) != 0) {
-        if (m < 0 || parse_i64(a, val, 0, 1 << 24, &v)) return -1;
+    if ((m = tl_cli_flag(cmd, seq_len_names, argc, argv, i, &val)) != 0) {
+        if (m < 0 || tl_cli_int(cmd, a, val, 0, 1 << 24, &v)) return -1;
         c->max_seq_len = (int32_t)v;
         return 1;
     }
-    if ((m = match("--kv-block-size", argc, argv, i, &val)) != 0) {
-        if (m < 0 || parse_i64(a, val, 1, 4096, &v)) return -1;
+    if ((m = tl_cli_flag(cmd, block_names, argc, argv, i, &val)) != 0) {
+        if (m < 0 || tl_cli_int(cmd, a, val, 1, 4096, &v)) return -1;
         c->kv_block_size = (int32_t)v;
         return 1;
     }
-    if ((m = match("--kv-blocks", argc, argv, i, &val)) != 0) {
-        if (m < 0 || parse_i64(a, val, 0, INT32_MAX, &v)) return -1;
+    if ((m = tl_cli_flag(cmd, NAMES("--kv-blocks"), argc, argv, i, &val)) != 0) {
+        if (m < 0 || tl_cli_int(cmd, a, val, 0, INT32_MAX, &v)) return -1;
         c->kv_blocks = v;
         return 1;
     }
-    if ((m = match("--kv-bytes", argc, argv, i, &val)) != 0) {
-        if (m < 0 || parse_bytes(a, val, &v)) return -1;
-        c->kv_bytes = v;
+    if ((m = tl_cli_flag(cmd, NAMES("--kv-bytes"), argc, argv, i, &val)) != 0) {
+        if (m < 0 || parse_bytes(cmd, a, val, &b)) return -1;
+        c->kv_bytes = b;
         return 1;
     }
-    if ((m = match("--kv-type", argc, argv, i, &val)) != 0) {
-        if (m < 0) return -1;
-        if (!strcasecmp(val, "f16")) {
-            c->kv_type = TL_KV_F16;
-        } else if (!strcasecmp(val, "f32")) {
-            c->kv_type = TL_KV_F32;
-        } else if (!strcasecmp(val, "q8_0")) {
-            c->kv_type = TL_KV_Q8_0;
-        } else {
-            fprintf(stderr, "tokenloom: --kv-type: '%s' is not f16, f32 or q8_0\n", val);
-            return -1;
-        }
+    if ((m = tl_cli_flag(cmd, kv_type_names, argc, argv, i, &val)) != 0) {
+        if (m < 0 || parse_kv_type(cmd, a, val, &c->kv_type)) return -1;
         return 1;
     }
-    if ((m = match("--threads", argc, argv, i, &val)) != 0 ||
-        (m = match("-t", argc, argv, i, &val)) != 0) {
-        if (m < 0 || parse_i64("--threads", val, 0, 1024, &v)) return -1;
+    if ((m = tl_cli_flag(cmd, kv_k_names, argc, argv, i, &val)) != 0)
+        return m < 0 ? -1 : kv_half(cmd, c, a, val, &kv_k_given, kv_v_given);
+    if ((m = tl_cli_flag(cmd, kv_v_names, argc, argv, i, &val)) != 0)
+        return m < 0 ? -1 : kv_half(cmd, c, a, val, &kv_v_given, kv_k_given);
+    if ((m = tl_cli_flag(cmd, thread_names, argc, argv, i, &val)) != 0) {
+        if (m < 0 || tl_cli_int(cmd, a, val, 0, 1024, &v)) return -1;
+        warn_threads(cmd, v);
         c->n_threads = (int32_t)v;
         return 1;
+    }
+    if ((m = tl_cli_flag(cmd, NAMES("--gpu-memory-utilization"), argc, argv, i, &val)) != 0) {
+        if (m > 0)
+            fprintf(stderr,
+                    "tokenloom %s: --gpu-memory-utilization: tokenloom runs on the CPU, there is "
+                    "no GPU memory to size; size the KV cache with --kv-bytes SIZE or "
+                    "--kv-blocks N\n",
+                    cmd);
+        return -1;
+    }
+    if ((m = tl_cli_flag(cmd, gpu_layer_names, argc, argv, i, &val)) != 0) {
+        if (m < 0 || tl_cli_int(cmd, a, val, 0, INT32_MAX, &v)) return -1;
+        if (v == 0) return 1; // nothing offloaded: what tokenloom does anyway
+        fprintf(stderr,
+                "tokenloom %s: %s %lld: tokenloom runs on the CPU and has no GPU to offload "
+                "layers to; drop the flag (or give 0)\n",
+                cmd, a, v);
+        return -1;
     }
     return 0;
 }
 
 void tl_cli_engine_flags_help(FILE *f)
 {
-    fprintf(f, "engine flags:\n"
-               "  --max-batch-size N       most sequences running at once (default 64)\n"
-               "  --max-tokens-per-step N  token budget per step, decodes + prefill chunks "
-               "(default 512)\n"
-               "  --max-seq-len N          prompt + generated tokens per sequence (default: model "
-               "context)\n"
-               "  --kv-block-size N        positions per KV block (default 16)\n"
-               "  --kv-blocks N            KV pool size in blocks\n"
-               "  --kv-bytes SIZE          KV pool size in bytes (K/M/G suffixes); default: what\n"
-               "                           max-batch-size full sequences need, at most 1/4 of RAM\n"
-               "  --kv-type f16|f32|q8_0   KV cache element type (default f16); q8_0: 8-bit\n"
-               "                           blocks of 32 with a scale, 0.53x the memory of f16\n"
-               "                           (needs a head_dim that is a multiple of 32)\n"
-               "  --no-prefix-cache        do not reuse computed prompt blocks across requests\n"
-               "  -t, --threads N          compute threads (default: online CPUs)\n");
+    fprintf(f,
+            "engine flags (vLLM / llama.cpp spellings in brackets are aliases):\n"
+            "  --max-batch-size N       most sequences running at once (default 64)\n"
+            "                           [--max-num-seqs, -np, --parallel]\n"
+            "  --max-tokens-per-step N  token budget per step, decodes + prefill chunks\n"
+            "                           (default 512) [--max-num-batched-tokens, -b, "
+            "--batch-size]\n"
+            "  --max-seq-len N          prompt + generated tokens per sequence (default: model\n"
+            "                           context) [--max-model-len, -c, --ctx-size]\n"
+            "  --kv-block-size N        positions per KV block (default 16) [--block-size]\n"
+            "  --kv-blocks N            KV pool size in blocks\n"
+            "  --kv-bytes SIZE          KV pool size in bytes (K/M/G suffixes); default: what\n"
+            "                           max-batch-size full sequences need, at most 1/4 of RAM\n"
+            "  --kv-type f16|f32|q8_0   KV cache element type (default f16); q8_0: 8-bit\n"
+            "                           blocks of 32 with a scale, 0.53x the memory of f16\n"
+            "                           (needs a head_dim that is a multiple of 32)\n"
+            "                           [--kv-cache-dtype (auto = f16), -ctk/-ctv,\n"
+            "                           --cache-type-k/--cache-type-v (K and V must agree)]\n"
+            "  --no-prefix-cache        do not reuse computed prompt blocks across requests\n"
+            "                           [--no-enable-prefix-caching]\n"
+            "  -t, --threads N          compute threads (default: online CPUs)\n"
+            "  CPU only: --gpu-memory-utilization and -ngl/--n-gpu-layers above 0 are refused\n");
 }

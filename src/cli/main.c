@@ -1,4 +1,5 @@
-/* tokenloom command line: dispatches to the subcommands of cli.h. */
+/* tokenloom command line: dispatches to the subcommands of cli.h (tokenloom --version is
+ * tokenloom version). Single-threaded; owns nothing. */
 #include "cli/cli.h"
 
 #include <stdio.h>
@@ -15,6 +16,7 @@ static const struct {
     {"tokenize", tl_cmd_tokenize, "print the token ids of text read from stdin"},
     {"mkmodel", tl_cmd_mkmodel, "write a random-weight Llama-shaped GGUF model"},
     {"bench", tl_cmd_bench, "load-test a running server"},
+    {"version", tl_cmd_version, "print the version, git revision, build flags and kernel ISA"},
 };
 
 static void usage(FILE *f)
@@ -35,9 +37,10 @@ int main(int argc, char **argv)
         usage(stdout);
         return 0;
     }
+    if (!strcmp(argv[1], "--version") || !strcmp(argv[1], "-V"))
+        return tl_cmd_version(argc - 1, argv + 1);
     for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
         if (!strcmp(argv[1], commands[i].name)) return commands[i].fn(argc - 1, argv + 1);
-    fprintf(stderr, "tokenloom: unknown command '%s'\n", argv[1]);
-    usage(stderr);
+    fprintf(stderr, "tokenloom: unknown command '%s'; see tokenloom --help\n", argv[1]);
     return 2;
 }

@@ -1,12 +1,14 @@
 /*
- * stderr logger. The level is read lazily from TOKENLOOM_LOG; a racy first read is harmless
- * because every thread computes the same value.
+ * stderr logger: one line per call, "2026-01-31T12:00:00.123Z tokenloom LEVEL: message" (UTC).
+ * The level is read lazily from TOKENLOOM_LOG; a racy first read is harmless because every
+ * thread computes the same value.
  */
 #include "core/log.h"
 
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <string.h>
+#include <time.h>
 
 static atomic_int log_level = -1;
 
@@ -40,7 +42,16 @@ void tl_log(enum tl_log_level level, const char *fmt, ...)
     static const char *names[] = {"error", "warn", "info", "debug"};
     if (!tl_log_enabled(level)) return;
     char line[1024];
-    int n = snprintf(line, sizeof(line), "tokenloom %s: ", names[level]);
+    // UTC timestamp with milliseconds (ISO 8601), so lines from the loop and engine threads and
+    // from several replicas can be ordered and matched to access logs.
+    struct timespec ts;
+    struct tm tm;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    gmtime_r(&ts.tv_sec, &tm);
+    int n = snprintf(line, sizeof(line),
+                     "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ tokenloom %s: ", tm.tm_year + 1900,
+                     tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec,
+                     (int)(ts.tv_nsec / 1000000), names[level]);
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(line + n, sizeof(line) - (size_t)n - 1, fmt, ap);

@@ -322,7 +322,7 @@ struct tl_server *tl_server_create(const struct tl_server_config *c)
     };
     s->http_open = true; // (tl_http_close copes with a half-open transport)
     if (tl_http_open(&s->http, s->base, &hc, &s->metrics, tl_srv_routes_handle, s)) {
-        tl__errorf(TL_ERR_IO, "serve: %s", tl_last_error());
+        tl__error_prefix(TL_ERR_IO, "serve"); // (formatting tl_last_error() into itself garbles it)
         goto fail;
     }
     if (pthread_create(&s->engine_thread, NULL, engine_main, s) != 0) {

@@ -1,5 +1,6 @@
 /*
- * libFuzzer harness for the GGUF reader (not run by `make test`). Each input is parsed with
+ * libFuzzer harness for the GGUF reader (`make test` replays it on mutated seeds through
+ * tests/unit/test_gguf_fuzz.c; long runs use libFuzzer as below). Each input is parsed with
  * tl_gguf_open_mem; when it opens, every key, array element and tensor byte range the object
  * exposes is read, so a pointer outside the input is caught by ASan.
  *
