@@ -10,6 +10,11 @@ done
 # tests/http runs the openai npm client: Debian's nodejs/npm unless a node is already there.
 command -v node >/dev/null 2>&1 || missing="$missing nodejs"
 command -v npm >/dev/null 2>&1 || missing="$missing npm"
+# tests/deploy: the nginx gateway, Prometheus and promtool, kubectl (kustomize), python3.
+command -v nginx >/dev/null 2>&1 || missing="$missing nginx"
+command -v prometheus >/dev/null 2>&1 || missing="$missing prometheus"
+command -v kubectl >/dev/null 2>&1 || missing="$missing kubernetes-client"
+command -v python3 >/dev/null 2>&1 || missing="$missing python3"
 [ -z "$missing" ] && exit 0
 if [ "$(id -u)" -ne 0 ]; then
     echo "tokenloom: missing Debian packages. Run as root:" >&2

@@ -133,7 +133,12 @@ def test_affinity(c):
 
 def test_kill(c):
     victim = c.replicas[1]
-    load = dl.Load(c.gateway.url, 6, stream_payload(1500), max_requests=400).start()
+    killed = []
+    long_stream, short_stream = stream_payload(1500), stream_payload(100)
+
+    def make(k):  # long streams until the kill (to be cut), then short ones (to be counted)
+        return short_stream(k) if killed else long_stream(k)
+    load = dl.Load(c.gateway.url, 6, make, max_requests=400).start()
     # Kill once the victim is generating for at least two streams (its own gauge says so) and
     # their headers came back through the gateway.
     end = time.monotonic() + 30
@@ -144,9 +149,14 @@ def test_kill(c):
         time.sleep(0.01)
     victim.signal(signal.SIGKILL)
     t_kill = time.monotonic()
+    killed.append(t_kill)
     victim.wait_exit(10)
-    # Keep the load going for a while after the kill, then stop it (bounded).
-    time.sleep(4)
+    # Keep the load going until 12 requests started after the kill have finished (bounded).
+    end = time.monotonic() + 60
+    while time.monotonic() < end:
+        if sum(r.t_start > t_kill for r in load.snapshot()) >= 12:
+            break
+        time.sleep(0.1)
     finished = load.stop(120)
     res = load.snapshot()
     after = [r for r in res if r.t_start > t_kill]
@@ -165,7 +175,7 @@ def test_kill(c):
     tap.check(not unclean and all(r.why for r in failed),
               "kill -9: those fail cleanly (cut stream or error status, within the timeout)",
               "\n".join(repr(r) for r in failed))
-    tap.check(len(after) >= 6 and all(r.ok for r in after),
+    tap.check(len(after) >= 12 and all(r.ok for r in after),
               "kill -9: every request started after the kill succeeds",
               "%d after; bad: %s" % (len(after), [r for r in after if not r.ok][:5]))
     victim.start()
