@@ -1,12 +1,14 @@
 #!/bin/sh
 # Installs the Debian packages tokenloom needs to build and test. Idempotent: installs only what
 # is missing. Run as root (CI does); as another user it prints the one apt-get line to run.
+# TL_DEPS=build installs only what `make` needs (deploy/Dockerfile's build stage).
 set -eu
 PKGS="build-essential pkg-config libpcre2-dev libcmocka-dev libevent-dev libjansson-dev curl jq"
 missing=""
 for p in $PKGS; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
 done
+if [ "${TL_DEPS:-}" != build ]; then
 # tests/http runs the openai npm client: Debian's nodejs/npm unless a node is already there.
 command -v node >/dev/null 2>&1 || missing="$missing nodejs"
 command -v npm >/dev/null 2>&1 || missing="$missing npm"
@@ -15,6 +17,7 @@ command -v nginx >/dev/null 2>&1 || missing="$missing nginx"
 command -v prometheus >/dev/null 2>&1 || missing="$missing prometheus"
 command -v kubectl >/dev/null 2>&1 || missing="$missing kubernetes-client"
 command -v python3 >/dev/null 2>&1 || missing="$missing python3"
+fi
 [ -z "$missing" ] && exit 0
 if [ "$(id -u)" -ne 0 ]; then
     echo "tokenloom: missing Debian packages. Run as root:" >&2
