@@ -4,6 +4,8 @@
 # TL_DEPS=build installs only what `make` needs (deploy/Dockerfile's build stage).
 set -eu
 PKGS="build-essential pkg-config libpcre2-dev libcmocka-dev libevent-dev libjansson-dev curl jq"
+# tests/chat/oracle.py: Jinja2 is the reference renderer for chat templates.
+PKGS="$PKGS python3 python3-jinja2"
 missing=""
 for p in $PKGS; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
