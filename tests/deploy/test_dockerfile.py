@@ -1,10 +1,12 @@
 #!/usr/bin/env python3
 """deploy/Dockerfile without a Docker engine, printed as TAP:
 
-  - the runtime stage installs every shared library the built binary needs: `ldd` resolves
-    build/tokenloom's libraries, `dpkg -S` names their Debian packages, and each must be in the
-    runtime stage's apt-get install list (libc6 comes with the base image); every listed package
-    must exist in the archive (apt-cache), so a typo fails too;
+  - the runtime stage installs every shared library the built binary needs: `dpkg -S` names
+    the Debian package of each library; the packages of the libraries the ELF file names itself
+    (NEEDED) must be in the runtime stage's apt-get install list, and those of every library
+    `ldd` resolves (their own dependencies too) must be in that list's dependency closure
+    (`apt-cache depends --recurse`); libc6 comes with the base image. Every listed package must
+    exist in the archive, so a typo fails too;
   - both stages are Debian 12, the build stage runs scripts/install-deps.sh and make, the runtime
     stage runs as a non-root user with /models as a volume;
   - the HEALTHCHECK command itself, run here against a live server: 0 when healthy, non-zero
@@ -53,15 +55,18 @@ def apt_packages(instructions):
     return pkgs
 
 
-def needed_packages(binary):
-    """{package: [library paths]} of every library ldd resolves for the binary."""
+def needed_packages(binary, direct_only=False):
+    """{package: [library paths]} of every library ldd resolves for the binary (direct_only:
+    only those named by the binary's own NEEDED entries)."""
     out = subprocess.run(["ldd", binary], capture_output=True, text=True, check=True).stdout
+    direct = set(re.findall(r"\(NEEDED\).*\[(.*)\]", subprocess.run(
+        ["readelf", "-d", binary], capture_output=True, text=True, check=True).stdout))
     need = {}
     for line in out.splitlines():
-        m = re.search(r"=>\s*(/\S+)", line)
-        if not m:
+        m = re.search(r"^\s*(\S+)\s*=>\s*(/\S+)", line)
+        if not m or (direct_only and m.group(1) not in direct):
             continue
-        path = m.group(1)
+        path = m.group(2)
         for cand in (path, os.path.realpath(path), path.replace("/lib/", "/usr/lib/", 1)):
             p = subprocess.run(["dpkg", "-S", cand], capture_output=True, text=True)
             if p.returncode == 0:
@@ -75,6 +80,14 @@ def needed_packages(binary):
 
 def missing(need, have):
     return {p: v for p, v in need.items() if p not in have and p not in BASE_PROVIDED}
+
+
+def closure(pkgs):
+    """The packages apt installs for `pkgs`: their Depends/PreDepends, recursively."""
+    out = subprocess.run(["apt-cache", "depends", "--recurse", "--no-recommends", "--no-suggests",
+                          "--no-conflicts", "--no-breaks", "--no-replaces", "--no-enhances"]
+                         + sorted(pkgs), capture_output=True, text=True).stdout
+    return {ln.strip() for ln in out.splitlines() if ln and not ln.startswith(" ")}
 
 
 def main():
@@ -91,15 +104,22 @@ def main():
               "the build stage runs scripts/install-deps.sh and make", build)
 
     have = apt_packages(run)
+    direct = needed_packages(dl.TL_BIN, direct_only=True)
     need = needed_packages(dl.TL_BIN)
-    tap.note("libraries of %s by package: %s" % (os.path.basename(dl.TL_BIN), need))
+    tap.note("packages of the libraries %s names: %s" % (os.path.basename(dl.TL_BIN),
+                                                          sorted(direct)))
+    tap.note("packages of all the libraries ldd resolves: %s" % sorted(need))
     tap.note("runtime stage installs: %s" % sorted(have))
-    gap = missing(need, have)
-    tap.check(need and not gap, "the runtime stage installs every library the binary needs",
-              "missing: %s" % gap)
+    gap = missing(direct, have)
+    tap.check(direct and not gap, "the runtime stage installs the package of every library the "
+              "binary names (NEEDED)", "missing: %s" % gap)
+    installed = closure(have)
+    gap = missing(need, installed)
+    tap.check(need and not gap, "with their dependencies, every library ldd resolves is installed",
+              "missing: %s" % {p: v[:3] for p, v in gap.items()})
     # The check can fail: the same list without one of its libraries.
-    drop = sorted(p for p in need if p in have)[:1]
-    tap.check(drop and missing(need, have - set(drop)) != {},
+    drop = sorted(p for p in direct if p in have)[:1]
+    tap.check(drop and missing(direct, have - set(drop)) != {},
               "control: dropping %s from the list is caught" % drop)
     unknown = [p for p in sorted(have)
                if subprocess.run(["apt-cache", "show", p], capture_output=True).returncode]
