@@ -5,8 +5,9 @@
 #   sh scripts/install-deps.sh test    the build set plus what `make test` needs (cmocka, curl,
 #                                      jq, pytest, node for the OpenAI client tests)
 #   sh scripts/install-deps.sh         both (the same as test)
+#   TL_DEPS=build sh scripts/install-deps.sh   the same as `build` (deploy/Dockerfile's build stage)
 set -eu
-SET=${1:-test}
+SET=${1:-${TL_DEPS:-test}}
 BUILD_PKGS="build-essential pkg-config libpcre2-dev libevent-dev libjansson-dev"
 TEST_PKGS="libcmocka-dev curl jq python3 python3-pytest python3-venv"
 # tests/chat/oracle.py: Jinja2 is the reference renderer for chat templates.
@@ -31,6 +32,10 @@ if [ "$SET" != build ]; then
     # tests/http runs the openai npm client: Debian's nodejs/npm unless a node is already there.
     command -v node >/dev/null 2>&1 || missing="$missing nodejs"
     command -v npm >/dev/null 2>&1 || missing="$missing npm"
+    # tests/deploy: the nginx gateway, Prometheus and promtool, kubectl (kustomize).
+    command -v nginx >/dev/null 2>&1 || missing="$missing nginx"
+    command -v prometheus >/dev/null 2>&1 || missing="$missing prometheus"
+    command -v kubectl >/dev/null 2>&1 || missing="$missing kubernetes-client"
 fi
 [ -z "$missing" ] && exit 0
 if [ "$(id -u)" -ne 0 ]; then

@@ -5,7 +5,12 @@
  * "_sum" and "_count" as the format requires. Bucket bounds follow vLLM's choices for the same
  * quantities (milliseconds to minutes for latencies) so dashboards carry over. The
  * tokens-per-step histogram is the engine's own (tl_engine_stats.step_hist_*), re-emitted in
- * cumulative form.
+ * cumulative form; its catch-all last bucket (bound INT64_MAX) is the "+Inf" line, not a bound.
+ *
+ * The gauges the Gateway API Inference Extension's endpoint picker reads are also exported under
+ * vLLM's names (vllm:num_requests_waiting, vllm:num_requests_running, vllm:kv_cache_usage_perc,
+ * vllm:cache_config_info{block_size,num_gpu_blocks}), always: five extra samples per scrape cost
+ * less than a flag every deployment behind the picker would have to remember.
  *
  * Thread model: one tl_metrics per server, touched only by the event-loop thread.
  */
@@ -13,6 +18,7 @@
 
 #include "core/error.h"
 
+#include <stdint.h>
 #include <string.h>
 
 #define P "tokenloom:"
@@ -177,6 +183,7 @@ void tl_metrics_render(const struct tl_metrics *m, const struct tl_engine_stats 
         n_steps += es->step_hist_count[i];
     for (int i = 0; i < TL_STEP_HIST_BUCKETS; i++) {
         if (i > 0 && es->step_hist_le[i] <= es->step_hist_le[i - 1]) break;
+        if (es->step_hist_le[i] == INT64_MAX) break; // the catch-all: counted in +Inf below
         cum += es->step_hist_count[i];
         tl_sb_printf(o, P "iteration_tokens_total_bucket{le=\"%lld\"} %lld\n",
                      (long long)es->step_hist_le[i], (long long)cum);
@@ -194,4 +201,18 @@ void tl_metrics_render(const struct tl_metrics *m, const struct tl_engine_stats 
     scalar(o, "client_disconnects_total", "counter",
            "Requests cancelled because the client closed the connection.",
            (double)m->client_disconnects);
+
+    // vLLM's names for what the inference gateway's endpoint picker reads (same values).
+    tl_sb_printf(o,
+                 "# HELP vllm:num_requests_waiting Requests waiting to be scheduled.\n"
+                 "# TYPE vllm:num_requests_waiting gauge\nvllm:num_requests_waiting %lld\n"
+                 "# HELP vllm:num_requests_running Requests being prefilled or decoded.\n"
+                 "# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running %lld\n"
+                 "# HELP vllm:kv_cache_usage_perc KV cache usage (0 to 1).\n"
+                 "# TYPE vllm:kv_cache_usage_perc gauge\nvllm:kv_cache_usage_perc %.17g\n"
+                 "# HELP vllm:cache_config_info KV cache configuration.\n"
+                 "# TYPE vllm:cache_config_info gauge\n"
+                 "vllm:cache_config_info{block_size=\"%lld\",num_gpu_blocks=\"%lld\"} 1\n",
+                 (long long)es->n_waiting, (long long)es->n_running, usage,
+                 (long long)es->kv_block_size, (long long)es->kv_blocks_total);
 }

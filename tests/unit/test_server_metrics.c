@@ -59,7 +59,10 @@ static void test_render(void **state)
     es.step_hist_count[0] = 4;
     es.step_hist_count[1] = 3;
     es.step_hist_count[2] = 2;
+    es.step_hist_le[3] = INT64_MAX; // the engine's catch-all: only "+Inf" may show it
+    es.step_hist_count[3] = 1;
     es.step_tokens_sum = 100;
+    es.kv_block_size = 16;
     struct tl_sb sb;
     tl_sb_init(&sb);
     tl_metrics_render(&m, &es, &sb);
@@ -84,11 +87,18 @@ static void test_render(void **state)
     expect_line(t, "tokenloom:iteration_tokens_total_bucket{le=\"1\"} 4");
     expect_line(t, "tokenloom:iteration_tokens_total_bucket{le=\"8\"} 7");
     expect_line(t, "tokenloom:iteration_tokens_total_bucket{le=\"64\"} 9");
-    expect_line(t, "tokenloom:iteration_tokens_total_bucket{le=\"+Inf\"} 9");
+    expect_line(t, "tokenloom:iteration_tokens_total_bucket{le=\"+Inf\"} 10");
+    assert_null(strstr(t, "9223372036854775807"));
     expect_line(t, "tokenloom:iteration_tokens_total_sum 100");
     expect_line(t, "tokenloom:http_requests_total{code=\"200\"} 2");
     expect_line(t, "tokenloom:http_requests_total{code=\"429\"} 1");
     expect_line(t, "tokenloom:http_requests_total{code=\"other\"} 1");
+    // vLLM's names, as the inference gateway's endpoint picker reads them.
+    expect_line(t, "# TYPE vllm:num_requests_waiting gauge");
+    expect_line(t, "vllm:num_requests_waiting 2");
+    expect_line(t, "vllm:num_requests_running 3");
+    expect_line(t, "vllm:kv_cache_usage_perc 0.25");
+    expect_line(t, "vllm:cache_config_info{block_size=\"16\",num_gpu_blocks=\"200\"} 1");
     // Every sample line is "name[{labels}] value" and every metric has HELP and TYPE.
     int n_type = 0;
     for (const char *l = t; *l;) {
@@ -97,7 +107,8 @@ static void test_render(void **state)
         if (!strncmp(l, "# TYPE ", 7))
             n_type++;
         else if (l[0] != '#')
-            assert_true(!strncmp(l, "tokenloom:", 10) && memchr(l, ' ', e - l));
+            assert_true((!strncmp(l, "tokenloom:", 10) || !strncmp(l, "vllm:", 5)) &&
+                        memchr(l, ' ', e - l));
         l = e + 1;
     }
     assert_true(n_type >= 20);
