@@ -166,6 +166,7 @@ static void seq_free(struct tl_seq *s)
 {
     if (!s) return;
     free(s->stop_tokens);
+    free(s->logit_bias);
     tl_stop_set_free(&s->stop);
     free(s->tokens);
     free(s->block_table);
@@ -210,6 +211,16 @@ static tl_status seq_create(tl_engine *e, const struct tl_request *r, const int3
         rc = tl__errorf(TL_ERR_NOMEM, "submit: out of memory");
         goto out_free;
     }
+    if (r->sampling.n_logit_bias > 0) {
+        s->logit_bias = tl_malloc_array((size_t)r->sampling.n_logit_bias, sizeof(*s->logit_bias));
+        if (!s->logit_bias) {
+            rc = tl__errorf(TL_ERR_NOMEM, "submit: out of memory");
+            goto out_free;
+        }
+        memcpy(s->logit_bias, r->sampling.logit_bias,
+               (size_t)r->sampling.n_logit_bias * sizeof(*s->logit_bias));
+    }
+    s->sampling.logit_bias = s->logit_bias; // the request's copy, never the caller's
     if (r->n_stop_tokens > 0)
         memcpy(s->stop_tokens, r->stop_tokens, (size_t)r->n_stop_tokens * sizeof(int32_t));
     s->n_stop_tokens = r->n_stop_tokens;
@@ -519,6 +530,11 @@ static tl_status validate_request(const tl_engine *e, const struct tl_request *r
         if (r->stop_tokens[i] < 0 || r->stop_tokens[i] >= e->be.n_vocab)
             return tl__errorf(TL_ERR_INVALID_ARG, "stop token %d is not in the vocabulary (0..%d)",
                               r->stop_tokens[i], e->be.n_vocab - 1);
+    for (int32_t i = 0; i < r->sampling.n_logit_bias; i++)
+        if (r->sampling.logit_bias[i].token < 0 || r->sampling.logit_bias[i].token >= e->be.n_vocab)
+            return tl__errorf(TL_ERR_INVALID_ARG,
+                              "logit_bias token %d is not in the vocabulary (0..%d)",
+                              r->sampling.logit_bias[i].token, e->be.n_vocab - 1);
     if (r->timeout_ms < 0) return tl__errorf(TL_ERR_INVALID_ARG, "timeout_ms must not be negative");
     if (r->n_stop < 0 || (r->n_stop > 0 && !r->stop))
         return tl__errorf(TL_ERR_INVALID_ARG, "bad stop string list");

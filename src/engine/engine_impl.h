@@ -78,7 +78,8 @@ struct tl_seq {
     atomic_bool cancel; // set by tl_engine_cancel
 
     // The request (owned copies).
-    struct tl_sampling sampling;
+    struct tl_sampling sampling;      // .logit_bias points at logit_bias below
+    struct tl_logit_bias *logit_bias; // owned copy of the request's, or NULL
     int32_t max_tokens;
     int32_t *stop_tokens; // owned, (n_stop_tokens)
     int32_t n_stop_tokens;
