@@ -223,6 +223,10 @@ struct tl_request {
     // alternatives; OpenAI's echo + logprobs). The prompt is then computed rather than taken
     // from the prefix cache (cached blocks have no logits; its blocks are still published).
     bool prompt_logprobs;
+    // The text of control tokens (e.g. "<|python_tag|>", "[TOOL_CALLS]") is part of the output
+    // instead of nothing; the server sets it when it parses tool calls out of the reply. Stop
+    // and end-of-generation tokens are never part of the text.
+    bool render_special;
     tl_event_fn on_event; // required
     void *user;           // passed to on_event
 };
