@@ -33,6 +33,15 @@ struct tl_reasoning_tags tl_reasoning_detect(const char *tmpl)
     return t;
 }
 
+bool tl_reasoning_prompt_opens(struct tl_reasoning_tags tags, const char *prompt, size_t len)
+{
+    if (!tags.open) return false;
+    while (len && strchr(" \t\r\n", prompt[len - 1]))
+        len--;
+    size_t n = strlen(tags.open);
+    return len >= n && !memcmp(prompt + len - n, tags.open, n);
+}
+
 void tl_reasoning_init(struct tl_reasoning_split *s, struct tl_reasoning_tags tags,
                        bool start_inside, tl_reasoning_sink sink, void *user)
 {

@@ -26,6 +26,10 @@ struct tl_reasoning_tags {
 // or "</think>" anywhere -> <think>/</think>; "<|START_THINKING|>" -> Command R7B's pair.
 struct tl_reasoning_tags tl_reasoning_detect(const char *tmpl);
 
+// Whether a rendered prompt leaves the reply inside the reasoning block: its text, less trailing
+// whitespace, ends with the open tag (DeepSeek R1's generation prompt ends in "<think>\n").
+bool tl_reasoning_prompt_opens(struct tl_reasoning_tags tags, const char *prompt, size_t len);
+
 // Receives one piece of reasoning (is_reasoning) or content text. Pieces may be empty-free
 // fragments of any size; their concatenation per kind is the split result.
 typedef void (*tl_reasoning_sink)(void *user, bool is_reasoning, const char *text, size_t len);

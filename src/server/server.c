@@ -106,6 +106,14 @@ static bool model_ready(struct tl_server *s)
     } else {
         s->chat_family = tl_chat_detect(s->info.chat_template, &s->chat_fallback);
     }
+    // Tool calls and reasoning are read in the syntax the model's own template teaches.
+    s->tool_syntax = tl_tool_syntax_detect(s->info.chat_template);
+    s->reasoning = tl_reasoning_detect(s->info.chat_template);
+    if (s->cfg.tool_call_syntax && *s->cfg.tool_call_syntax &&
+        !tl_tool_syntax_from_name(s->cfg.tool_call_syntax, &s->tool_syntax)) {
+        tl__errorf(TL_ERR_INVALID_ARG, "unknown tool-call syntax '%s'", s->cfg.tool_call_syntax);
+        return false;
+    }
     // The family's end-of-turn texts: a stop token when the vocabulary has it as one token,
     // else a stop string.
     const char *texts[2];

@@ -48,6 +48,7 @@ struct tl_server_config {
                                    // bounded even for a client that reads a byte a minute
     const char *served_model_name; // the model id clients use (default: the model's name)
     const char *chat_template;     // a family name overriding detection ("chatml", ...), or NULL
+    const char *tool_call_syntax;  // a tool-call syntax name overriding detection, or NULL
     bool handle_signals;           // stop on SIGINT/SIGTERM (the CLI sets it)
 
     // Loading (on the engine thread, while /health says 503):

@@ -10,6 +10,7 @@
 #ifndef TL_SERVER_STATE_H
 #define TL_SERVER_STATE_H
 
+#include "chat/toolcall.h"
 #include "server/chat_template.h"
 #include "server/http.h"
 #include "server/metrics.h"
@@ -66,6 +67,8 @@ struct tl_server {
                             // before tokenizing (which would stall the loop)
     enum tl_chat_family chat_family;
     bool chat_fallback;
+    enum tl_tool_syntax tool_syntax;    // how the model writes tool calls (chat_reply.c)
+    struct tl_reasoning_tags reasoning; // its reasoning tags, or none
     int32_t chat_stop_tokens[4];
     int n_chat_stop_tokens;
     const char *chat_stop_strings[4]; // static strings (not single tokens)
