@@ -24,9 +24,13 @@ static void usage(FILE *f)
                "  --port N                  listen port (default 8000; 0 = any free port)\n"
                "  --api-key KEY             require 'Authorization: Bearer KEY' (also\n"
                "                            $TOKENLOOM_API_KEY)\n"
-               "  --served-model-name NAME  the model id clients send (default: the model's name)\n"
+               "  --served-model-name NAME  the model id clients send (default: the file's stem)\n"
                "  --chat-template FAMILY    chatml, llama2, llama3, mistral, zephyr, gemma, phi3\n"
                "                            (default: detected from the model)\n"
+               "  --tool-call-syntax NAME   how the model writes tool calls: hermes, llama3,\n"
+               "                            mistral, command-r, command-r7b, functionary-v3.1,\n"
+               "                            functionary-v3.2, deepseek-r1, firefunction-v2,\n"
+               "                            generic (default: detected from its template)\n"
                "  --max-body-bytes N        larger request bodies get 413 (default 8388608)\n"
                "  --max-queued-requests N   queued engine requests before 429 (default 256)\n"
                "  --shutdown-timeout S      seconds in-flight requests get on SIGINT/SIGTERM\n"
@@ -112,6 +116,9 @@ int tl_cmd_serve(int argc, char **argv)
         } else if ((m = flag("--chat-template", NULL, argc, argv, &i, &v)) != 0) {
             if (m < 0) return 2;
             c.chat_template = v;
+        } else if ((m = flag("--tool-call-syntax", NULL, argc, argv, &i, &v)) != 0) {
+            if (m < 0) return 2;
+            c.tool_call_syntax = v;
         } else if ((m = flag("--max-body-bytes", NULL, argc, argv, &i, &v)) != 0) {
             if (m < 0 || num("--max-body-bytes", v, 1, (double)(1ull << 40), &d)) return 2;
             c.max_body_bytes = (size_t)d;

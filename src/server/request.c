@@ -457,7 +457,15 @@ static void on_prompt_token(struct tl_server *s, struct tl_srv_req *q, struct tl
     mark_started(s, c);
     if (!q->http || q->client_gone || !c->lp.obj) return;
     const struct tl_event *ev = &m->ev;
+    int64_t before = c->lp.offset;
     if (!add_logprob(s, &c->lp, ev->token, ev->logprob, ev->top, ev->n_top)) c->lost = true;
+    // SPM writes a space before the first word that the prompt's text does not have: the
+    // offsets after that token count from the text, one less.
+    json_t *toks = json_object_get(c->lp.obj, "tokens");
+    const char *tok = json_string_value(json_array_get(toks, json_array_size(toks) - 1));
+    const char *pt = q->prompts.text[c->prompt];
+    if (before == 0 && c->lp.offset > 0 && tok && tok[0] == ' ' && pt && pt[0] != ' ')
+        c->lp.offset--;
     if (ev->prompt_pos + 1 < q->prompts.n_tokens[c->prompt]) return;
     int64_t text_len = (int64_t)q->prompts.text_len[c->prompt];
     if (!q->streaming) {

@@ -81,9 +81,16 @@ static bool model_ready(struct tl_server *s)
     const char *path = s->info.path ? s->info.path : (s->cfg.model_path ? s->cfg.model_path : "");
     const char *slash = strrchr(path, '/');
     s->model_base = strdup(slash ? slash + 1 : path);
-    const char *name = s->cfg.served_model_name;
-    if (!name || !*name) name = s->info.name && *s->info.name ? s->info.name : s->model_base;
-    s->model_name = strdup(name ? name : "model");
+    // The id: --served-model-name, else the file's stem (as llama-server), not general.name.
+    const char *dot = s->model_base ? strrchr(s->model_base, '.') : NULL;
+    if (s->cfg.served_model_name && *s->cfg.served_model_name)
+        s->model_name = strdup(s->cfg.served_model_name);
+    else if (s->model_base && *s->model_base)
+        s->model_name =
+            strndup(s->model_base, dot && dot != s->model_base ? (size_t)(dot - s->model_base)
+                                                               : strlen(s->model_base));
+    else
+        s->model_name = strdup("model");
     if (!s->model_base || !s->model_name) return tl__errorf(TL_ERR_NOMEM, "out of memory"), false;
     s->max_seq_len =
         s->cfg.engine.max_seq_len > 0 ? s->cfg.engine.max_seq_len : s->info.n_ctx_train;

@@ -46,7 +46,7 @@ struct tl_server_config {
     size_t max_unsent_bytes;       // a stream whose client lets more than this pile up unread
                                    // is cancelled (default 8 MiB): memory per connection stays
                                    // bounded even for a client that reads a byte a minute
-    const char *served_model_name; // the model id clients use (default: the model's name)
+    const char *served_model_name; // the model id clients use (default: the file's stem)
     const char *chat_template;     // a family name overriding detection ("chatml", ...), or NULL
     const char *tool_call_syntax;  // a tool-call syntax name overriding detection, or NULL
     bool handle_signals;           // stop on SIGINT/SIGTERM (the CLI sets it)
