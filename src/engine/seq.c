@@ -75,7 +75,7 @@ tl_status tl__seq_create(tl_engine *e, const struct tl_request *r, const int32_t
         s->logit_bias = tl_malloc_array((size_t)r->sampling.n_logit_bias, sizeof(*s->logit_bias));
         if (!s->logit_bias) {
             rc = tl__errorf(TL_ERR_NOMEM, "submit: out of memory");
-            goto out_free;
+            goto out_destroy;
         }
         memcpy(s->logit_bias, r->sampling.logit_bias,
                (size_t)r->sampling.n_logit_bias * sizeof(*s->logit_bias));
