@@ -140,11 +140,12 @@ static void h_metrics(struct tl_server *s, struct evhttp_request *r, int64_t t0,
 // The served model as OpenAI's model object (new reference, NULL when out of memory).
 static json_t *model_object(const struct tl_server *s)
 {
-    return json_pack("{ss ss sI ss sI sI ss sb ss}", "id", s->model_name, "object", "model",
+    return json_pack("{ss ss sI ss sI sI ss sb ss ss ss?}", "id", s->model_name, "object", "model",
                      "created", (json_int_t)s->started_s, "owned_by", "tokenloom", "max_model_len",
                      (json_int_t)s->max_seq_len, "vocab_size", (json_int_t)s->info.n_vocab,
                      "chat_template", tl_chat_family_name(s->chat_family), "chat_template_fallback",
-                     s->chat_fallback, "root", s->model_base);
+                     s->chat_fallback, "root", s->model_base, "tool_call_syntax",
+                     tl_tool_syntax_name(s->tool_syntax), "reasoning_tag", s->reasoning.open);
 }
 
 static void h_models(struct tl_server *s, struct evhttp_request *r, int64_t t0, json_t *body)
