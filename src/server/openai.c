@@ -292,12 +292,14 @@ static bool parse_messages(json_t *root, struct tl_oai_params *p, struct tl_oai_
             p->msgs[i].role = TL_CHAT_USER;
         else if (str_is(role, "assistant"))
             p->msgs[i].role = TL_CHAT_ASSISTANT;
+        else if (str_is(role, "tool"))
+            p->msgs[i].role = TL_CHAT_TOOL;
         else
-            return bad(err, param,
-                       "'%s' must be one of system, developer, user, assistant (tool messages "
-                       "are not supported)",
+            return bad(err, param, "'%s' must be one of system, developer, user, assistant, tool",
                        param);
-        if (p->msgs[i].role == TL_CHAT_ASSISTANT && !tl__oai_check_tool_message(m, i, false, err))
+        bool tool = p->msgs[i].role == TL_CHAT_TOOL;
+        if ((tool || p->msgs[i].role == TL_CHAT_ASSISTANT) &&
+            !tl__oai_check_tool_message(m, i, tool, err))
             return false;
         if (!parse_content(json_object_get(m, "content"), (int)i, &p->msgs[i], p, err))
             return false;

@@ -64,6 +64,12 @@ serve_case() { # template file, expected syntax, expected reasoning tag (or null
     b=$(curl -sN "$url/v1/chat/completions" -d "$(printf "$BODY" ',"stream":true')" |
         sed -n 's/^data: //p' | jq -R . | jq -sc "$fold")
     check "$name: the stream folds to the whole message" "$b" "$a"
+    if [ "$tag" != null ]; then
+        # The template's generation prompt opens <think>: a reply that never closes it is all
+        # reasoning (stories260K never writes </think>).
+        r=$(printf '%s' "$a" | jq -c '[(.reasoning_content | length > 0), .content]')
+        check "$name: the prompt opened the reasoning block: all reasoning" "$r" '[true,""]'
+    fi
     fin=$(printf '%s' "$a" | jq -r .finish)
     case "$fin" in stop|length|tool_calls) ok "$name: finish_reason $fin" ;; *) notok "$name: finish_reason" "$w" ;; esac
     e=$(curl -s "$url/v1/chat/completions" -d "$(printf "$BODY" ',"tool_choice":"required"')" | jq -r .error.param)

@@ -174,6 +174,19 @@ static void test_tool_messages(void **state)
     assert_true(parse(TL_OAI_CHAT, body, &p, &e));
     assert_int_equal(p.n_msgs, 2);
     tl_oai_params_free(&p);
+    const char *with_result =
+        "{\"messages\":[{\"role\":\"user\",\"content\":\"w\"},{\"role\":\"assistant\","
+        "\"tool_calls\":[{\"id\":\"c1\",\"type\":\"function\",\"function\":{\"name\":"
+        "\"get_weather\",\"arguments\":\"{}\"}}]},{\"role\":\"tool\",\"tool_call_id\":\"c1\","
+        "\"content\":\"sunny\"}]" TOOLS "}";
+    assert_true(parse(TL_OAI_CHAT, with_result, &p, &e));
+    assert_int_equal(p.n_msgs, 3);
+    tl_oai_params_free(&p);
+    expect_bad(TL_OAI_CHAT, "{\"messages\":[{\"role\":\"tool\",\"content\":\"x\"}]}",
+               "messages[0].tool_call_id");
+    expect_bad(TL_OAI_CHAT,
+               "{\"messages\":[{\"role\":\"tool\",\"tool_call_id\":5,\"content\":\"x\"}]}",
+               "messages[0].tool_call_id");
     expect_bad(TL_OAI_CHAT,
                "{\"messages\":[{\"role\":\"assistant\",\"tool_calls\":[{\"id\":\"1\",\"type\":"
                "\"function\",\"function\":{\"name\":\"f\",\"arguments\":{}}}]}]}",
