@@ -125,6 +125,13 @@ tl_status tl_engine_create(const tl_model *m, const struct tl_engine_config *c,
 // Destroys the engine; requests still pending get no further events.
 void tl_engine_destroy(tl_engine *e);
 
+// One entry of OpenAI's logit_bias: added to the token's logit before sampling.
+struct tl_logit_bias {
+    int32_t token;
+    float bias; // [-100, 100]
+};
+#define TL_MAX_LOGIT_BIAS 1024 // entries per request
+
 struct tl_sampling {
     float temperature;        // 0 = greedy (default 1)
     int32_t top_k;            // 0 = off
@@ -135,6 +142,10 @@ struct tl_sampling {
     float frequency_penalty;  // 0 = off
     uint64_t seed;            // the request's own RNG seed
     int32_t n_logprobs;       // top-N alternatives to report per token (0..20)
+    // Added to the logits after the penalties, before temperature and the cuts (greedy too);
+    // reported logprobs stay those of the raw logits. Borrowed; tl_engine_submit copies it.
+    const struct tl_logit_bias *logit_bias;
+    int32_t n_logit_bias; // 0..TL_MAX_LOGIT_BIAS; a repeated token gets the sum
 };
 void tl_sampling_default(struct tl_sampling *s);
 
@@ -217,6 +228,10 @@ struct tl_request {
     // alternatives; OpenAI's echo + logprobs). The prompt is then computed rather than taken
     // from the prefix cache (cached blocks have no logits; its blocks are still published).
     bool prompt_logprobs;
+    // The text of control tokens (e.g. "<|python_tag|>", "[TOOL_CALLS]") is part of the output
+    // instead of nothing; the server sets it when it parses tool calls out of the reply. Stop
+    // and end-of-generation tokens are never part of the text.
+    bool render_special;
     tl_event_fn on_event; // required
     void *user;           // passed to on_event
 };

@@ -10,6 +10,7 @@
  */
 #include "cli/cli.h"
 #include "cli/args.h"
+#include "chat/toolcall.h"
 #include "cli/engine_flags.h"
 #include "core/log.h"
 #include "grpc/grpc_front.h"
@@ -37,11 +38,15 @@ static void usage(FILE *f)
                "  --port N                  listen port (default 8000; 0 = any free port)\n"
                "  --api-key KEY             require 'Authorization: Bearer KEY' (also\n"
                "                            $TOKENLOOM_API_KEY)\n"
-               "  --served-model-name NAME  the model id clients send (default: the model's name)\n"
+               "  --served-model-name NAME  the model id clients send (default: the file's stem)\n"
                "  --chat-template NAME      a built-in chat template instead of the model's:\n"
                "                            chatml, llama2, llama3, mistral, zephyr, gemma, phi3\n"
                "  --chat-template-file PATH a Jinja chat template file instead of the model's\n"
                "  --jinja                   accepted for llama.cpp compatibility (a no-op)\n"
+               "  --tool-call-syntax NAME   how the model writes tool calls: hermes, llama3,\n"
+               "                            mistral, command-r, command-r7b, functionary-v3.1,\n"
+               "                            functionary-v3.2, deepseek-r1, firefunction-v2,\n"
+               "                            generic (default: detected from its template)\n"
                "  --max-body-bytes N        larger request bodies get 413 (default 8388608)\n"
                "  --max-queued-requests N   queued engine requests before 429 (default 256)\n"
                "  --shutdown-timeout S      seconds in-flight requests get on SIGINT/SIGTERM\n"
@@ -60,7 +65,8 @@ static void usage(FILE *f)
 // clang-format off
 static const char *const serve_flag_names[] = {
     "--model", "-m", "--tokenizer", "--host", "--port", "--api-key", "--served-model-name",
-    "--chat-template", "--chat-template-file", "--jinja", "--grpc-port", "--max-body-bytes",
+    "--chat-template", "--chat-template-file", "--jinja", "--tool-call-syntax", "--grpc-port",
+    "--max-body-bytes",
     "--max-queued-requests", "--shutdown-timeout", "--http-timeout", "--max-unsent-bytes",
     "--help", NULL};
 // clang-format on
@@ -173,6 +179,10 @@ int tl_cmd_serve(int argc, char **argv)
                 return 2;
             }
             c.chat_template = v;
+        } else if ((m = tl_cli_flag("serve", NAMES("--tool-call-syntax"), argc, argv, &i, &v)) !=
+                   0) {
+            if (m < 0) return 2;
+            c.tool_call_syntax = v;
         } else if ((m = tl_cli_flag("serve", NAMES("--max-body-bytes"), argc, argv, &i, &v)) != 0) {
             if (m < 0 || tl_cli_int("serve", "--max-body-bytes", v, 1, 1ll << 40, &n)) return 2;
             c.max_body_bytes = (size_t)n;
@@ -213,6 +223,13 @@ int tl_cmd_serve(int argc, char **argv)
         return 2;
     if (c.chat_template_file && check_readable("--chat-template-file", c.chat_template_file))
         return 2;
+    enum tl_tool_syntax tool_syntax;
+    if (c.tool_call_syntax && *c.tool_call_syntax &&
+        !tl_tool_syntax_from_name(c.tool_call_syntax, &tool_syntax)) {
+        fprintf(stderr, "tokenloom serve: --tool-call-syntax: unknown syntax '%s'\n",
+                c.tool_call_syntax);
+        return 2;
+    }
     struct tl_server *s = tl_server_create(&c);
     if (!s) {
         fprintf(stderr, "tokenloom serve: %s\n", server_error());

@@ -49,10 +49,10 @@ static bool mb_is_eog(void *ctx, int32_t id)
     return tl_vocab_is_eog(mb->m->vocab, id);
 }
 
-static void mb_detok_init(void *ctx, void *state)
+static void mb_detok_init(void *ctx, void *state, bool render_special)
 {
     struct model_backend *mb = ctx;
-    tl_detok_init(state, mb->m->vocab, false);
+    tl_detok_init(state, mb->m->vocab, render_special);
 }
 
 static tl_status mb_detok_push(void *ctx, void *state, int32_t id, char **out, size_t *len,

@@ -384,6 +384,11 @@ static tl_status validate_request(const tl_engine *e, const struct tl_request *r
         if (r->stop_tokens[i] < 0 || r->stop_tokens[i] >= e->be.n_vocab)
             return tl__errorf(TL_ERR_INVALID_ARG, "stop token %d is not in the vocabulary (0..%d)",
                               r->stop_tokens[i], e->be.n_vocab - 1);
+    for (int32_t i = 0; i < r->sampling.n_logit_bias; i++)
+        if (r->sampling.logit_bias[i].token < 0 || r->sampling.logit_bias[i].token >= e->be.n_vocab)
+            return tl__errorf(TL_ERR_INVALID_ARG,
+                              "logit_bias token %d is not in the vocabulary (0..%d)",
+                              r->sampling.logit_bias[i].token, e->be.n_vocab - 1);
     if (r->timeout_ms < 0) return tl__errorf(TL_ERR_INVALID_ARG, "timeout_ms must not be negative");
     if (r->n_stop < 0 || (r->n_stop > 0 && !r->stop))
         return tl__errorf(TL_ERR_INVALID_ARG, "bad stop string list");

@@ -47,7 +47,7 @@ struct tl_engine_backend {
     // Incremental detokenizer with detok_bytes of state per sequence; push/flush append whole
     // UTF-8 characters to a growable buffer; TL_ERR_NOMEM (error set) on allocation failure.
     size_t detok_bytes;
-    void (*detok_init)(void *ctx, void *state);
+    void (*detok_init)(void *ctx, void *state, bool render_special);
     tl_status (*detok_push)(void *ctx, void *state, int32_t id, char **out, size_t *len,
                             size_t *cap);
     tl_status (*detok_flush)(void *ctx, void *state, char **out, size_t *len, size_t *cap);
@@ -81,7 +81,8 @@ struct tl_seq {
     atomic_bool cancel; // set by tl_engine_cancel
 
     // The request (owned copies).
-    struct tl_sampling sampling;
+    struct tl_sampling sampling;      // .logit_bias points at logit_bias below
+    struct tl_logit_bias *logit_bias; // owned copy of the request's, or NULL
     int32_t max_tokens;
     int32_t *stop_tokens; // owned, (n_stop_tokens)
     int32_t n_stop_tokens;

@@ -81,6 +81,15 @@ tl_status tl_sampling_validate(const struct tl_sampling *p)
     if (p->n_logprobs < 0 || p->n_logprobs > TL_SAMPLER_MAX_LOGPROBS)
         return tl__errorf(TL_ERR_INVALID_ARG, "logprobs must be in [0, %d] (got %d)",
                           TL_SAMPLER_MAX_LOGPROBS, p->n_logprobs);
+    if (p->n_logit_bias < 0 || p->n_logit_bias > TL_MAX_LOGIT_BIAS ||
+        (p->n_logit_bias && !p->logit_bias))
+        return tl__errorf(TL_ERR_INVALID_ARG, "logit_bias may hold at most %d entries (got %d)",
+                          TL_MAX_LOGIT_BIAS, p->n_logit_bias);
+    for (int32_t i = 0; i < p->n_logit_bias; i++)
+        if (!(p->logit_bias[i].bias >= -100 && p->logit_bias[i].bias <= 100))
+            return tl__errorf(TL_ERR_INVALID_ARG,
+                              "logit_bias of token %d must be in [-100, 100] (got %g)",
+                              p->logit_bias[i].token, (double)p->logit_bias[i].bias);
     return TL_OK;
 }
 
@@ -394,6 +403,10 @@ void tl_sampler_sample(struct tl_sampler *s, const float *logits, const struct t
     out->n_top = top_logprobs(s, lse, p->n_logprobs, out->top);
 
     apply_penalties(s, p, tokens, n_prompt, n_tokens);
+    for (int32_t i = 0; i < p->n_logit_bias; i++) {
+        int32_t t = p->logit_bias[i].token;
+        if (t >= 0 && t < nv) v[t] += p->logit_bias[i].bias;
+    }
 
     int32_t chosen = 0;
     if (p->temperature == 0.0f || p->top_k == 1) {

@@ -27,6 +27,7 @@ void tl__seq_destroy(struct tl_seq *s)
 {
     if (!s) return;
     free(s->stop_tokens);
+    free(s->logit_bias);
     tl_stop_set_free(&s->stop);
     free(s->tokens);
     free(s->block_table);
@@ -70,12 +71,22 @@ tl_status tl__seq_create(tl_engine *e, const struct tl_request *r, const int32_t
         rc = tl__errorf(TL_ERR_NOMEM, "submit: out of memory");
         goto out_destroy;
     }
+    if (r->sampling.n_logit_bias > 0) {
+        s->logit_bias = tl_malloc_array((size_t)r->sampling.n_logit_bias, sizeof(*s->logit_bias));
+        if (!s->logit_bias) {
+            rc = tl__errorf(TL_ERR_NOMEM, "submit: out of memory");
+            goto out_destroy;
+        }
+        memcpy(s->logit_bias, r->sampling.logit_bias,
+               (size_t)r->sampling.n_logit_bias * sizeof(*s->logit_bias));
+    }
+    s->sampling.logit_bias = s->logit_bias; // the request's copy, never the caller's
     if (r->n_stop_tokens > 0)
         memcpy(s->stop_tokens, r->stop_tokens, (size_t)r->n_stop_tokens * sizeof(int32_t));
     s->n_stop_tokens = r->n_stop_tokens;
     memcpy(s->tokens, prompt, (size_t)n_prompt * sizeof(int32_t));
     s->n_tokens = s->n_prompt = n_prompt;
-    if (e->be.detok_init) e->be.detok_init(e->be.ctx, s->detok);
+    if (e->be.detok_init) e->be.detok_init(e->be.ctx, s->detok, r->render_special);
     tl_rng_seed(&s->rng, r->sampling.seed);
     *out = s;
     return TL_OK;

@@ -5,7 +5,8 @@
  * Validation names the offending field in both the message and the error's "param", the way
  * the OpenAI API does ("'temperature' must be between 0 and 2"), so a client can tell what to
  * fix. Fields we do not know are ignored (clients send many optional ones); fields we know are
- * type- and range-checked strictly: an integer field does not take 1.5 or "3".
+ * type- and range-checked strictly: an integer field does not take 1.5 or "3". Fields of the
+ * OpenAI API that tokenloom does not implement are refused by name (openai_fields.c).
  *
  * The JSON parser is jansson's: it rejects invalid UTF-8, numbers out of range and nesting
  * deeper than its fixed limit, so none of those reach this code. Prompt and message strings
@@ -159,6 +160,10 @@ static bool parse_prompt(json_t *root, const struct tl_oai_limits *lim, struct t
     json_t *v = json_object_get(root, "prompt");
     if (!v || json_is_null(v)) return bad(err, "prompt", "'prompt' is required");
     if (json_is_string(v)) {
+        if (json_string_length(v) == 0)
+            return bad(err, "prompt",
+                       "'prompt' must not be empty (as vLLM, an empty prompt is "
+                       "refused)");
         p->prompts = calloc(1, sizeof(*p->prompts));
         if (!p->prompts) return bad(err, "prompt", "out of memory");
         p->n_prompts = 1;
@@ -189,6 +194,8 @@ static bool parse_prompt(json_t *root, const struct tl_oai_limits *lim, struct t
     for (size_t i = 0; i < n; i++) {
         json_t *e = json_array_get(v, i);
         if (strings && json_is_string(e)) {
+            if (json_string_length(e) == 0)
+                return bad(err, "prompt", "'prompt' must not hold an empty string");
             p->prompts[i].text = json_string_value(e);
             p->prompts[i].text_len = json_string_length(e);
         } else if (!strings && json_is_array(e)) {
@@ -290,6 +297,10 @@ static bool parse_messages(json_t *root, struct tl_oai_params *p, struct tl_oai_
         else
             return bad(err, param, "'%s' must be one of system, developer, user, assistant, tool",
                        param);
+        bool tool = p->msgs[i].role == TL_CHAT_TOOL;
+        if ((tool || p->msgs[i].role == TL_CHAT_ASSISTANT) &&
+            !tl__oai_check_tool_message(m, i, tool, err))
+            return false;
         if (!parse_content(json_object_get(m, "content"), (int)i, &p->msgs[i], p, err))
             return false;
     }
@@ -343,7 +354,10 @@ static bool parse_fields(json_t *root, const struct tl_oai_limits *lim, struct t
 {
     bool chat = p->kind == TL_OAI_CHAT;
     if (!tl_oai_model_field(root, &p->model, err)) return false;
+    if (!tl__oai_check_refused(root, p->kind, err)) return false;
     if (chat ? !parse_messages(root, p, err) : !parse_prompt(root, lim, p, err)) return false;
+    if (!tl__oai_parse_logit_bias(root, lim, p, err)) return false;
+    if (chat && !tl__oai_parse_tools(root, p, err)) return false;
 
     int64_t v = 0;
     bool present = false;
@@ -465,6 +479,8 @@ void tl_oai_params_free(struct tl_oai_params *p)
         free(p->prompts[i].tokens);
     free(p->prompts);
     free(p->msgs);
+    free(p->logit_bias);
+    free(p->tool_names);
     for (int i = 0; i < p->n_owned; i++)
         free(p->owned[i]);
     free(p->owned);

@@ -73,6 +73,13 @@ struct tl_oai_params {
     bool ignore_eos;
     int32_t priority;
     int64_t timeout_ms; // 0 = none
+    // Tool calling and logit_bias (openai_fields.c).
+    struct tl_logit_bias *logit_bias; // owned, n_logit_bias entries; sampling points at it
+    int32_t n_logit_bias;
+    const char **tool_names; // owned array of the offered function names (borrowed from root)
+    int n_tool_names;
+    bool tool_choice_auto;    // parse calls out of the reply (tools given, tool_choice auto)
+    bool parallel_tool_calls; // false: keep only the first call
 };
 
 // Limits that depend on the model.
@@ -97,6 +104,15 @@ bool tl_oai_parse_root(enum tl_oai_kind kind, json_t *root, const struct tl_oai_
 // Parses a body as JSON (any value); NULL with *err filled (400 naming the syntax error).
 json_t *tl_oai_load_body(const char *body, size_t len, struct tl_oai_error *err);
 void tl_oai_params_free(struct tl_oai_params *p);
+
+// openai_fields.c, for tl_oai_parse: the fields tokenloom refuses (400 naming the field unless
+// absent, null or its neutral value); logit_bias; tools / functions / tool_choice /
+// function_call / parallel_tool_calls; a message's tool-calling parts (is_tool: role "tool").
+bool tl__oai_check_refused(json_t *root, enum tl_oai_kind kind, struct tl_oai_error *err);
+bool tl__oai_parse_logit_bias(json_t *root, const struct tl_oai_limits *lim,
+                              struct tl_oai_params *p, struct tl_oai_error *err);
+bool tl__oai_parse_tools(json_t *root, struct tl_oai_params *p, struct tl_oai_error *err);
+bool tl__oai_check_tool_message(json_t *m, size_t i, bool is_tool, struct tl_oai_error *err);
 
 // Fills *err. fmt is printf-style; param may be NULL.
 void tl_oai_error_set(struct tl_oai_error *err, int http_status, const char *type, const char *code,

@@ -219,6 +219,7 @@ static void req_free(struct tl_srv_req *q)
         if (c->done_msg) free(c->done_msg->text_heap);
         free(c->done_msg);
         tl_sb_free(&c->text);
+        tl_srv_chat_reply_destroy(c->reply);
         tl_oai_logprobs_free(&c->lp);
         free(c->error);
     }
@@ -291,6 +292,15 @@ static void sse_send(struct tl_srv_req *q, struct tl_srv_choice *c, json_t *obj,
     }
 }
 
+// Sends each choice object of a parsed chat reply (chat_reply.c) as one chunk; steals list.
+static void send_choices(struct tl_srv_req *q, struct tl_srv_choice *c, json_t *list)
+{
+    if (!list) c->lost = true;
+    for (size_t i = 0; list && i < json_array_size(list); i++)
+        sse_send(q, c, chunk(q, json_incref(json_array_get(list, i))), NULL);
+    json_decref(list);
+}
+
 static void usage_totals(struct tl_srv_req *q, int64_t *prompt, int64_t *completion,
                          int64_t *cached)
 {
@@ -324,7 +334,9 @@ static json_t *whole_reply(struct tl_srv_req *q, int64_t np, int64_t nc, int64_t
         ok = ok && (!q->params.logprobs || lp);
         const char *fin = tl_oai_finish_str(c->finish);
         const char *t = text.buf ? text.buf : "";
-        json_t *choice = !ok    ? (json_decref(lp), NULL)
+        json_t *choice = !ok ? (json_decref(lp), NULL)
+                         : c->reply
+                             ? tl_srv_chat_reply_whole(c->reply, c->index, t, text.len, lp, fin)
                          : chat ? tl_oai_chat_choice(c->index, t, text.len, lp, fin)
                                 : tl_oai_text_choice(c->index, t, text.len, lp, fin);
         ok = choice && json_array_append_new(choices, choice) == 0;
@@ -439,6 +451,12 @@ static void on_token(struct tl_server *s, struct tl_srv_req *q, struct tl_srv_ch
                      NULL);
             return;
         }
+        if (c->reply) {
+            send_choices(
+                q, c,
+                tl_srv_chat_reply_stream(c->reply, c->index, ev->text, ev->text_len, lp, NULL));
+            return;
+        }
         json_t *choice = chat ? tl_oai_chat_delta(c->index, false, ev->text, ev->text_len, lp, NULL)
                               : tl_oai_text_choice(c->index, ev->text, ev->text_len, lp, NULL);
         sse_send(q, c, chunk(q, choice), NULL);
@@ -458,7 +476,15 @@ static void on_prompt_token(struct tl_server *s, struct tl_srv_req *q, struct tl
     mark_started(s, c);
     if (!q->http || q->client_gone || !c->lp.obj) return;
     const struct tl_event *ev = &m->ev;
+    int64_t before = c->lp.offset;
     if (!add_logprob(s, &c->lp, ev->token, ev->logprob, ev->top, ev->n_top)) c->lost = true;
+    // SPM writes a space before the first word that the prompt's text does not have: the
+    // offsets after that token count from the text, one less.
+    json_t *toks = json_object_get(c->lp.obj, "tokens");
+    const char *tok = json_string_value(json_array_get(toks, json_array_size(toks) - 1));
+    const char *pt = q->prompts.text[c->prompt];
+    if (before == 0 && c->lp.offset > 0 && tok && tok[0] == ' ' && pt && pt[0] != ' ')
+        c->lp.offset--;
     if (ev->prompt_pos + 1 < q->prompts.n_tokens[c->prompt]) return;
     int64_t text_len = (int64_t)q->prompts.text_len[c->prompt];
     if (!q->streaming) {
@@ -505,12 +531,19 @@ static void on_done(struct tl_server *s, struct tl_srv_req *q, struct tl_srv_cho
     } else if (q->http && !q->client_gone && q->streaming) {
         bool chat = q->params.kind == TL_OAI_CHAT;
         const char *fin = tl_oai_finish_str(c->finish);
+        if (c->reply) {
+            send_choices(
+                q, c,
+                tl_srv_chat_reply_stream(c->reply, c->index, ev->text, ev->text_len, NULL, fin));
+            goto out;
+        }
         json_t *choice =
             chat ? tl_oai_chat_delta(c->index, false, ev->text_len ? ev->text : NULL, ev->text_len,
                                      NULL, fin)
                  : tl_oai_text_choice(c->index, ev->text ? ev->text : "", ev->text_len, NULL, fin);
         sse_send(q, c, chunk(q, choice), NULL);
     }
+out:
     free(m->text_heap);
     m->text_heap = NULL;
     if (q->n_live == 0) finish_request(q);
@@ -558,7 +591,7 @@ static bool setup_choices(struct tl_srv_req *q)
         if (q->params.logprobs && (!q->params.stream || prompt_logprobs(q)))
             if (!tl_oai_logprobs_init(&c->lp, q->params.kind, 0)) return false;
     }
-    return true;
+    return tl_srv_chat_replies_setup(q->srv, q);
 }
 
 static void start_stream(struct tl_server *s, struct tl_srv_req *q)
@@ -612,6 +645,7 @@ static tl_status submit_all(struct tl_server *s, struct tl_srv_req *q)
         rq.priority = p->priority;
         rq.timeout_ms = p->timeout_ms;
         rq.prompt_logprobs = prompt_logprobs(q);
+        rq.render_special = c->reply && p->tool_choice_auto; // call markers are control tokens
         rq.on_event = tl_srv_on_event;
         rq.user = c;
         tl_status st = s->be->submit(s->engine, &rq, &c->engine_id);

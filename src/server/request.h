@@ -10,6 +10,7 @@
 #ifndef TL_SERVER_REQUEST_H
 #define TL_SERVER_REQUEST_H
 
+#include "server/chat_reply.h"
 #include "server/openai.h"
 #include "server/prompt.h"
 #include "server/state.h"
@@ -24,15 +25,16 @@ struct tl_srv_choice {
     int index;              // choice index in the response
     int prompt;             // which prompt of the request
     uint64_t engine_id;
-    bool submitted;              // the engine accepted it: a DONE message will come
-    bool done;                   // DONE processed
-    bool started;                // first TOKEN (or DONE) seen: no longer counted as queued
-    struct tl_srv_msg *done_msg; // owned, preallocated DONE message (see tl_srv_on_event)
-    atomic_bool dropped;         // engine thread: a TOKEN message could not be allocated
-    bool lost;                   // loop: memory ran out building this choice's output
-    struct tl_sb text;           // non-streaming: the text so far
-    struct tl_oai_logprobs lp;   // logprobs so far (non-streaming), lp.obj NULL when unused
-    int64_t lp_offset;           // streaming: text offset for completion logprobs
+    bool submitted;                  // the engine accepted it: a DONE message will come
+    bool done;                       // DONE processed
+    bool started;                    // first TOKEN (or DONE) seen: no longer counted as queued
+    struct tl_srv_msg *done_msg;     // owned, preallocated DONE message (see tl_srv_on_event)
+    atomic_bool dropped;             // engine thread: a TOKEN message could not be allocated
+    bool lost;                       // loop: memory ran out building this choice's output
+    struct tl_sb text;               // non-streaming: the text so far
+    struct tl_srv_chat_reply *reply; // owned: chat reply parser (tools, reasoning), or NULL
+    struct tl_oai_logprobs lp;       // logprobs so far (non-streaming), lp.obj NULL when unused
+    int64_t lp_offset;               // streaming: text offset for completion logprobs
     enum tl_finish_reason finish;
     char *error; // owned: the engine's message for TL_FINISH_ERROR
     int64_t n_prompt, n_cached, n_generated;

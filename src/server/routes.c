@@ -140,15 +140,38 @@ static void h_metrics(struct tl_server *s, struct evhttp_request *r, int64_t t0,
     tl_sb_free(&sb);
 }
 
+// The served model as OpenAI's model object (new reference, NULL when out of memory).
+static json_t *model_object(const struct tl_server *s)
+{
+    return json_pack("{ss ss sI ss sI sI ss sb ss ss ss?}", "id", s->model_name, "object", "model",
+                     "created", (json_int_t)s->started_s, "owned_by", "tokenloom", "max_model_len",
+                     (json_int_t)s->max_seq_len, "vocab_size", (json_int_t)s->info.n_vocab,
+                     "chat_template", s->chat.source_name, "chat_template_fallback",
+                     s->chat.fallback, "root", s->model_base, "tool_call_syntax",
+                     tl_tool_syntax_name(s->tool_syntax), "reasoning_tag", s->reasoning.open);
+}
+
 static void h_models(struct tl_server *s, struct evhttp_request *r, int64_t t0, json_t *body)
 {
-    json_t *m = json_pack("{ss ss sI ss sI sI ss sb ss}", "id", s->model_name, "object", "model",
-                          "created", (json_int_t)s->started_s, "owned_by", "tokenloom",
-                          "max_model_len", (json_int_t)s->max_seq_len, "vocab_size",
-                          (json_int_t)s->info.n_vocab, "chat_template", s->chat.source_name,
-                          "chat_template_fallback", s->chat.fallback, "root", s->model_base);
+    json_t *m = model_object(s);
     tl_http_send_json(&s->http, r, 200,
                       m ? json_pack("{ss s[o]}", "object", "list", "data", m) : NULL, t0, 0, 0);
+}
+
+// GET /v1/models/{id} (the SDKs' models.retrieve): the model when id names it, else 404.
+static void h_model(struct tl_server *s, struct evhttp_request *r, int64_t t0, json_t *body)
+{
+    const struct evhttp_uri *uri = evhttp_request_get_evhttp_uri(r);
+    char *id = evhttp_uridecode(evhttp_uri_get_path(uri) + strlen("/v1/models/"), 0, NULL);
+    if (id && model_matches(s, id)) {
+        tl_http_send_json(&s->http, r, 200, model_object(s), t0, 0, 0);
+    } else {
+        char msg[400];
+        snprintf(msg, sizeof(msg), "The model '%.200s' does not exist; this server serves '%.150s'",
+                 id ? id : "", s->model_name);
+        send_err(s, r, t0, 404, "invalid_request_error", "model_not_found", NULL, msg);
+    }
+    free(id);
 }
 
 // ---- POST endpoints --------------------------------------------------------------------------
@@ -300,6 +323,7 @@ static const struct route {
     {"/health", EVHTTP_REQ_GET, false, false, h_health},
     {"/metrics", EVHTTP_REQ_GET, false, false, h_metrics},
     {"/v1/models", EVHTTP_REQ_GET, true, true, h_models},
+    {"/v1/models/{id}", EVHTTP_REQ_GET, true, true, h_model}, // any /v1/models/<id>
     {"/v1/completions", EVHTTP_REQ_POST, true, true, h_completions},
     {"/v1/chat/completions", EVHTTP_REQ_POST, true, true, h_chat},
     {"/tokenize", EVHTTP_REQ_POST, true, true, h_tokenize},
@@ -360,8 +384,9 @@ void tl_srv_routes_handle(struct evhttp_request *r, void *arg)
     const char *path = uri ? evhttp_uri_get_path(uri) : NULL;
     if (!path || !*path) path = "/";
     const struct route *match = NULL;
+    const char *key = !strncmp(path, "/v1/models/", 11) && path[11] ? "/v1/models/{id}" : path;
     for (size_t i = 0; i < sizeof(routes) / sizeof(routes[0]); i++)
-        if (!strcmp(path, routes[i].path)) match = &routes[i];
+        if (!strcmp(key, routes[i].path)) match = &routes[i];
     if (!match && !strncmp(path, "/v2", 3) && (!path[3] || path[3] == '/')) {
         tl_srv_kserve_route(s, r, t0, path); // the Open Inference Protocol (kserve.c)
         return;

@@ -81,9 +81,16 @@ static bool model_ready(struct tl_server *s)
     const char *path = s->info.path ? s->info.path : (s->cfg.model_path ? s->cfg.model_path : "");
     const char *slash = strrchr(path, '/');
     s->model_base = strdup(slash ? slash + 1 : path);
-    const char *name = s->cfg.served_model_name;
-    if (!name || !*name) name = s->info.name && *s->info.name ? s->info.name : s->model_base;
-    s->model_name = strdup(name ? name : "model");
+    // The id: --served-model-name, else the file's stem (as llama-server), not general.name.
+    const char *dot = s->model_base ? strrchr(s->model_base, '.') : NULL;
+    if (s->cfg.served_model_name && *s->cfg.served_model_name)
+        s->model_name = strdup(s->cfg.served_model_name);
+    else if (s->model_base && *s->model_base)
+        s->model_name =
+            strndup(s->model_base, dot && dot != s->model_base ? (size_t)(dot - s->model_base)
+                                                               : strlen(s->model_base));
+    else
+        s->model_name = strdup("model");
     if (!s->model_base || !s->model_name) return tl__errorf(TL_ERR_NOMEM, "out of memory"), false;
     s->max_seq_len =
         s->cfg.engine.max_seq_len > 0 ? s->cfg.engine.max_seq_len : s->info.n_ctx_train;
@@ -102,6 +109,14 @@ static bool model_ready(struct tl_server *s)
     free(bos);
     free(eos);
     if (cst) return false;
+    // Tool calls and reasoning are read in the syntax the model's own (GGUF) template teaches.
+    s->tool_syntax = tl_tool_syntax_detect(s->info.chat_template);
+    s->reasoning = tl_reasoning_detect(s->info.chat_template);
+    if (s->cfg.tool_call_syntax && *s->cfg.tool_call_syntax &&
+        !tl_tool_syntax_from_name(s->cfg.tool_call_syntax, &s->tool_syntax)) {
+        tl__errorf(TL_ERR_INVALID_ARG, "unknown tool-call syntax '%s'", s->cfg.tool_call_syntax);
+        return false;
+    }
     // The family's end-of-turn texts: a stop token when the vocabulary has it as one token,
     // else a stop string.
     const char *texts[2];

@@ -46,9 +46,10 @@ struct tl_server_config {
     size_t max_unsent_bytes;        // a stream whose client lets more than this pile up unread
                                     // is cancelled (default 8 MiB): memory per connection stays
                                     // bounded even for a client that reads a byte a minute
-    const char *served_model_name;  // the model id clients use (default: the model's name)
+    const char *served_model_name;  // the model id clients use (default: the file's stem)
     const char *chat_template;      // a built-in template overriding the GGUF's ("chatml", ...)
     const char *chat_template_file; // a Jinja file overriding both, or NULL
+    const char *tool_call_syntax;   // a tool-call syntax name overriding detection, or NULL
     bool handle_signals;            // stop on SIGINT/SIGTERM (the CLI sets it)
 
     // Loading (on the engine thread, while /health says 503):

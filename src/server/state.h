@@ -10,6 +10,7 @@
 #ifndef TL_SERVER_STATE_H
 #define TL_SERVER_STATE_H
 
+#include "chat/toolcall.h"
 #include "server/chat_template.h"
 #include "server/http.h"
 #include "server/metrics.h"
@@ -58,13 +59,15 @@ struct tl_server {
 
     // Model facts (valid once READY):
     struct tl_model_info info;
-    char *model_name;             // owned: the served id
-    char *model_base;             // owned: the file's base name (also accepted)
-    int32_t max_seq_len;          // prompt + generated tokens per request
-    size_t max_token_bytes;       // longest text of one token (at least 64): a prompt longer
-                                  // than max_seq_len * this cannot fit and is refused
-                                  // before tokenizing (which would stall the loop)
-    struct tl_chat_template chat; // the template chat requests are rendered with
+    char *model_name;                   // owned: the served id
+    char *model_base;                   // owned: the file's base name (also accepted)
+    int32_t max_seq_len;                // prompt + generated tokens per request
+    size_t max_token_bytes;             // longest text of one token (at least 64): a prompt longer
+                                        // than max_seq_len * this cannot fit and is refused
+                                        // before tokenizing (which would stall the loop)
+    struct tl_chat_template chat;       // the template chat requests are rendered with
+    enum tl_tool_syntax tool_syntax;    // how the model writes tool calls (chat_reply.c)
+    struct tl_reasoning_tags reasoning; // its reasoning tags, or none
     int32_t chat_stop_tokens[4];
     int n_chat_stop_tokens;
     const char *chat_stop_strings[4]; // static strings (not single tokens)

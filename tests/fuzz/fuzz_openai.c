@@ -46,6 +46,11 @@ static const char *const fuzz_seeds[] = {
     "\"ignore_eos\":true,\"stop\":\"\\n\"}",
     "{\"messages\":[{\"role\":\"developer\",\"content\":\"a\\u0000b\"},{\"role\":\"user\","
     "\"content\":\"\\ud83d\\ude00\"}],\"max_completion_tokens\":3,\"stream\":false}",
+    "{\"messages\":[{\"role\":\"user\",\"content\":\"w\"},{\"role\":\"assistant\","
+    "\"tool_calls\":[{\"id\":\"c1\",\"type\":\"function\",\"function\":{\"name\":\"f\","
+    "\"arguments\":\"{}\"}}]}],\"tools\":[{\"type\":\"function\",\"function\":{\"name\":"
+    "\"f\",\"parameters\":{}}}],\"tool_choice\":\"auto\",\"parallel_tool_calls\":false,"
+    "\"logit_bias\":{\"1\":-100,\"2\":3.5},\"response_format\":{\"type\":\"text\"}}",
 };
 #define FUZZ_N_SEEDS (sizeof(fuzz_seeds) / sizeof(fuzz_seeds[0]))
 

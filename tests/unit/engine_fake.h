@@ -140,8 +140,9 @@ struct fake_detok {
     int n;
 };
 
-static inline void fake_detok_init(void *ctx, void *st)
+static inline void fake_detok_init(void *ctx, void *st, bool render_special)
 {
+    (void)render_special;
     (void)ctx;
     memset(st, 0, sizeof(struct fake_detok));
 }

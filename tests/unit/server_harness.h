@@ -5,7 +5,9 @@
  *
  * The fake engine generates letters: token k of a request with seed S is 'a' + (S + k) % 26,
  * one token per running request per step; its tokenizer maps each byte b to id b + 3 and
- * prepends BOS (1). Its own allocations use plain malloc, so fault injection
+ * prepends BOS (1). With fake_script set, every request instead generates that text,
+ * fake_script_piece bytes per token, then ends with a stop (an end-of-generation token); the
+ * model's chat template is fake_template. Its own allocations use plain malloc, so fault injection
  * (tl_alloc_fail_after) reaches only the server's.
  *
  * Threads: the fake engine's state is guarded by fe.mu; the client runs on the test thread.
@@ -34,6 +36,10 @@
 
 // ---- the fake model --------------------------------------------------------------------------
 
+static const char *fake_script;   // scripted model output, or NULL for letters
+static int fake_script_piece = 1; // bytes of the script per token
+static const char *fake_template; // tokenizer.chat_template of the fake model, or NULL
+
 static void fake_info(const tl_model *m, struct tl_model_info *out)
 {
     (void)m;
@@ -46,6 +52,7 @@ static void fake_info(const tl_model *m, struct tl_model_info *out)
     out->bos = 1;
     out->eos = 2;
     out->eot = -1;
+    out->chat_template = fake_template;
 }
 
 static tl_status fake_tokenize(const tl_model *m, const char *text, size_t len, bool add_special,
@@ -111,6 +118,8 @@ static struct fake_engine {
     int64_t n_cancel_calls;
     int64_t n_submitted;
     int64_t n_finished[6];
+    bool last_render_special;       // of the last submitted request
+    int32_t last_n_logit_bias;      // of the last submitted request
 } fe = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
 
 static tl_status fake_submit(tl_engine *e, const struct tl_request *r, uint64_t *id)
@@ -133,6 +142,8 @@ static tl_status fake_submit(tl_engine *e, const struct tl_request *r, uint64_t 
             memcpy(fe.r[i].prompt, r->prompt_tokens, (size_t)r->n_prompt_tokens * sizeof(int32_t));
         *id = fe.r[i].id;
         fe.n_submitted++;
+        fe.last_render_special = r->render_special;
+        fe.last_n_logit_bias = r->sampling.n_logit_bias;
         pthread_cond_broadcast(&fe.cv);
         pthread_mutex_unlock(&fe.mu);
         return TL_OK;
@@ -206,6 +217,25 @@ static tl_status fake_step(tl_engine *e, int64_t *n_pending)
             q->fn(q->user, &ev);
         }
         q->prompt_logprobs = false;
+        if (fake_script) {
+            size_t at = (size_t)q->n_gen * (size_t)fake_script_piece, len = strlen(fake_script);
+            if (at >= len) {
+                done(q, TL_FINISH_STOP);
+                continue;
+            }
+            size_t n = len - at < (size_t)fake_script_piece ? len - at : (size_t)fake_script_piece;
+            struct tl_event sev = {.type = TL_EVENT_TOKEN,
+                                   .request_id = q->id,
+                                   .text = fake_script + at,
+                                   .text_len = n,
+                                   .token = fake_script[at] + 3,
+                                   .logprob = -0.5f};
+            q->n_gen++;
+            q->fn(q->user, &sev);
+            if (q->n_gen >= q->max_tokens) done(q, TL_FINISH_LENGTH);
+            else pending++;
+            continue;
+        }
         char c = (char)('a' + (q->seed + (uint64_t)q->n_gen) % 26);
         struct tl_token_logprob top[2] = {{c + 3, -0.5f}, {'z' + 3, -2.0f}};
         struct tl_event ev = {.type = TL_EVENT_TOKEN,

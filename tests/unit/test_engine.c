@@ -722,7 +722,47 @@ static void test_allocation_failures(void **state)
     free(c);
 }
 
+// logit_bias through the engine: +100 on one token makes greedy decoding repeat it, the request
+// keeps its own copy (the caller's array is clobbered after submit), a bad id is refused.
+static void test_logit_bias_copied_and_applied(void **state)
+{
+    (void)state;
+    struct fake_model f;
+    struct tl_engine_config cfg = small_config();
+    tl_engine *e = fake_engine(&f, &cfg, V, 512);
+    struct collected *c = new_collected(1);
+    struct tl_sampling sp;
+    tl_sampling_default(&sp);
+    sp.temperature = 0;
+    struct tl_logit_bias bias[1] = {{9, 100.0f}};
+    sp.logit_bias = bias;
+    sp.n_logit_bias = 1;
+    int32_t prompt[3] = {3, 4, 5};
+    assert_true(fake_submit(e, prompt, 3, &sp, 12, c) > 0);
+    bias[0].token = 11; // must not matter: the engine copied the list
+    fake_run(e);
+    assert_int_equal(f.violations, 0);
+    assert_int_equal(c->n_tokens, 12);
+    for (int64_t i = 0; i < c->n_tokens; i++)
+        assert_int_equal(c->tokens[i], 9);
+    struct tl_request r;
+    tl_request_default(&r);
+    r.prompt_tokens = prompt;
+    r.n_prompt_tokens = 3;
+    r.on_event = collect_event;
+    r.user = c;
+    struct tl_logit_bias out_of_range[1] = {{V, 1.0f}};
+    r.sampling.logit_bias = out_of_range;
+    r.sampling.n_logit_bias = 1;
+    uint64_t id;
+    assert_int_equal(tl_engine_submit(e, &r, &id), TL_ERR_INVALID_ARG);
+    assert_non_null(strstr(tl_last_error(), "logit_bias"));
+    tl_engine_destroy(e);
+    free(c);
+}
+
 TL_TEST_MAIN(cmocka_unit_test(test_greedy_run_events_and_text),
+             cmocka_unit_test(test_logit_bias_copied_and_applied),
              cmocka_unit_test(test_text_prompt_and_utf8_hold_back),
              cmocka_unit_test(test_stop_token_and_eos), cmocka_unit_test(test_stop_strings),
              cmocka_unit_test(test_logprobs), cmocka_unit_test(test_cancel),

@@ -304,9 +304,58 @@ static void test_validate(void **state)
     assert_null(tl_sampler_create(0));
 }
 
+// logit_bias: the distribution is softmax(logits + bias) (computed here independently), greedy
+// follows the biased argmax, -100 bans a token, and reported logprobs stay the raw ones.
+static void test_logit_bias(void **state)
+{
+    (void)state;
+    const double pr[4] = {0.5, 0.3, 0.15, 0.05};
+    float logits[4];
+    for (int i = 0; i < 4; i++) logits[i] = (float)log(pr[i]);
+    const struct tl_logit_bias bias[2] = {{3, 2.0f}, {0, -100.0f}};
+    struct tl_sampling p = params(1.0f);
+    p.logit_bias = bias;
+    p.n_logit_bias = 2;
+    assert_int_equal(tl_sampling_validate(&p), TL_OK);
+    double want[4], z = 0;
+    for (int i = 0; i < 4; i++) {
+        double b = i == 3 ? 2.0 : i == 0 ? -100.0 : 0.0;
+        z += want[i] = exp(log(pr[i]) + b);
+    }
+    for (int i = 0; i < 4; i++) want[i] /= z;
+    check_freq(logits, 4, &p, want, 200000);
+
+    struct tl_sampler *s = tl_sampler_create(4);
+    struct tl_rng r;
+    tl_rng_seed(&r, 1);
+    struct tl_sample_result res;
+    p.temperature = 0;
+    p.n_logprobs = 1;
+    tl_sampler_sample(s, logits, &p, NULL, 0, 0, &r, &res);
+    assert_int_equal(res.token, 3); // 0 banned; 3: 0.05 * e^2 = 0.369 beats 1 (0.3)
+    p.n_logit_bias = 1;             // only +2 on token 3: 0.369 < 0.5, token 0 wins
+    tl_sampler_sample(s, logits, &p, NULL, 0, 0, &r, &res);
+    assert_int_equal(res.token, 0);
+    const struct tl_logit_bias up[1] = {{2, 1.5f}}; // 0.15 * e^1.5 = 0.672 > 0.5
+    p.logit_bias = up;
+    tl_sampler_sample(s, logits, &p, NULL, 0, 0, &r, &res);
+    assert_int_equal(res.token, 2);
+    TL_ASSERT_NEAR(res.logprob, log(0.15), 1e-5, 2); // the raw logprob
+    assert_int_equal(res.top[0].id, 0);
+    tl_sampler_destroy(s);
+
+    const struct tl_logit_bias bad[1] = {{1, 100.5f}};
+    p.logit_bias = bad;
+    assert_int_equal(tl_sampling_validate(&p), TL_ERR_INVALID_ARG);
+    assert_non_null(strstr(tl_last_error(), "logit_bias"));
+    p.n_logit_bias = TL_MAX_LOGIT_BIAS + 1;
+    assert_int_equal(tl_sampling_validate(&p), TL_ERR_INVALID_ARG);
+}
+
 TL_TEST_MAIN(cmocka_unit_test(test_rng_vectors), cmocka_unit_test(test_greedy_ties_and_no_draw),
              cmocka_unit_test(test_logprobs_match_scalar_log_softmax),
              cmocka_unit_test(test_distribution_temperature_topk_topp_minp),
              cmocka_unit_test(test_topp_wide_vocabulary), cmocka_unit_test(test_penalties),
              cmocka_unit_test(test_same_seed_same_tokens),
-             cmocka_unit_test(test_nan_and_inf_logits), cmocka_unit_test(test_validate))
+             cmocka_unit_test(test_nan_and_inf_logits), cmocka_unit_test(test_validate),
+             cmocka_unit_test(test_logit_bias))

@@ -24,7 +24,7 @@ static void test_health_models_metrics(void **state)
     assert_int_equal(r.status, 200);
     json_t *j = body_json(&r);
     json_t *m = json_array_get(json_object_get(j, "data"), 0);
-    assert_string_equal(json_string_value(json_object_get(m, "id")), "fake");
+    assert_string_equal(json_string_value(json_object_get(m, "id")), "fake-model"); // file stem
     assert_string_equal(json_string_value(json_object_get(m, "chat_template")), "chatml");
     assert_true(json_is_true(json_object_get(m, "chat_template_fallback")));
     assert_int_equal(json_integer_value(json_object_get(m, "max_model_len")), 64);
@@ -54,7 +54,7 @@ static void test_completion_plain(void **state)
     json_t *j = body_json(&r);
     assert_string_equal(json_string_value(json_object_get(j, "object")), "text_completion");
     assert_true(!strncmp(json_string_value(json_object_get(j, "id")), "cmpl-", 5));
-    assert_string_equal(json_string_value(json_object_get(j, "model")), "fake");
+    assert_string_equal(json_string_value(json_object_get(j, "model")), "fake-model");
     json_t *ch = json_object_get(j, "choices");
     assert_int_equal(json_array_size(ch), 4);
     // choice i = prompt i/2, sample i%2 with seed 2 + i%2: letters from 'c' or 'd'.
