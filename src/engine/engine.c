@@ -27,6 +27,7 @@
  * silently). Request fields are copied at submission; the caller's request may be freed then.
  */
 #include "engine/engine_impl.h"
+#include "grammar/grammar.h"
 
 #include "core/alloc.h"
 #include "core/clock.h"
@@ -166,6 +167,7 @@ static void seq_free(struct tl_seq *s)
 {
     if (!s) return;
     free(s->stop_tokens);
+    tl_gmatcher_destroy(s->gm);
     tl_stop_set_free(&s->stop);
     free(s->tokens);
     free(s->block_table);
@@ -217,6 +219,8 @@ static tl_status seq_create(tl_engine *e, const struct tl_request *r, const int3
     s->n_tokens = s->n_prompt = n_prompt;
     if (e->be.detok_init) e->be.detok_init(e->be.ctx, s->detok);
     tl_rng_seed(&s->rng, r->sampling.seed);
+    rc = tl__constrain_init(e, s, r);
+    if (rc) goto out_free;
     *out = s;
     return TL_OK;
 out_free:
@@ -439,6 +443,8 @@ void tl_engine_destroy(tl_engine *e)
     free(e->samplers);
     free(e->to_sample);
     free(e->sample_res);
+    tl_gvocab_destroy(e->gvocab);
+    free(e->gmasks);
     tl_kv_cache_destroy(e->kv);
     if (e->be.destroy) e->be.destroy(e->be.ctx);
     pthread_cond_destroy(&e->cv);
@@ -736,7 +742,12 @@ static enum tl_finish_reason accept_token(tl_engine *e, struct tl_seq *s,
 
     enum tl_finish_reason why = TL_FINISH_NONE;
     size_t release = s->text_released;
-    if (is_stop_token(e, s, t)) {
+    enum tl_finish_reason gwhy = s->gm ? tl__constrain_accept(e, s, t) : TL_FINISH_NONE;
+    if (gwhy == TL_FINISH_ERROR) {
+        s->gm_error = "grammar: the sampled token does not continue the grammar";
+        return TL_FINISH_ERROR;
+    }
+    if (gwhy == TL_FINISH_STOP || is_stop_token(e, s, t)) {
         why = TL_FINISH_STOP; // its own text is not part of the output
     } else {
         if (!text_reserve(s, 64) ||
@@ -824,8 +835,11 @@ static void sample_worker(void *arg, int ith, int nth)
     for (int64_t i = ith; i < e->n_to_sample + e->n_plp; i += nth) {
         if (i < e->n_to_sample) {
             struct tl_seq *s = e->to_sample[i];
-            tl_sampler_sample(e->samplers[ith], e->logits + s->out_row * nv, &s->sampling,
-                              s->tokens, s->n_prompt, s->n_tokens, &s->rng, &e->sample_res[i]);
+            if (s->gm)
+                tl__constrain_sample(e, ith, s, e->logits + s->out_row * nv, &e->sample_res[i]);
+            else
+                tl_sampler_sample(e->samplers[ith], e->logits + s->out_row * nv, &s->sampling,
+                                  s->tokens, s->n_prompt, s->n_tokens, &s->rng, &e->sample_res[i]);
         } else {
             int64_t k = i - e->n_to_sample;
             const struct tl_plp_item *it = &e->plp[k];
@@ -838,6 +852,7 @@ static void sample_worker(void *arg, int ith, int nth)
 
 static void sample_all(tl_engine *e)
 {
+    tl__constrain_prepare(e);
     if (e->n_to_sample + e->n_plp > 1)
         tl_pool_run(e->pool, sample_worker, e);
     else if (e->n_to_sample + e->n_plp == 1)
@@ -914,9 +929,13 @@ tl_status tl_engine_step(tl_engine *e, int64_t *n_pending)
             for (int64_t i = 0; i < e->n_to_sample; i++) {
                 struct tl_seq *s = e->to_sample[i];
                 TL_ASSERT(!s->prompt_logprobs || s->n_plp_done == s->n_prompt);
+                if (e->sample_res[i].token < 0) { // constrained sampling failed
+                    finish(e, s, TL_FINISH_ERROR, s->gm_error);
+                    continue;
+                }
                 enum tl_finish_reason why = accept_token(e, s, &e->sample_res[i]);
                 if (why == TL_FINISH_ERROR)
-                    finish(e, s, why, "out of memory for output text");
+                    finish(e, s, why, s->gm_error ? s->gm_error : "out of memory for output text");
                 else if (why)
                     finish(e, s, why, NULL);
             }
