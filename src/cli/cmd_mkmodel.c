@@ -26,6 +26,7 @@
 
 #include "core/alloc.h"
 #include "core/clock.h"
+#include "core/hash.h"
 #include "gguf/gguf.h"
 #include "kernels/kernels.h"
 
@@ -77,24 +78,15 @@ static void usage(FILE *f)
            "  --name NAME                   general.name\n");
 }
 
-// ---- random weights
-// ------------------------------------------------------------------------------
-
-static uint64_t splitmix64(uint64_t *s)
-{
-    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
+// ---- random weights -----------------------------------------------------------------------------
 
 // Fills x[0..n) with N(0, std^2) samples (Box-Muller, both outputs used).
 static void fill_normal(uint64_t *state, float *x, int64_t n, float std)
 {
     for (int64_t i = 0; i < n; i += 2) {
         // u1 in (0, 1] so log(u1) is finite; 53-bit uniforms.
-        double u1 = ((double)(splitmix64(state) >> 11) + 1.0) * 0x1p-53;
-        double u2 = (double)(splitmix64(state) >> 11) * 0x1p-53;
+        double u1 = ((double)(tl_splitmix64(state) >> 11) + 1.0) * 0x1p-53;
+        double u2 = (double)(tl_splitmix64(state) >> 11) * 0x1p-53;
         double r = sqrt(-2.0 * log(u1)) * std;
         double a = 2.0 * M_PI * u2;
         x[i] = (float)(r * cos(a));
@@ -141,8 +133,7 @@ static uint64_t hash_name(const char *s)
     return h;
 }
 
-// ---- arguments
-// -----------------------------------------------------------------------------------
+// ---- arguments ----------------------------------------------------------------------------------
 
 // Parses a positive int in [1, max]; false otherwise.
 static bool parse_int(const char *s, long max, int *out)
@@ -265,8 +256,7 @@ static enum tl_dtype fitting_type(enum tl_dtype t, int64_t n_in)
     return TL_DTYPE_F16;
 }
 
-// ---- the command
-// ---------------------------------------------------------------------------------
+// ---- the command --------------------------------------------------------------------------------
 
 int tl_cmd_mkmodel(int argc, char **argv)
 {

@@ -90,75 +90,12 @@ const char *tl_finish_reason_str(enum tl_finish_reason r)
 }
 
 // ---- id -> seq map (under mu) ---------------------------------------------------------------
-// Open addressing with linear probing and backward-shift deletion; ids are never 0.
+// A tl_hmap from request id (never 0) to the sequence pointer.
 
-static size_t id_slot(uint64_t id, size_t cap)
+static struct tl_seq *live_find(const tl_engine *e, uint64_t id)
 {
-    return (size_t)((id * 0x9e3779b97f4a7c15ull) >> 20) & (cap - 1);
-}
-
-static bool id_map_put(struct tl_id_map *m, uint64_t id, struct tl_seq *s)
-{
-    if ((m->n + 1) * 2 > m->cap) {
-        size_t ncap = m->cap ? m->cap * 2 : 64;
-        uint64_t *keys = tl_calloc_array(ncap, sizeof(*keys));
-        struct tl_seq **vals = tl_calloc_array(ncap, sizeof(*vals));
-        if (!keys || !vals) {
-            free(keys);
-            free(vals);
-            return false;
-        }
-        for (size_t i = 0; i < m->cap; i++) {
-            if (!m->keys[i]) continue;
-            size_t j = id_slot(m->keys[i], ncap);
-            while (keys[j])
-                j = (j + 1) & (ncap - 1);
-            keys[j] = m->keys[i];
-            vals[j] = m->vals[i];
-        }
-        free(m->keys);
-        free(m->vals);
-        m->keys = keys;
-        m->vals = vals;
-        m->cap = ncap;
-    }
-    size_t j = id_slot(id, m->cap);
-    while (m->keys[j])
-        j = (j + 1) & (m->cap - 1);
-    m->keys[j] = id;
-    m->vals[j] = s;
-    m->n++;
-    return true;
-}
-
-static struct tl_seq *id_map_get(const struct tl_id_map *m, uint64_t id)
-{
-    if (!m->cap) return NULL;
-    for (size_t j = id_slot(id, m->cap); m->keys[j]; j = (j + 1) & (m->cap - 1))
-        if (m->keys[j] == id) return m->vals[j];
-    return NULL;
-}
-
-static void id_map_del(struct tl_id_map *m, uint64_t id)
-{
-    if (!m->cap) return;
-    size_t mask = m->cap - 1, j = id_slot(id, m->cap);
-    while (m->keys[j] && m->keys[j] != id)
-        j = (j + 1) & mask;
-    if (!m->keys[j]) return;
-    // Backward shift: move later entries of the cluster into the hole when allowed.
-    size_t hole = j;
-    for (size_t k = (j + 1) & mask; m->keys[k]; k = (k + 1) & mask) {
-        size_t home = id_slot(m->keys[k], m->cap);
-        bool between = hole <= k ? (home > hole && home <= k) : (home > hole || home <= k);
-        if (between) continue;
-        m->keys[hole] = m->keys[k];
-        m->vals[hole] = m->vals[k];
-        hole = k;
-    }
-    m->keys[hole] = 0;
-    m->vals[hole] = NULL;
-    m->n--;
+    uint64_t v;
+    return tl_hmap_get(&e->live, id, &v) ? (struct tl_seq *)(uintptr_t)v : NULL;
 }
 
 // ---- sequences ------------------------------------------------------------------------------
@@ -322,6 +259,7 @@ tl_status tl__engine_create_with(const struct tl_engine_backend *be,
         return tl__errorf(TL_ERR_NOMEM, "engine: out of memory");
     }
     memset(e, 0, sizeof(*e));
+    tl_hmap_init(&e->live);
     e->be = *be;
     pthread_mutex_init(&e->mu, NULL);
     pthread_cond_init(&e->cv, NULL);
@@ -427,8 +365,7 @@ void tl_engine_destroy(tl_engine *e)
     free(e->inbox);
     free(e->waiting);
     free(e->running);
-    free(e->live.keys);
-    free(e->live.vals);
+    tl_hmap_free(&e->live);
     free(e->b_token);
     free(e->b_pos);
     free(e->b_seq);
@@ -596,7 +533,7 @@ tl_status tl_engine_submit(tl_engine *e, const struct tl_request *r, uint64_t *i
         rc = tl__errorf(TL_ERR_FULL, "%lld requests are already waiting (max_waiting %d)",
                         (long long)e->n_unadmitted, e->cfg.max_waiting);
     } else if (!tl_grow((void **)&e->inbox, &e->cap_inbox, e->n_inbox + 1, sizeof(*e->inbox)) ||
-               !id_map_put(&e->live, e->next_id, s)) {
+               tl_hmap_put(&e->live, e->next_id, (uintptr_t)s)) {
         rc = tl__errorf(TL_ERR_NOMEM, "submit: out of memory");
     } else {
         s->id = s->arrival = e->next_id++;
@@ -617,7 +554,7 @@ tl_status tl_engine_cancel(tl_engine *e, uint64_t id)
     if (!e) return tl__errorf(TL_ERR_INVALID_ARG, "engine is NULL");
     tl_status rc = TL_OK;
     pthread_mutex_lock(&e->mu);
-    struct tl_seq *s = id_map_get(&e->live, id);
+    struct tl_seq *s = live_find(e, id);
     if (s) {
         atomic_store(&s->cancel, true);
         e->wake_flag = true;
@@ -696,7 +633,7 @@ static void finish(tl_engine *e, struct tl_seq *s, enum tl_finish_reason why, co
     tl__sched_remove(e, s);
     tl__seq_release_blocks(e, s);
     pthread_mutex_lock(&e->mu);
-    id_map_del(&e->live, s->id);
+    tl_hmap_del(&e->live, s->id);
     pthread_mutex_unlock(&e->mu);
 
     if (!s->stop_string_hit && e->be.detok_flush && text_reserve(s, 8)) {

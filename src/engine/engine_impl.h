@@ -16,6 +16,7 @@
 #include <tokenloom.h>
 
 #include "engine/kvcache.h"
+#include "core/hashmap.h"
 #include "core/pool.h"
 #include "engine/sampler.h"
 #include "engine/stop.h"
@@ -138,12 +139,6 @@ struct tl_seq {
 
 // ---- the engine -----------------------------------------------------------------------------
 
-struct tl_id_map {
-    uint64_t *keys;       // owned, (cap); 0 = empty slot
-    struct tl_seq **vals; // owned, (cap)
-    size_t cap, n;
-};
-
 // One prompt-logprob row of a step: logits row `row` (position pos of s) gives the logprob of
 // prompt token pos + 1.
 struct tl_plp_item {
@@ -174,7 +169,7 @@ struct tl_engine {
     pthread_cond_t cv;
     struct tl_seq **inbox; // owned array of owned seqs
     size_t n_inbox, cap_inbox;
-    struct tl_id_map live; // id -> seq for every request not yet done
+    struct tl_hmap live; // id -> seq (as uintptr_t) for every request not yet done
     uint64_t next_id;
     int64_t n_unadmitted; // inbox + waiting (for max_waiting)
     bool wake_flag;

@@ -21,25 +21,18 @@
 
 #include "core/alloc.h"
 #include "core/error.h"
+#include "core/hash.h"
 
 #include <math.h>
 #include <string.h>
 
 // ---- RNG ------------------------------------------------------------------------------------
 
-static uint64_t splitmix64(uint64_t *x)
-{
-    uint64_t z = (*x += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
 void tl_rng_seed(struct tl_rng *r, uint64_t seed)
 {
     uint64_t x = seed;
     for (int i = 0; i < 4; i++)
-        r->s[i] = splitmix64(&x);
+        r->s[i] = tl_splitmix64(&x);
 }
 
 static inline uint64_t rotl(uint64_t x, int k)

@@ -36,6 +36,8 @@
 
 #include "core/alloc.h"
 #include "core/error.h"
+#include "core/hash.h"
+#include "core/hashmap.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -54,12 +56,6 @@
 
 // ---- object ----------------------------------------------------------------------------------
 
-// Open-addressing index from a file string (key or tensor name) to its position in an array.
-struct str_index {
-    uint32_t *slots; // owned: (mask + 1) entries; 0 = empty, else array index + 1
-    size_t mask;
-};
-
 struct tl_gguf {
     char *name;                     // owned: the path or name given at open (for messages)
     const uint8_t *base;            // mmap (owned when `mapped`) or borrowed caller buffer
@@ -72,21 +68,11 @@ struct tl_gguf {
     struct tl_gguf_kv *kv;          // owned: n_kv entries (values' `items` owned too)
     int64_t n_tensors;              //
     struct tl_gguf_tensor *tensors; // owned: n_tensors entries
-    struct str_index kv_index;      // over kv[].key
-    struct str_index tensor_index;  // over tensors[].name
+    struct tl_hmap kv_index;        // tl_hash_bytes(kv[i].key) -> i
+    struct tl_hmap tensor_index;    // tl_hash_bytes(tensors[i].name) -> i
 };
 
 // ---- small helpers -----------------------------------------------------------------------------
-
-static uint64_t hash_bytes(const char *p, uint64_t n)
-{
-    uint64_t h = 1469598103934665603ull; // FNV-1a
-    for (uint64_t i = 0; i < n; i++) {
-        h ^= (uint8_t)p[i];
-        h *= 1099511628211ull;
-    }
-    return h;
-}
 
 static bool str_eq_n(struct tl_gguf_str s, const char *p, uint64_t n)
 {
@@ -116,41 +102,29 @@ static const char *show(struct tl_gguf_str s, char buf[SHOW_BYTES])
     return buf;
 }
 
-static bool index_init(struct str_index *ix, uint64_t n)
-{
-    size_t cap = 16;
-    while (cap < 2 * n)
-        cap *= 2; // n is bounded by the file size, so this cannot overflow
-    ix->slots = tl_calloc_array(cap, sizeof(*ix->slots));
-    ix->mask = cap - 1;
-    return ix->slots != NULL;
-}
+// The key and tensor-name indexes: tl_hmaps from a name's hash to its array position, names
+// compared for every entry of the hash (two names may share one).
 
 // Position of the entry named (p, n) or -1. `name_of(arr, i)` gives entry i's name.
-static int64_t index_find(const struct str_index *ix, const void *arr,
+static int64_t index_find(const struct tl_hmap *ix, const void *arr,
                           struct tl_gguf_str (*name_of)(const void *, uint32_t), const char *p,
                           uint64_t n)
 {
-    if (!ix->slots) return -1;
-    for (size_t h = hash_bytes(p, n) & ix->mask;; h = (h + 1) & ix->mask) {
-        uint32_t v = ix->slots[h];
-        if (!v) return -1;
-        if (str_eq_n(name_of(arr, v - 1), p, n)) return (int64_t)(v - 1);
-    }
+    size_t cursor = 0;
+    uint64_t i;
+    while (tl_hmap_next(ix, tl_hash_bytes(p, n), &cursor, &i))
+        if (str_eq_n(name_of(arr, (uint32_t)i), p, n)) return (int64_t)i;
+    return -1;
 }
 
-// Inserts entry i; false if an entry with the same name exists.
-static bool index_insert(struct str_index *ix, const void *arr,
+// Inserts entry i (room was reserved); false if an entry with the same name exists.
+static bool index_insert(struct tl_hmap *ix, const void *arr,
                          struct tl_gguf_str (*name_of)(const void *, uint32_t), uint32_t i)
 {
     struct tl_gguf_str s = name_of(arr, i);
-    size_t h = hash_bytes(s.ptr, s.len) & ix->mask;
-    for (;; h = (h + 1) & ix->mask) {
-        uint32_t v = ix->slots[h];
-        if (!v) break;
-        if (str_eq_n(name_of(arr, v - 1), s.ptr, s.len)) return false;
-    }
-    ix->slots[h] = i + 1;
+    if (index_find(ix, arr, name_of, s.ptr, s.len) >= 0) return false;
+    tl_status rc = tl_hmap_add(ix, tl_hash_bytes(s.ptr, s.len), i);
+    TL_ASSERT(rc == TL_OK); // never allocates: tl_hmap_reserve made room for every entry
     return true;
 }
 
@@ -266,8 +240,7 @@ static void value_free(struct tl_gguf_value *v)
     v->arr.items = NULL;
 }
 
-// ---- parser
-// --------------------------------------------------------------------------------------
+// ---- parser -------------------------------------------------------------------------------------
 
 struct parser {
     const char *name;    // for messages (borrowed)
@@ -458,7 +431,7 @@ static tl_status parse_header(struct parser *ps, struct tl_gguf *g, uint64_t *n_
 static tl_status parse_kvs(struct parser *ps, struct tl_gguf *g, uint64_t n_kv)
 {
     g->kv = tl_calloc_array(n_kv ? (size_t)n_kv : 1, sizeof(*g->kv));
-    if (!g->kv || !index_init(&g->kv_index, n_kv))
+    if (!g->kv || tl_hmap_reserve(&g->kv_index, (size_t)n_kv))
         return perr(ps, TL_ERR_NOMEM, "out of memory for %llu keys", (unsigned long long)n_kv);
     for (uint64_t i = 0; i < n_kv; i++) {
         struct tl_gguf_kv *kv = &g->kv[i];
@@ -634,7 +607,7 @@ static tl_status parse(struct tl_gguf *g)
     rc = read_alignment(&ps, g);
     if (rc) return rc;
     g->tensors = tl_calloc_array(n_tensors ? (size_t)n_tensors : 1, sizeof(*g->tensors));
-    if (!g->tensors || !index_init(&g->tensor_index, n_tensors))
+    if (!g->tensors || tl_hmap_reserve(&g->tensor_index, (size_t)n_tensors))
         return perr(&ps, TL_ERR_NOMEM, "out of memory for %llu tensors",
                     (unsigned long long)n_tensors);
     for (uint64_t i = 0; i < n_tensors; i++) {
@@ -732,8 +705,8 @@ void tl_gguf_close(struct tl_gguf *g)
             value_free(&g->kv[i].value);
     free(g->kv);
     free(g->tensors);
-    free(g->kv_index.slots);
-    free(g->tensor_index.slots);
+    tl_hmap_free(&g->kv_index);
+    tl_hmap_free(&g->tensor_index);
     if (g->mapped) munmap((void *)g->base, g->size);
     free(g->name);
     free(g);

@@ -64,8 +64,7 @@ struct tl_gguf_writer {
     size_t n_tensors, cap_tensors;
 };
 
-// ---- byte buffer
-// ---------------------------------------------------------------------------------
+// ---- byte buffer --------------------------------------------------------------------------------
 
 static void put(struct bytes *b, const void *src, size_t n)
 {
@@ -198,8 +197,7 @@ static bool encode_payload(struct bytes *b, enum tl_gguf_type t, const struct tl
     return false;
 }
 
-// ---- create / destroy
-// ----------------------------------------------------------------------------
+// ---- create / destroy ---------------------------------------------------------------------------
 
 struct tl_gguf_writer *tl_gguf_writer_create(void)
 {
@@ -220,8 +218,7 @@ void tl_gguf_writer_destroy(struct tl_gguf_writer *w)
     free(w);
 }
 
-// ---- metadata
-// ------------------------------------------------------------------------------------
+// ---- metadata -----------------------------------------------------------------------------------
 
 // Stores the encoded value `enc` (ownership taken) under `key`, replacing an earlier value.
 static tl_status store_kv(struct tl_gguf_writer *w, const char *key, struct bytes *enc)
@@ -343,8 +340,7 @@ tl_status tl_gguf_writer_set_arr_str(struct tl_gguf_writer *w, const char *key,
     return store_kv(w, key, &enc);
 }
 
-// ---- tensors
-// -------------------------------------------------------------------------------------
+// ---- tensors ------------------------------------------------------------------------------------
 
 static tl_status add_tensor(struct tl_gguf_writer *w, const char *name, enum tl_dtype type,
                             int n_dims, const int64_t *ne, const void *data, tl_gguf_fill_fn fill,
@@ -418,8 +414,7 @@ tl_status tl_gguf_writer_add_tensor_fill(struct tl_gguf_writer *w, const char *n
     return add_tensor(w, name, type, n_dims, ne, NULL, fill, ctx);
 }
 
-// ---- write
-// ---------------------------------------------------------------------------------------
+// ---- write --------------------------------------------------------------------------------------
 
 // general.alignment as set by the caller (a u32 power of two), else the default.
 static tl_status writer_alignment(const struct tl_gguf_writer *w, size_t *out)

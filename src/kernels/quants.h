@@ -5,7 +5,7 @@
  *
  * Files: quants.c (formats, scalar dequantization/quantization, the scalar reference matmul,
  * the parallel driver), x86/avx2_quants.c and x86/avx512_quants.c (SIMD matmul rows and
- * activation quantizers). kernels.c and quant.c reach this code through the five tl__qx_* hooks
+ * activation quantizers). kernels.c and convert.c reach this code through the five tl__qx_* hooks
  * below; nothing else in the kernels knows these types.
  *
  * The common form. Every type decodes, per "superchunk" of 128 values (four 32-blocks), to
@@ -166,7 +166,7 @@ void tl__qx_ref_matmul_rows(const struct tl__qx_mm *m, int64_t r0, int64_t r1);
 void tl__qx_ref_matmul(const struct tl_weight *w, const float *x, int64_t n_tok, float *y,
                        void *work);
 
-// ---- hooks used by kernels.c and quant.c -----------------------------------------------------
+// ---- hooks used by kernels.c and convert.c ---------------------------------------------------
 
 // True for the types of this file.
 bool tl__qx_supported(enum tl_dtype type);

@@ -112,8 +112,7 @@ void tl_forward_destroy(struct tl_forward *f)
     free(f);
 }
 
-// ---- row-wise phases, split over tokens
-// ----------------------------------------------------------
+// ---- row-wise phases, split over tokens ---------------------------------------------------------
 
 enum phase { PHASE_NORM, PHASE_QKV_POST, PHASE_RESIDUAL, PHASE_SWIGLU };
 
@@ -182,8 +181,7 @@ static void run_phase(struct phase_arg *a, enum phase ph, int64_t n_rows)
         tl_pool_run(a->f->pool, phase_fn, a);
 }
 
-// ---- the pass
-// ------------------------------------------------------------------------------------
+// ---- the pass -----------------------------------------------------------------------------------
 
 static tl_status check_batch(const struct tl_forward *f, const struct tl_batch *b)
 {

@@ -86,9 +86,9 @@ struct scratch {
 static bool try_pair(const struct tl_vocab *v, struct scratch *s, int32_t l, int32_t r)
 {
     if (l < 0 || r < 0) return true;
-    const struct tl__merge_slot *m = tl__vocab_merge(v, s->syms[l].id, s->syms[r].id);
-    if (!m) return true;
-    struct pair p = {m->rank, l, r, s->syms[l].n + s->syms[r].n, m->result};
+    int32_t rank, result;
+    if (!tl__vocab_merge(v, s->syms[l].id, s->syms[r].id, &rank, &result)) return true;
+    struct pair p = {rank, l, r, s->syms[l].n + s->syms[r].n, result};
     return heap_push(&s->heap, p);
 }
 

@@ -3,8 +3,8 @@
  * struct tl_vocab (vocab_impl.h).
  *
  * Design. Every piece is copied into one owned blob (so the vocabulary outlives the GGUF
- * mapping) and indexed by an open-addressing hash table (piece -> id). Byte-level BPE merges are
- * stored as a second hash table keyed by the two token ids, holding the rank and the id of the
+ * mapping) and indexed by a hash table (core/hashmap.h: piece hash -> id). Byte-level BPE merges
+ * are stored as a second hash table keyed by the two token ids, holding the rank and the id of the
  * merged piece; a merge that names a piece missing from the vocabulary is a format error (and
  * so merging never needs strings). The rules that llama.cpp applies while loading are
  * reproduced, because they change tokenization:
@@ -31,6 +31,7 @@
 
 #include "core/alloc.h"
 #include "core/error.h"
+#include "core/hash.h"
 #include "core/log.h"
 
 #include <ctype.h>
@@ -41,59 +42,32 @@
 #define MAX_TOKENS (1 << 26)  // far above any real vocabulary; bounds allocations
 #define MAX_PIECE_BYTES 65536 // one piece; real ones are < 1 KiB
 
-// ---- hashing ------------------------------------------------------------------------------------
-
-static uint64_t hash_bytes(const char *p, size_t n)
-{
-    uint64_t h = 0xcbf29ce484222325ull; // FNV-1a, then a final mix
-    for (size_t i = 0; i < n; i++) {
-        h ^= (unsigned char)p[i];
-        h *= 0x100000001b3ull;
-    }
-    h ^= h >> 29;
-    h *= 0xbf58476d1ce4e5b9ull;
-    return h ^ (h >> 32);
-}
-
-static uint64_t hash_u64(uint64_t x)
-{
-    x ^= x >> 30;
-    x *= 0xbf58476d1ce4e5b9ull;
-    x ^= x >> 27;
-    x *= 0x94d049bb133111ebull;
-    return x ^ (x >> 31);
-}
-
-static uint64_t table_slots(int64_t n)
-{
-    uint64_t s = 16;
-    while (s < (uint64_t)n * 2)
-        s <<= 1;
-    return s;
-}
+// ---- lookups ------------------------------------------------------------------------------------
 
 int32_t tl__vocab_find(const struct tl_vocab *v, const char *piece, size_t len)
 {
-    uint64_t i = hash_bytes(piece, len) & v->piece_mask;
-    for (;;) {
-        int32_t id = v->piece_index[i];
-        if (id < 0) return -1;
-        if (v->tokens[id].len == len && memcmp(tl__piece(v, id), piece, len) == 0) return id;
-        i = (i + 1) & v->piece_mask;
-    }
+    size_t cursor = 0;
+    uint64_t id;
+    while (tl_hmap_next(&v->piece_index, tl_hash_bytes(piece, len), &cursor, &id))
+        if (v->tokens[id].len == len && memcmp(tl__piece(v, (int32_t)id), piece, len) == 0)
+            return (int32_t)id;
+    return -1;
 }
 
-const struct tl__merge_slot *tl__vocab_merge(const struct tl_vocab *v, int32_t left, int32_t right)
+static uint64_t merge_key(int32_t left, int32_t right)
 {
-    if (!v->merges || left < 0 || right < 0) return NULL;
-    uint64_t key = (uint64_t)(uint32_t)left << 32 | (uint32_t)right;
-    uint64_t i = hash_u64(key) & v->merge_mask;
-    for (;;) {
-        const struct tl__merge_slot *s = &v->merges[i];
-        if (s->key == key) return s;
-        if (s->key == UINT64_MAX) return NULL;
-        i = (i + 1) & v->merge_mask;
-    }
+    return ((uint64_t)(uint32_t)left << 32 | (uint32_t)right) + 1; // ids < 2^26: never 0
+}
+
+bool tl__vocab_merge(const struct tl_vocab *v, int32_t left, int32_t right, int32_t *rank,
+                     int32_t *result)
+{
+    uint64_t val;
+    if (left < 0 || right < 0 || !tl_hmap_get(&v->merges, merge_key(left, right), &val))
+        return false;
+    *rank = (int32_t)(val >> 32);
+    *result = (int32_t)(uint32_t)val;
+    return true;
 }
 
 // ---- GPT-2 byte mapping -------------------------------------------------------------------------
@@ -143,8 +117,8 @@ void tl_vocab_destroy(struct tl_vocab *v)
     free(v->pre);
     free(v->tokens);
     free(v->blob);
-    free(v->piece_index);
-    free(v->merges);
+    tl_hmap_free(&v->piece_index);
+    tl_hmap_free(&v->merges);
     free(v->eog);
     free(v->specials);
     free(v);
@@ -171,12 +145,8 @@ static tl_status build_pieces(struct tl_vocab *v, const struct piece_ref *pieces
         return tl__errorf(TL_ERR_FORMAT, "%s: %s holds too many bytes", v->source, key);
     v->tokens = tl_calloc_array((size_t)n, sizeof(*v->tokens));
     v->blob = tl_malloc(total ? total : 1);
-    uint64_t slots = table_slots(n);
-    v->piece_index = tl_malloc_array(slots, sizeof(int32_t));
-    if (!v->tokens || !v->blob || !v->piece_index)
+    if (!v->tokens || !v->blob || tl_hmap_reserve(&v->piece_index, (size_t)n))
         return tl__errorf(TL_ERR_NOMEM, "%s: out of memory for %d tokens", v->source, n);
-    memset(v->piece_index, 0xff, slots * sizeof(int32_t));
-    v->piece_mask = slots - 1;
     v->n_tokens = n;
     size_t off = 0;
     for (int32_t i = 0; i < n; i++) {
@@ -193,16 +163,12 @@ static tl_status build_pieces(struct tl_vocab *v, const struct piece_ref *pieces
         v->tokens[i].len = (uint32_t)len;
         v->tokens[i].type = TL_TOKEN_NORMAL;
         off += len + 1;
-        uint64_t h = hash_bytes(dst, len) & v->piece_mask;
-        for (;;) {
-            int32_t other = v->piece_index[h];
-            if (other < 0) break;
-            if (v->tokens[other].len == len && memcmp(tl__piece(v, other), dst, len) == 0)
-                return tl__errorf(TL_ERR_FORMAT, "%s: %s: token %d repeats the piece of token %d",
-                                  v->source, key, i, other);
-            h = (h + 1) & v->piece_mask;
-        }
-        v->piece_index[h] = i;
+        int32_t other = tl__vocab_find(v, dst, len);
+        if (other >= 0)
+            return tl__errorf(TL_ERR_FORMAT, "%s: %s: token %d repeats the piece of token %d",
+                              v->source, key, i, other);
+        tl_status rc = tl_hmap_add(&v->piece_index, tl_hash_bytes(dst, len), (uint64_t)i);
+        TL_ASSERT(rc == TL_OK); // room for n was reserved
     }
     v->blob_len = off;
     return TL_OK;
@@ -480,12 +446,8 @@ static tl_status load_merges(struct tl_vocab *v, const struct tl_gguf *g)
         return tl__errorf(TL_ERR_FORMAT, "%s: %s has %llu entries (limit %d)", v->source, key,
                           (unsigned long long)arr->arr.n, MAX_TOKENS);
     int64_t n = (int64_t)arr->arr.n;
-    uint64_t slots = table_slots(n);
-    v->merges = tl_malloc_array(slots, sizeof(*v->merges));
-    if (!v->merges) return tl__errorf(TL_ERR_NOMEM, "%s: out of memory for %s", v->source, key);
-    for (uint64_t i = 0; i < slots; i++)
-        v->merges[i].key = UINT64_MAX;
-    v->merge_mask = slots - 1;
+    if (tl_hmap_reserve(&v->merges, (size_t)n))
+        return tl__errorf(TL_ERR_NOMEM, "%s: out of memory for %s", v->source, key);
     v->n_merges = n;
     for (int64_t r = 0; r < n; r++) {
         struct tl_gguf_str s = arr->arr.items[r].str;
@@ -502,11 +464,8 @@ static tl_status load_merges(struct tl_vocab *v, const struct tl_gguf *g)
                               "%s: %s[%lld] '%.*s' names a piece that is not in "
                               "tokenizer.ggml.tokens",
                               v->source, key, (long long)r, (int)(s.len > 80 ? 80 : s.len), s.ptr);
-        uint64_t k = (uint64_t)(uint32_t)a << 32 | (uint32_t)b;
-        uint64_t h = hash_u64(k) & v->merge_mask;
-        while (v->merges[h].key != UINT64_MAX && v->merges[h].key != k)
-            h = (h + 1) & v->merge_mask;
-        if (v->merges[h].key == k) continue; // first rank wins, as in llama.cpp
+        uint64_t k = merge_key(a, b);
+        if (tl_hmap_get(&v->merges, k, NULL)) continue; // first rank wins, as in llama.cpp
         // The merged piece (usually present; when not, the merged symbol falls back to bytes).
         int32_t res = -1;
         size_t tl = ll + rl;
@@ -519,9 +478,8 @@ static tl_status load_merges(struct tl_vocab *v, const struct tl_gguf *g)
             res = tl__vocab_find(v, buf, tl);
             if (buf != tmp) free(buf);
         }
-        v->merges[h].key = k;
-        v->merges[h].rank = (int32_t)r;
-        v->merges[h].result = res;
+        tl_status rc = tl_hmap_put(&v->merges, k, (uint64_t)r << 32 | (uint32_t)res);
+        TL_ASSERT(rc == TL_OK); // room for n was reserved
     }
     return TL_OK;
 }

@@ -9,6 +9,7 @@
 #ifndef TL_TOKENIZER_VOCAB_IMPL_H
 #define TL_TOKENIZER_VOCAB_IMPL_H
 
+#include "core/hashmap.h"
 #include "tokenizer/tokenizer.h"
 
 #include <stdbool.h>
@@ -28,13 +29,6 @@ struct tl__token {
     uint8_t flags; // TL__TOK_*
 };
 
-// One merge rule of a byte-level BPE vocabulary: (left id, right id) -> rank, result id.
-struct tl__merge_slot {
-    uint64_t key;   // (uint64_t)left << 32 | right; UINT64_MAX = empty slot
-    int32_t rank;   // position in tokenizer.ggml.merges (lower merges first)
-    int32_t result; // id of the concatenated piece, -1 if the vocabulary lacks it
-};
-
 struct tl__pretok; // compiled pre-tokenizer regexes (pretok.c)
 
 struct tl_vocab {
@@ -48,11 +42,12 @@ struct tl_vocab {
     char *blob;               // owned: every piece, NUL-terminated, back to back
     size_t blob_len;
 
-    int32_t *piece_index; // owned: open-addressing hash of pieces -> id, -1 = empty
-    uint64_t piece_mask;  // slots - 1 (power of two)
+    struct tl_hmap piece_index; // tl_hash_bytes(piece) -> id
 
-    struct tl__merge_slot *merges; // owned (BPE only), open addressing
-    uint64_t merge_mask;
+    // BPE merge rules: ((uint64_t)left << 32 | right) + 1 -> (uint64_t)rank << 32 | result,
+    // rank = position in tokenizer.ggml.merges (lower first), result = id of the concatenated
+    // piece or -1 (as uint32_t) when the vocabulary lacks it. Empty for SPM.
+    struct tl_hmap merges;
     int64_t n_merges;
 
     int32_t bos, eos, eot, eom, unk, pad; // -1 when absent
@@ -75,7 +70,8 @@ struct tl_vocab {
 int32_t tl__vocab_find(const struct tl_vocab *v, const char *piece, size_t len);
 
 // Merge rule for a pair of ids, or NULL.
-const struct tl__merge_slot *tl__vocab_merge(const struct tl_vocab *v, int32_t left, int32_t right);
+bool tl__vocab_merge(const struct tl_vocab *v, int32_t left, int32_t right, int32_t *rank,
+                     int32_t *result);
 
 static inline const char *tl__piece(const struct tl_vocab *v, int32_t id)
 {

@@ -16,6 +16,7 @@
 
 #include "core/alloc.h"
 #include "core/error.h"
+#include "core/hash.h"
 #include "core/utf8.h"
 #include "engine/engine_impl.h"
 
@@ -32,12 +33,10 @@ struct fake_model {
     char violation[256];
 };
 
+// One splitmix64 step from x (a pure function of x).
 static inline uint64_t fake_mix(uint64_t x)
 {
-    x += 0x9e3779b97f4a7c15ull;
-    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-    return x ^ (x >> 31);
+    return tl_mix64(x + TL_GOLDEN64);
 }
 
 static inline void *fake_kv_slot(const struct tl_kv_layer *L, const int32_t *table, int64_t pos)

@@ -10,6 +10,7 @@
 
 #include "core/alloc.h"
 #include "core/error.h"
+#include "core/hash.h"
 #include "gguf/gguf.h"
 
 #include <math.h>
@@ -1086,15 +1087,6 @@ static void test_truncation_every_offset(void **state)
     unlink(path);
 }
 
-static uint64_t rng_next(uint64_t *s)
-{
-    // splitmix64
-    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
 // Reads everything an opened file exposes, so a bad pointer would be caught.
 static uint64_t touch_all(const struct tl_gguf *g)
 {
@@ -1137,10 +1129,10 @@ static void test_random_byte_flips(void **state)
     int n_ok = 0, n_bad = 0;
     for (int iter = 0; iter < 5000; iter++) {
         memcpy(buf, full, size);
-        int n_flips = 1 + (int)(rng_next(&seed) % 4);
+        int n_flips = 1 + (int)(tl_splitmix64(&seed) % 4);
         for (int k = 0; k < n_flips; k++) {
-            size_t at = (size_t)(rng_next(&seed) % meta_end);
-            uint64_t r = rng_next(&seed);
+            size_t at = (size_t)(tl_splitmix64(&seed) % meta_end);
+            uint64_t r = tl_splitmix64(&seed);
             // Mix single-bit flips with byte overwrites that favour extreme values.
             buf[at] = (r & 3) == 0   ? 0xff
                       : (r & 3) == 1 ? 0

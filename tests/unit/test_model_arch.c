@@ -28,6 +28,7 @@
 #include "tl_test.h"
 
 #include "core/alloc.h"
+#include "core/hash.h"
 #include "gguf/gguf.h"
 #include "model/model.h"
 
@@ -44,20 +45,11 @@ static const int32_t tokens[N_TOK] = {1, 403, 407, 261, 378, 432, 383, 286, 17, 
 // ---- seeded weights, exact in every storage type
 // -------------------------------------------------
 
-static uint64_t rng_next(uint64_t *s)
-{
-    // splitmix64
-    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
 // x[i] = offset + k * 2^-shift, k uniform in [-255, 255]: 8 significant bits (bf16-exact).
 static void fill_uniform(uint64_t *s, float *x, int64_t n, float offset, int shift)
 {
     for (int64_t i = 0; i < n; i++) {
-        int k = (int)(rng_next(s) % 511) - 255;
+        int k = (int)(tl_splitmix64(s) % 511) - 255;
         x[i] = offset + ldexpf((float)k, -shift);
     }
 }

@@ -12,6 +12,7 @@
 
 #include "core/alloc.h"
 #include "core/error.h"
+#include "core/hash.h"
 #include "core/pool.h"
 #include "gguf/gguf.h"
 #include "kernels/kernels.h"
@@ -549,14 +550,6 @@ static void test_matmul_deterministic_across_batch_and_threads(void **state)
 // (norms F32) from the same f32 values for every type: N(0, 0.02^2) per tensor, seeded by name.
 enum { M_DIM = 256, M_LAYERS = 2, M_HEADS = 4, M_KV = 2, M_FF = 512 };
 
-static uint64_t splitmix(uint64_t *s)
-{
-    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
 struct mtensor {
     char name[48];
     int64_t ne[2];
@@ -636,8 +629,8 @@ static void write_random_model(const char *path, enum tl_dtype type, int64_t *n_
             seed = (seed ^ (uint8_t)*c) * 1099511628211ull;
         for (int64_t r = 0; r < mt->ne[1]; r++) {
             for (int64_t i = 0; i < n_in; i += 2) { // Box-Muller, N(0, 0.02^2)
-                double u1 = ((double)(splitmix(&seed) >> 11) + 1.0) * 0x1p-53;
-                double u2 = (double)(splitmix(&seed) >> 11) * 0x1p-53;
+                double u1 = ((double)(tl_splitmix64(&seed) >> 11) + 1.0) * 0x1p-53;
+                double u2 = (double)(tl_splitmix64(&seed) >> 11) * 0x1p-53;
                 double rad = sqrt(-2.0 * log(u1)) * 0.02;
                 row[i] = n_out ? (float)(rad * cos(2 * M_PI * u2)) : 1.f;
                 row[i + 1] = n_out ? (float)(rad * sin(2 * M_PI * u2)) : 1.f;

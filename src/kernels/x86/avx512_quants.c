@@ -118,8 +118,7 @@ static void quantize(const float *x, int64_t n, void *dst)
     }
 }
 
-// ---- weight loaders
-// -------------------------------------------------------------------------------
+// ---- weight loaders -----------------------------------------------------------------------------
 
 // One superchunk of one weight row, decoded: quants of the first / second halves of the four
 // 32-blocks (lane group g = block g), and per lane 4g+k the D and M of block g's halves.

@@ -1,0 +1,60 @@
+/*
+ * The project's hash and seeding helpers, in one place: splitmix64 (a tiny RNG used to seed
+ * bigger ones and to make test data), its finalizer as a 64-bit mixer, and FNV-1a over bytes.
+ *
+ * Why these: splitmix64 (Steele, Lea, Flood 2014) turns any 64-bit seed, 0 included, into a
+ * well-spread stream and its finalizer is a bijection of uint64_t, so a mixed integer key never
+ * collides with another. FNV-1a is simple and byte-at-a-time, which suits the short strings
+ * hashed here (vocabulary pieces, GGUF key and tensor names); tl_hash_bytes adds the finalizer
+ * so that the low bits a table masks with depend on every input byte.
+ *
+ * Outputs are part of the project's behaviour (sampler seeds, synthetic models, test data): the
+ * published splitmix64 sequence is checked in test_hashmap.c, so these functions must not change.
+ *
+ * Thread model: pure functions (tl_splitmix64 advances only the caller's state).
+ */
+#ifndef TL_CORE_HASH_H
+#define TL_CORE_HASH_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+// splitmix64's golden-ratio increment (also a good odd multiplier for Fibonacci hashing).
+#define TL_GOLDEN64 0x9e3779b97f4a7c15ull
+
+// splitmix64's output function: a bijective avalanche of x.
+static inline uint64_t tl_mix64(uint64_t x)
+{
+    x ^= x >> 30;
+    x *= 0xbf58476d1ce4e5b9ull;
+    x ^= x >> 27;
+    x *= 0x94d049bb133111ebull;
+    return x ^ (x >> 31);
+}
+
+// Advances *state and returns the next splitmix64 output.
+static inline uint64_t tl_splitmix64(uint64_t *state)
+{
+    return tl_mix64(*state += TL_GOLDEN64);
+}
+
+// 64-bit FNV-1a of n bytes (offset basis 0xcbf29ce484222325, prime 0x100000001b3).
+static inline uint64_t tl_fnv1a64(const void *p, size_t n)
+{
+    const unsigned char *b = p;
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (size_t i = 0; i < n; i++) {
+        h ^= b[i];
+        h *= 0x100000001b3ull;
+    }
+    return h;
+}
+
+// A hash of n bytes for tables: FNV-1a, mixed, and never 0 (tl_hmap reserves key 0).
+static inline uint64_t tl_hash_bytes(const void *p, size_t n)
+{
+    uint64_t h = tl_mix64(tl_fnv1a64(p, n));
+    return h ? h : 1;
+}
+
+#endif

@@ -1,0 +1,113 @@
+/*
+ * tl_hmap: the project's one hash table, from 64-bit keys to 64-bit values. Open addressing
+ * with linear probing over one array of {key, value} slots, kept at most half full, and
+ * backward-shift deletion (no tombstones, so lookups never slow down after many deletions).
+ *
+ * Keys. Key 0 marks an empty slot and cannot be stored. Integer keys go in as they are (the
+ * table picks a slot by Fibonacci hashing, so sequential ids spread out). String keys go
+ * in as tl_hash_bytes(str) (never 0) with the value naming the caller's entry; because two
+ * strings may share a hash, such tables insert with tl_hmap_add and look up with tl_hmap_next,
+ * comparing the caller's own string for each entry of that hash (see vocab.c and gguf.c).
+ *
+ * Users: the engine's request-id map, the GGUF key and tensor-name indexes, the vocabulary's
+ * piece index and BPE merge table. The KV cache's prefix table is not one (it chains through
+ * the blocks themselves and never allocates; bench/bench_hash.c measures both).
+ *
+ * Ownership and threads: the caller owns the struct (tl_hmap_init / tl_hmap_free); the table
+ * owns its slot array. Not synchronized: one writer, or any number of readers of a table that
+ * no longer changes.
+ */
+#ifndef TL_CORE_HASHMAP_H
+#define TL_CORE_HASHMAP_H
+
+#include <tokenloom.h>
+
+#include "core/hash.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+struct tl_hmap_slot {
+    uint64_t key; // 0 = empty
+    uint64_t val;
+};
+
+struct tl_hmap {
+    struct tl_hmap_slot *slots; // owned; cap entries, NULL while cap == 0
+    size_t cap;                 // 0 or a power of two >= 16
+    size_t n;                   // entries stored (n * 2 <= cap)
+};
+
+// An empty table; allocates nothing. (A zero-filled struct tl_hmap is an empty table too.)
+void tl_hmap_init(struct tl_hmap *m);
+// Frees the slots and leaves an empty table (init state). NULL is a no-op.
+void tl_hmap_free(struct tl_hmap *m);
+
+// Makes room for n entries in all, so that the next inserts up to n do not allocate.
+tl_status tl_hmap_reserve(struct tl_hmap *m, size_t n);
+
+// Sets key's value, inserting the key if absent. TL_ERR_INVALID_ARG for key 0, TL_ERR_NOMEM when
+// growing fails (the table is unchanged then).
+tl_status tl_hmap_put(struct tl_hmap *m, uint64_t key, uint64_t val);
+
+// Inserts another entry for key even when key is present (for string tables keyed by hash).
+tl_status tl_hmap_add(struct tl_hmap *m, uint64_t key, uint64_t val);
+
+// True when key is present; *val (if not NULL) gets its value (the first one for added keys).
+static inline bool tl_hmap_get(const struct tl_hmap *m, uint64_t key, uint64_t *val);
+
+// Walks the entries of key: start with *cursor = 0; each call that returns true sets *val to
+// the next entry's value. The table must not change during the walk.
+static inline bool tl_hmap_next(const struct tl_hmap *m, uint64_t key, size_t *cursor,
+                                uint64_t *val);
+
+// Removes one entry of key (the first); true when there was one.
+bool tl_hmap_del(struct tl_hmap *m, uint64_t key);
+
+// ---- inline lookups (they are on the tokenizer's hot path) -----------------------------------
+
+// Home slot of key in a table of cap slots: Fibonacci hashing, the top log2(cap) bits of
+// key * 2^64/phi. One multiply; every bit of the key reaches the top bits, so sequential ids
+// spread out, and already-mixed string hashes lose nothing.
+static inline size_t tl__hmap_home(uint64_t key, size_t cap)
+{
+    return (size_t)((key * TL_GOLDEN64) >> (64 - __builtin_ctzll((unsigned long long)cap)));
+}
+
+// Slot of the first entry of key at or after probe step *cursor (advancing *cursor past it),
+// or SIZE_MAX when there is none.
+static inline size_t tl__hmap_find(const struct tl_hmap *m, uint64_t key, size_t *cursor)
+{
+    if (!m->cap || !key) return SIZE_MAX;
+    size_t mask = m->cap - 1, home = tl__hmap_home(key, m->cap);
+    for (size_t step = *cursor; step <= mask; step++) {
+        const struct tl_hmap_slot *s = &m->slots[(home + step) & mask];
+        if (s->key == key) {
+            *cursor = step + 1;
+            return (home + step) & mask;
+        }
+        if (!s->key) break;
+    }
+    *cursor = m->cap;
+    return SIZE_MAX;
+}
+
+static inline bool tl_hmap_get(const struct tl_hmap *m, uint64_t key, uint64_t *val)
+{
+    size_t cursor = 0, j = tl__hmap_find(m, key, &cursor);
+    if (j == SIZE_MAX) return false;
+    if (val) *val = m->slots[j].val;
+    return true;
+}
+
+static inline bool tl_hmap_next(const struct tl_hmap *m, uint64_t key, size_t *cursor,
+                                uint64_t *val)
+{
+    size_t j = tl__hmap_find(m, key, cursor);
+    if (j == SIZE_MAX) return false;
+    *val = m->slots[j].val;
+    return true;
+}
+
+#endif
