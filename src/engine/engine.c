@@ -1,8 +1,10 @@
 /*
- * The engine: public API (tokenloom.h, section "engine"), the submission inbox, the step loop,
- * event delivery and statistics. Scheduling policy lives in sched.c, the KV pool in kvcache.c,
- * sampling in sampler.c, stop strings in stop.c; the model is reached only through a
- * struct tl_engine_backend (backend_model.c for real models, fakes in tests).
+ * The engine: public API (tokenloom.h, section "engine"), the submission inbox, the step loop
+ * and statistics. A sequence's lifecycle (creation, accepting tokens, text and events,
+ * finishing) lives in seq.c, prompt log-probabilities in prompt_logprobs.c, scheduling policy in
+ * sched.c, the KV pool in kvcache.c, sampling in sampler.c, stop strings in stop.c; the model is
+ * reached only through a struct tl_engine_backend (backend_model.c for real models, fakes in
+ * tests).
  *
  * One step: drain the inbox into the waiting queue; end cancelled and expired requests; plan
  * the batch (sched.c); run the forward pass once; advance every scheduled sequence, offer its
@@ -10,7 +12,7 @@
  * (new whole UTF-8 text, stop-string candidates held back) and DONE events; update the stats.
  * Requests with prompt_logprobs also get the logits of their prompt positions (rows bounded
  * per step, see TL_ENGINE_PLP_LOGITS_BYTES) and one PROMPT_TOKEN event per prompt token,
- * before their first TOKEN event and exactly once even across preemption (n_plp_done).
+ * before their first TOKEN event and exactly once even across preemption (prompt_logprobs.c).
  *
  * Determinism: a request's tokens depend only on its prompt, parameters and seed. The forward
  * pass gives bit-identical logits per token whatever else is in the batch (model.h contract);
@@ -96,73 +98,6 @@ static struct tl_seq *live_find(const tl_engine *e, uint64_t id)
 {
     uint64_t v;
     return tl_hmap_get(&e->live, id, &v) ? (struct tl_seq *)(uintptr_t)v : NULL;
-}
-
-// ---- sequences ------------------------------------------------------------------------------
-
-static void seq_free(struct tl_seq *s)
-{
-    if (!s) return;
-    free(s->stop_tokens);
-    tl_gmatcher_destroy(s->gm);
-    tl_stop_set_free(&s->stop);
-    free(s->tokens);
-    free(s->block_table);
-    free(s->block_key);
-    free(s->detok);
-    free(s->text);
-    free(s);
-}
-
-// Builds a sequence from a request (submitter's thread). The caller has validated r.
-static tl_status seq_create(tl_engine *e, const struct tl_request *r, const int32_t *prompt,
-                            int64_t n_prompt, struct tl_seq **out)
-{
-    struct tl_seq *s = tl_malloc(sizeof(*s));
-    if (!s) return tl__errorf(TL_ERR_NOMEM, "submit: out of memory");
-    memset(s, 0, sizeof(*s));
-    atomic_init(&s->cancel, false);
-    s->sampling = r->sampling;
-    s->max_tokens = r->max_tokens;
-    s->ignore_eos = r->ignore_eos;
-    s->prompt_logprobs = r->prompt_logprobs;
-    s->priority = r->priority;
-    s->on_event = r->on_event;
-    s->user = r->user;
-    s->t_submit_us = tl_time_us();
-    s->deadline_us = r->timeout_ms > 0 ? s->t_submit_us + r->timeout_ms * 1000 : 0;
-    s->out_row = -1;
-    tl_status rc = tl_stop_set_init(&s->stop, r->stop, r->n_stop);
-    if (rc) goto out_free;
-    int64_t cap = n_prompt + r->max_tokens;
-    s->max_blocks = (int32_t)((cap + e->block_size - 1) / e->block_size);
-    s->tokens = tl_malloc_array((size_t)cap, sizeof(int32_t));
-    s->block_table = tl_malloc_array((size_t)s->max_blocks, sizeof(int32_t));
-    s->block_key = tl_malloc_array((size_t)s->max_blocks, sizeof(uint64_t));
-    s->detok = tl_malloc(e->be.detok_bytes ? e->be.detok_bytes : 1);
-    s->text_cap = 64;
-    s->text = tl_malloc(s->text_cap);
-    if (r->n_stop_tokens > 0)
-        s->stop_tokens = tl_malloc_array((size_t)r->n_stop_tokens, sizeof(int32_t));
-    if (!s->tokens || !s->block_table || !s->block_key || !s->detok || !s->text ||
-        (r->n_stop_tokens > 0 && !s->stop_tokens)) {
-        rc = tl__errorf(TL_ERR_NOMEM, "submit: out of memory");
-        goto out_free;
-    }
-    if (r->n_stop_tokens > 0)
-        memcpy(s->stop_tokens, r->stop_tokens, (size_t)r->n_stop_tokens * sizeof(int32_t));
-    s->n_stop_tokens = r->n_stop_tokens;
-    memcpy(s->tokens, prompt, (size_t)n_prompt * sizeof(int32_t));
-    s->n_tokens = s->n_prompt = n_prompt;
-    if (e->be.detok_init) e->be.detok_init(e->be.ctx, s->detok);
-    tl_rng_seed(&s->rng, r->sampling.seed);
-    rc = tl__constrain_init(e, s, r);
-    if (rc) goto out_free;
-    *out = s;
-    return TL_OK;
-out_free:
-    seq_free(s);
-    return rc;
 }
 
 // ---- creation and destruction ---------------------------------------------------------------
@@ -298,20 +233,14 @@ tl_status tl__engine_create_with(const struct tl_engine_backend *be,
     e->b_tables = tl_malloc_array(ns, sizeof(*e->b_tables));
     e->b_seqs = tl_malloc_array(ns, sizeof(*e->b_seqs));
     e->running = tl_malloc_array(ns, sizeof(*e->running));
-    // Prompt-logprob rows: bounded in bytes (a whole 512-token chunk at a 32000 vocabulary
-    // would be 64 MB of logits); chunks needing more are cut by the scheduler.
-    size_t row_bytes = (size_t)be->n_vocab * sizeof(float);
-    e->max_plp_rows = (int64_t)(TL_ENGINE_PLP_LOGITS_BYTES / (row_bytes ? row_bytes : 1));
-    if (e->max_plp_rows < 1) e->max_plp_rows = 1;
-    if (e->max_plp_rows > c->max_tokens_per_step) e->max_plp_rows = c->max_tokens_per_step;
-    e->plp = tl_malloc_array((size_t)e->max_plp_rows, sizeof(*e->plp));
-    e->plp_res = tl_malloc_array((size_t)e->max_plp_rows, sizeof(*e->plp_res));
     size_t n_logits;
-    e->logits = tl_mul_size((size_t)(e->max_out + e->max_plp_rows), (size_t)be->n_vocab, &n_logits)
+    rc = tl__plp_step_init(&e->plp, be->n_vocab, c->max_tokens_per_step);
+    if (rc) goto out_destroy;
+    e->logits = tl_mul_size((size_t)(e->max_out + e->plp.max_rows), (size_t)be->n_vocab, &n_logits)
                     ? tl_malloc_array(n_logits, sizeof(float))
                     : NULL;
     if (!e->b_token || !e->b_pos || !e->b_seq || !e->b_out || !e->b_tables || !e->b_seqs ||
-        !e->running || !e->logits || !e->plp || !e->plp_res) {
+        !e->running || !e->logits) {
         rc = tl__errorf(TL_ERR_NOMEM, "engine: out of memory for step buffers");
         goto out_destroy;
     }
@@ -357,11 +286,11 @@ void tl_engine_destroy(tl_engine *e)
     e->shutting_down = true;
     pthread_mutex_unlock(&e->mu);
     for (size_t i = 0; i < e->n_inbox; i++)
-        seq_free(e->inbox[i]);
+        tl__seq_destroy(e->inbox[i]);
     for (size_t i = 0; i < e->n_waiting; i++)
-        seq_free(e->waiting[i]);
+        tl__seq_destroy(e->waiting[i]);
     for (int64_t i = 0; i < e->n_running; i++)
-        seq_free(e->running[i]);
+        tl__seq_destroy(e->running[i]);
     free(e->inbox);
     free(e->waiting);
     free(e->running);
@@ -373,8 +302,7 @@ void tl_engine_destroy(tl_engine *e)
     free(e->b_tables);
     free(e->b_seqs);
     free(e->logits);
-    free(e->plp);
-    free(e->plp_res);
+    tl__plp_step_free(&e->plp);
     for (int i = 0; e->samplers && i < e->n_samplers; i++)
         tl_sampler_destroy(e->samplers[i]);
     free(e->samplers);
@@ -425,12 +353,12 @@ bool tl__engine_check(const tl_engine *e)
         // Every computed prompt position's logits were used: the events up to the next
         // position's token went out (nothing computed is ever owed).
         int64_t due = s->n_computed + 1 < s->n_prompt ? s->n_computed + 1 : s->n_prompt;
-        if (ok && s->prompt_logprobs && s->n_computed > 0 && s->n_plp_done < due) {
+        if (ok && s->plp.wanted && s->n_computed > 0 && s->plp.n_done < due) {
             tl__errorf(TL_ERR_STATE,
                        "check: request %llu computed %lld positions but delivered %lld prompt "
                        "logprobs",
                        (unsigned long long)s->id, (long long)s->n_computed,
-                       (long long)s->n_plp_done);
+                       (long long)s->plp.n_done);
             ok = false;
         }
     }
@@ -522,7 +450,7 @@ tl_status tl_engine_submit(tl_engine *e, const struct tl_request *r, uint64_t *i
                           (long long)tl_kv_cache_n_blocks(e->kv));
     }
     struct tl_seq *s = NULL;
-    rc = seq_create(e, r, prompt, n_prompt, &s);
+    rc = tl__seq_create(e, r, prompt, n_prompt, &s);
     free(owned);
     if (rc) return rc;
 
@@ -545,7 +473,7 @@ tl_status tl_engine_submit(tl_engine *e, const struct tl_request *r, uint64_t *i
         s = NULL;
     }
     pthread_mutex_unlock(&e->mu);
-    seq_free(s);
+    tl__seq_destroy(s);
     return rc;
 }
 
@@ -607,113 +535,6 @@ void tl_engine_get_stats(tl_engine *e, struct tl_engine_stats *out)
     pthread_mutex_unlock(&e->mu);
 }
 
-// ---- events ---------------------------------------------------------------------------------
-
-static bool text_reserve(struct tl_seq *s, size_t extra)
-{
-    return tl_grow((void **)&s->text, &s->text_cap, s->text_len + extra + 1, 1);
-}
-
-// Calls the callback with text[from, to) NUL-terminated in place.
-static void deliver(struct tl_seq *s, struct tl_event *ev, size_t from, size_t to)
-{
-    char saved = s->text[to];
-    s->text[to] = '\0';
-    ev->request_id = s->id;
-    ev->text = s->text + from;
-    ev->text_len = to - from;
-    s->on_event(s->user, ev);
-    s->text[to] = saved;
-}
-
-// Ends s: removes it from its queue and the live map, releases its blocks, delivers DONE with
-// whatever text is still held (unless a stop string ended it), frees it.
-static void finish(tl_engine *e, struct tl_seq *s, enum tl_finish_reason why, const char *error)
-{
-    tl__sched_remove(e, s);
-    tl__seq_release_blocks(e, s);
-    pthread_mutex_lock(&e->mu);
-    tl_hmap_del(&e->live, s->id);
-    pthread_mutex_unlock(&e->mu);
-
-    if (!s->stop_string_hit && e->be.detok_flush && text_reserve(s, 8)) {
-        e->be.detok_flush(e->be.ctx, s->detok, &s->text, &s->text_len, &s->text_cap);
-        if (!text_reserve(s, 0)) s->text_len = s->text_released; // keep room for the NUL
-    }
-    size_t end = s->stop_string_hit ? s->text_released : s->text_len;
-    int64_t now = tl_time_us();
-    struct tl_event ev = {0};
-    ev.type = TL_EVENT_DONE;
-    ev.finish = why;
-    ev.n_prompt_tokens = s->n_prompt;
-    ev.n_cached_tokens = s->n_cached_tokens;
-    ev.n_generated = s->n_generated;
-    ev.n_preempted = s->n_preempted;
-    ev.queue_us = s->t_first_sched_us ? s->t_first_sched_us - s->t_submit_us : now - s->t_submit_us;
-    ev.ttft_us = s->t_first_token_us ? s->t_first_token_us - s->t_submit_us : 0;
-    ev.total_us = now - s->t_submit_us;
-    ev.error = why == TL_FINISH_ERROR ? (error ? error : "internal error") : NULL;
-    e->stats.finished_total[why]++;
-    deliver(s, &ev, s->text_released, end);
-    seq_free(s);
-}
-
-static bool is_stop_token(const tl_engine *e, const struct tl_seq *s, int32_t t)
-{
-    if (!s->ignore_eos && e->be.is_eog && e->be.is_eog(e->be.ctx, t)) return true;
-    for (int32_t i = 0; i < s->n_stop_tokens; i++)
-        if (s->stop_tokens[i] == t) return true;
-    return false;
-}
-
-// Appends a sampled token to s, delivers its TOKEN event; returns the finish reason (NONE to
-// go on).
-static enum tl_finish_reason accept_token(tl_engine *e, struct tl_seq *s,
-                                          const struct tl_sample_result *res)
-{
-    int32_t t = res->token;
-    s->tokens[s->n_tokens++] = t;
-    s->n_generated++;
-    e->stats.generation_tokens_total++;
-    if (!s->t_first_token_us) s->t_first_token_us = tl_time_us();
-
-    enum tl_finish_reason why = TL_FINISH_NONE;
-    size_t release = s->text_released;
-    enum tl_finish_reason gwhy = s->gm ? tl__constrain_accept(e, s, t) : TL_FINISH_NONE;
-    if (gwhy == TL_FINISH_ERROR) {
-        s->gm_error = "grammar: the sampled token does not continue the grammar";
-        return TL_FINISH_ERROR;
-    }
-    if (gwhy == TL_FINISH_STOP || is_stop_token(e, s, t)) {
-        why = TL_FINISH_STOP; // its own text is not part of the output
-    } else {
-        if (!text_reserve(s, 64) ||
-            !e->be.detok_push(e->be.ctx, s->detok, t, &s->text, &s->text_len, &s->text_cap) ||
-            !text_reserve(s, 0))
-            return TL_FINISH_ERROR;
-        size_t end;
-        if (tl_stop_scan(&s->stop, s->text, s->text_len, s->text_released, &end)) {
-            why = TL_FINISH_STOP;
-            s->stop_string_hit = true;
-            s->text_len = end;
-        }
-        release = end;
-    }
-    if (!why && (s->n_generated >= s->max_tokens || s->n_tokens >= e->cfg.max_seq_len))
-        why = TL_FINISH_LENGTH;
-
-    struct tl_event ev = {0};
-    ev.type = TL_EVENT_TOKEN;
-    ev.token = t;
-    ev.logprob = res->logprob;
-    ev.top = res->top;
-    ev.n_top = res->n_top;
-    size_t from = s->text_released;
-    s->text_released = release;
-    deliver(s, &ev, from, release);
-    return why;
-}
-
 // ---- the step -------------------------------------------------------------------------------
 
 static void drain_inbox(tl_engine *e)
@@ -738,9 +559,9 @@ static void reap(tl_engine *e, int64_t now)
         for (size_t i = n; i-- > 0;) {
             struct tl_seq *s = pass ? e->running[i] : e->waiting[i];
             if (atomic_load(&s->cancel))
-                finish(e, s, TL_FINISH_CANCELLED, NULL);
+                tl__seq_finish(e, s, TL_FINISH_CANCELLED, NULL);
             else if (s->deadline_us && now >= s->deadline_us)
-                finish(e, s, TL_FINISH_DEADLINE, NULL);
+                tl__seq_finish(e, s, TL_FINISH_DEADLINE, NULL);
         }
     }
 }
@@ -769,7 +590,7 @@ static void sample_worker(void *arg, int ith, int nth)
 {
     tl_engine *e = arg;
     const int64_t nv = e->be.n_vocab;
-    for (int64_t i = ith; i < e->n_to_sample + e->n_plp; i += nth) {
+    for (int64_t i = ith; i < e->n_to_sample + e->plp.n; i += nth) {
         if (i < e->n_to_sample) {
             struct tl_seq *s = e->to_sample[i];
             if (s->gm)
@@ -779,10 +600,10 @@ static void sample_worker(void *arg, int ith, int nth)
                                   s->tokens, s->n_prompt, s->n_tokens, &s->rng, &e->sample_res[i]);
         } else {
             int64_t k = i - e->n_to_sample;
-            const struct tl_plp_item *it = &e->plp[k];
+            const struct tl_plp_item *it = &e->plp.items[k];
             tl_sampler_logprobs(e->samplers[ith], e->logits + it->row * nv,
                                 it->s->tokens[it->pos + 1], it->s->sampling.n_logprobs,
-                                &e->plp_res[k]);
+                                &e->plp.res[k]);
         }
     }
 }
@@ -790,39 +611,10 @@ static void sample_worker(void *arg, int ith, int nth)
 static void sample_all(tl_engine *e)
 {
     tl__constrain_prepare(e);
-    if (e->n_to_sample + e->n_plp > 1)
+    if (e->n_to_sample + e->plp.n > 1)
         tl_pool_run(e->pool, sample_worker, e);
-    else if (e->n_to_sample + e->n_plp == 1)
+    else if (e->n_to_sample + e->plp.n == 1)
         sample_worker(e, 0, 1);
-}
-
-// Delivers the PROMPT_TOKEN events s is due after this step: the first prompt token (no
-// logprob) at its first computed step, then one per prompt-logprob row, in position order.
-static void deliver_prompt_logprobs(tl_engine *e, struct tl_seq *s)
-{
-    if (!s->prompt_logprobs || s->n_plp_done >= s->n_prompt) return;
-    struct tl_event ev = {0};
-    ev.type = TL_EVENT_PROMPT_TOKEN;
-    size_t at = s->text_released;
-    if (s->n_plp_done == 0) {
-        ev.token = s->tokens[0];
-        ev.logprob = NAN;
-        ev.prompt_pos = 0;
-        s->n_plp_done = 1;
-        deliver(s, &ev, at, at);
-    }
-    for (int64_t k = 0; k < s->plp_n; k++) {
-        const struct tl_plp_item *it = &e->plp[s->plp_first + k];
-        const struct tl_sample_result *r = &e->plp_res[s->plp_first + k];
-        TL_ASSERT(it->s == s && it->pos + 1 == s->n_plp_done);
-        ev.token = r->token;
-        ev.logprob = r->logprob;
-        ev.top = r->top;
-        ev.n_top = r->n_top;
-        ev.prompt_pos = it->pos + 1;
-        s->n_plp_done++;
-        deliver(s, &ev, at, at);
-    }
 }
 
 tl_status tl_engine_step(tl_engine *e, int64_t *n_pending)
@@ -845,7 +637,7 @@ tl_status tl_engine_step(tl_engine *e, int64_t *n_pending)
             snprintf(msg, sizeof(msg), "forward pass failed: %s", tl_last_error());
             TL_LOGE("%s", msg);
             for (int64_t i = 0; i < e->n_b_seqs; i++)
-                finish(e, e->b_seqs[i], TL_FINISH_ERROR, msg);
+                tl__seq_finish(e, e->b_seqs[i], TL_FINISH_ERROR, msg);
         } else {
             e->n_to_sample = 0;
             for (int64_t i = 0; i < e->n_b_seqs; i++) {
@@ -862,19 +654,20 @@ tl_status tl_engine_step(tl_engine *e, int64_t *n_pending)
             sample_all(e);
             // Prompt logprobs first: a request's come before its first generated token.
             for (int64_t i = 0; i < e->n_b_seqs; i++)
-                deliver_prompt_logprobs(e, e->b_seqs[i]);
+                tl__plp_deliver(&e->plp, e->b_seqs[i]);
             for (int64_t i = 0; i < e->n_to_sample; i++) {
                 struct tl_seq *s = e->to_sample[i];
-                TL_ASSERT(!s->prompt_logprobs || s->n_plp_done == s->n_prompt);
+                TL_ASSERT(!s->plp.wanted || s->plp.n_done == s->n_prompt);
                 if (e->sample_res[i].token < 0) { // constrained sampling failed
-                    finish(e, s, TL_FINISH_ERROR, s->gm_error);
+                    tl__seq_finish(e, s, TL_FINISH_ERROR, s->gm_error);
                     continue;
                 }
-                enum tl_finish_reason why = accept_token(e, s, &e->sample_res[i]);
+                enum tl_finish_reason why = tl__seq_accept_token(e, s, &e->sample_res[i]);
                 if (why == TL_FINISH_ERROR)
-                    finish(e, s, why, s->gm_error ? s->gm_error : "out of memory for output text");
+                    tl__seq_finish(e, s, why,
+                                   s->gm_error ? s->gm_error : "out of memory for output text");
                 else if (why)
-                    finish(e, s, why, NULL);
+                    tl__seq_finish(e, s, why, NULL);
             }
         }
         e->stats.steps_total++;

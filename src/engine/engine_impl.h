@@ -16,6 +16,7 @@
 #include <tokenloom.h>
 
 #include "engine/kvcache.h"
+#include "engine/prompt_logprobs.h"
 #include "core/hashmap.h"
 #include "core/pool.h"
 #include "engine/sampler.h"
@@ -90,7 +91,6 @@ struct tl_seq {
     bool ignore_eos;
     int32_t priority;
     int64_t deadline_us;    // tl_time_us() clock; 0 = none
-    bool prompt_logprobs;   // deliver a PROMPT_TOKEN event per prompt token
     struct tl_gmatcher *gm; // owned: the grammar's parse state (NULL = unconstrained)
     const char *gm_error;   // static text: why constrained sampling failed this step
     tl_event_fn on_event;
@@ -118,18 +118,11 @@ struct tl_seq {
     size_t text_len, text_cap, text_released;
     bool stop_string_hit;
 
-    // Prompt log-probabilities: tokens [0, n_plp_done) of the prompt had their PROMPT_TOKEN
-    // event. Never goes down (preemption recomputes K/V, not events), so each is delivered
-    // once. While some are owed, the logits of positions [max(n_plp_done - 1, 0), n_prompt - 1)
-    // are still needed (position p predicts token p + 1).
-    int64_t n_plp_done;
+    struct tl_plp_seq plp; // prompt log-probabilities (prompt_logprobs.h)
 
     // This step.
-    int64_t sched_n;   // tokens scheduled (0 = not scheduled)
-    int64_t out_row;   // logits row of the token to sample, or -1
-    int64_t plp_pos0;  // prompt-logprob rows: position of the first
-    int64_t plp_n;     // how many (consecutive positions)
-    int64_t plp_first; // their index in the engine's plp / plp_res
+    int64_t sched_n; // tokens scheduled (0 = not scheduled)
+    int64_t out_row; // logits row of the token to sample, or -1
 
     // Accounting.
     int64_t n_generated, n_preempted, n_cached_tokens;
@@ -138,19 +131,6 @@ struct tl_seq {
 };
 
 // ---- the engine -----------------------------------------------------------------------------
-
-// One prompt-logprob row of a step: logits row `row` (position pos of s) gives the logprob of
-// prompt token pos + 1.
-struct tl_plp_item {
-    struct tl_seq *s; // borrowed
-    int64_t pos;
-    int64_t row;
-};
-
-// Bound on the logits kept for prompt log-probabilities in one step: at most this many bytes
-// of rows (and at most max_tokens_per_step rows); a prompt chunk needing more rows is cut.
-// 16 MiB is 131 rows at a 32000-token vocabulary, 27 at 152064.
-#define TL_ENGINE_PLP_LOGITS_BYTES ((size_t)16 << 20)
 
 struct tl_engine {
     struct tl_engine_config cfg; // resolved: no zeros left
@@ -189,13 +169,9 @@ struct tl_engine {
     struct tl_seq **b_seqs;                   // (max_batch_size) scheduled, batch order
     int64_t n_b_seqs;
     struct tl_batch batch;
-    float *logits;   // owned, (max_out + max_plp_rows, n_vocab)
-    int64_t max_out; // rows of tokens to sample per step
-    // Prompt log-probabilities of the step (see TL_ENGINE_PLP_LOGITS_BYTES).
-    int64_t max_plp_rows;
-    struct tl_plp_item *plp;          // owned, (max_plp_rows)
-    struct tl_sample_result *plp_res; // owned, (max_plp_rows)
-    int64_t n_plp;
+    float *logits;          // owned, (max_out + plp.max_rows, n_vocab)
+    int64_t max_out;        // rows of tokens to sample per step
+    struct tl_plp_step plp; // the step's prompt-logprob rows (prompt_logprobs.h)
 
     struct tl_engine_stats stats; // engine thread's running copy
 
@@ -209,8 +185,7 @@ struct tl_engine {
 // token_bytes.
 tl_status tl__constrain_init(const tl_engine *e, struct tl_seq *s, const struct tl_request *r);
 // Builds the vocabulary trie and the mask buffers if a sequence due a token is constrained
-// (engine thread, before sampling fans out). False (with the sequences' gm_error set) on
-// failure.
+// (engine thread, before sampling fans out); on failure their gm_error is set.
 void tl__constrain_prepare(tl_engine *e);
 // Samples s's token from the masked logits on sampler thread ith; res->token = -1 and
 // s->gm_error on failure.
@@ -220,6 +195,22 @@ void tl__constrain_sample(tl_engine *e, int ith, struct tl_seq *s, const float *
 // token where the grammar is complete, TL_FINISH_ERROR if t does not continue the grammar,
 // TL_FINISH_NONE otherwise.
 enum tl_finish_reason tl__constrain_accept(tl_engine *e, struct tl_seq *s, int32_t t);
+
+// seq.c: a sequence's lifecycle (see there).
+// Builds a sequence from a validated request (submitter's thread); *out on success.
+tl_status tl__seq_create(tl_engine *e, const struct tl_request *r, const int32_t *prompt,
+                         int64_t n_prompt, struct tl_seq **out);
+// Frees s and everything it owns (NULL is a no-op); it must be in no engine structure.
+void tl__seq_destroy(struct tl_seq *s);
+// Calls s's callback with ev carrying text[from, to), NUL-terminated in place.
+void tl__seq_deliver(struct tl_seq *s, struct tl_event *ev, size_t from, size_t to);
+// Appends a sampled token to s and delivers its TOKEN event; returns the finish reason
+// (TL_FINISH_NONE to go on).
+enum tl_finish_reason tl__seq_accept_token(tl_engine *e, struct tl_seq *s,
+                                           const struct tl_sample_result *res);
+// Ends s: removes it from its queue and the live map, releases its blocks, delivers DONE with
+// whatever text is still held (unless a stop string ended it), destroys it.
+void tl__seq_finish(tl_engine *e, struct tl_seq *s, enum tl_finish_reason why, const char *error);
 
 // sched.c: plans one step into e->batch (and e->b_seqs); admits, chunks, preempts.
 void tl__sched_plan(tl_engine *e);

@@ -56,32 +56,6 @@ static uint64_t block_key(tl_engine *e, struct tl_seq *s, int32_t j)
     return s->block_key[j];
 }
 
-// ---- prompt log-probabilities ---------------------------------------------------------------
-
-// The first position whose logits s still needs for prompt logprobs; n_prompt - 1 (an empty
-// range) when none are owed.
-static int64_t plp_lo(const struct tl_seq *s)
-{
-    if (!s->prompt_logprobs || s->n_plp_done >= s->n_prompt) return s->n_prompt - 1;
-    return s->n_plp_done > 0 ? s->n_plp_done - 1 : 0;
-}
-
-// Prompt-logprob rows needed by a chunk of k positions from s->n_computed.
-static int64_t plp_rows(const struct tl_seq *s, int64_t k)
-{
-    int64_t lo = plp_lo(s), a = s->n_computed > lo ? s->n_computed : lo;
-    int64_t b = s->n_computed + k < s->n_prompt - 1 ? s->n_computed + k : s->n_prompt - 1;
-    return b > a ? b - a : 0;
-}
-
-// Cuts a chunk of k positions from s->n_computed so that it needs at most rows logits rows.
-static int64_t plp_cap_chunk(const struct tl_seq *s, int64_t k, int64_t rows)
-{
-    if (plp_rows(s, k) <= rows) return k;
-    int64_t lo = plp_lo(s), a = s->n_computed > lo ? s->n_computed : lo;
-    return a + rows - s->n_computed;
-}
-
 // ---- queues ---------------------------------------------------------------------------------
 
 static bool waiting_before(const struct tl_seq *a, const struct tl_seq *b)
@@ -209,7 +183,7 @@ static int32_t take_cached_prefix(tl_engine *e, struct tl_seq *s, int32_t *n_loo
     if (!e->cfg.prefix_caching) return 0;
     // Positions whose logits are still owed for prompt logprobs must be computed: only blocks
     // wholly before them may come from the cache (cached blocks have K/V, no logits).
-    int64_t n_pos = s->n_tokens - 1, lo = plp_lo(s);
+    int64_t n_pos = s->n_tokens - 1, lo = tl__plp_first_owed(s);
     if (lo < s->n_prompt - 1 && lo < n_pos) n_pos = lo;
     int32_t n_full = (int32_t)(n_pos / e->block_size), j = 0;
     for (; j < n_full; j++) {
@@ -234,7 +208,7 @@ static void schedule(tl_engine *e, struct tl_seq *s, int64_t n)
 
 void tl__sched_plan(tl_engine *e)
 {
-    int64_t budget = e->cfg.max_tokens_per_step, plp_budget = e->max_plp_rows;
+    int64_t budget = e->cfg.max_tokens_per_step, plp_budget = e->plp.max_rows;
     const int64_t preempted_before = e->stats.preemptions_total;
     for (int64_t i = 0; i < e->n_running; i++) {
         e->running[i]->sched_n = 0;
@@ -245,7 +219,7 @@ void tl__sched_plan(tl_engine *e)
     for (int64_t i = 0; i < e->n_running && budget > 0; i++) {
         struct tl_seq *s = e->running[i];
         if (s->n_computed != s->n_tokens - 1) continue;
-        TL_ASSERT(plp_rows(s, 1) == 0); // the last prompt position predicts no prompt token
+        TL_ASSERT(tl__plp_rows(s, 1) == 0); // the last prompt position predicts no prompt token
         if (!grow_blocks(e, s, s->n_computed + 1, i)) break; // it preempted itself: all done
         schedule(e, s, 1);
         budget--;
@@ -257,7 +231,7 @@ void tl__sched_plan(tl_engine *e)
         if (s->sched_n || s->n_computed >= s->n_tokens - 1) continue;
         int64_t chunk = s->n_tokens - s->n_computed;
         if (chunk > budget) chunk = budget;
-        chunk = plp_cap_chunk(s, chunk, plp_budget);
+        chunk = tl__plp_cap_chunk(s, chunk, plp_budget);
         if (chunk <= 0) continue;
         if (!grow_blocks(e, s, s->n_computed + chunk, i + 1)) {
             // Out of victims: take what the blocks it holds allow.
@@ -267,7 +241,7 @@ void tl__sched_plan(tl_engine *e)
         if (chunk <= 0) continue;
         schedule(e, s, chunk);
         budget -= chunk;
-        plp_budget -= plp_rows(s, chunk);
+        plp_budget -= tl__plp_rows(s, chunk);
     }
 
     // 3. Admission in (priority, arrival) order, no overtaking; none in a step that had to
@@ -278,7 +252,7 @@ void tl__sched_plan(tl_engine *e)
         int32_t n_looked_up, n_hit = take_cached_prefix(e, s, &n_looked_up);
         int64_t chunk = s->n_tokens - s->n_computed;
         if (chunk > budget) chunk = budget;
-        chunk = plp_cap_chunk(s, chunk, plp_budget);
+        chunk = tl__plp_cap_chunk(s, chunk, plp_budget);
         int64_t need = blocks_for(e, s->n_computed + chunk) - s->n_blocks;
         if (chunk <= 0 || need > tl_kv_cache_n_available(e->kv)) {
             // No blocks (or no prompt-logprob rows left this step) for its first chunk: undo
@@ -304,7 +278,7 @@ void tl__sched_plan(tl_engine *e)
         s->out_row = -1;
         schedule(e, s, chunk);
         budget -= chunk;
-        plp_budget -= plp_rows(s, chunk);
+        plp_budget -= tl__plp_rows(s, chunk);
     }
     TL_ASSERT(plp_budget >= 0);
 
@@ -312,7 +286,7 @@ void tl__sched_plan(tl_engine *e)
     // row to sample, so out_idx stays increasing.
     int64_t n_tok = 0, n_out = 0, n_sample = 0;
     e->n_b_seqs = 0;
-    e->n_plp = 0;
+    e->plp.n = 0;
     for (int64_t i = 0; i < e->n_running; i++) {
         struct tl_seq *s = e->running[i];
         if (!s->sched_n) continue;
@@ -326,14 +300,7 @@ void tl__sched_plan(tl_engine *e)
             e->b_seq[n_tok] = si;
             n_tok++;
         }
-        s->plp_n = plp_rows(s, s->sched_n);
-        s->plp_first = e->n_plp;
-        s->plp_pos0 = s->plp_n ? (s->n_computed > plp_lo(s) ? s->n_computed : plp_lo(s)) : -1;
-        for (int64_t k = 0; k < s->plp_n; k++) {
-            int64_t pos = s->plp_pos0 + k;
-            e->plp[e->n_plp++] = (struct tl_plp_item){.s = s, .pos = pos, .row = n_out};
-            e->b_out[n_out++] = (int32_t)(n_tok - s->sched_n + (pos - s->n_computed));
-        }
+        tl__plp_plan_rows(&e->plp, s, n_tok - s->sched_n, e->b_out, &n_out);
         if (s->n_computed + s->sched_n == s->n_tokens) {
             s->out_row = n_out;
             e->b_out[n_out++] = (int32_t)(n_tok - 1);
@@ -341,7 +308,7 @@ void tl__sched_plan(tl_engine *e)
         }
     }
     TL_ASSERT(n_tok <= e->cfg.max_tokens_per_step && n_sample <= e->max_out &&
-              e->n_plp <= e->max_plp_rows);
+              e->plp.n <= e->plp.max_rows);
     e->batch.n_tok = n_tok;
     e->batch.token = e->b_token;
     e->batch.pos = e->b_pos;

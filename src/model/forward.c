@@ -7,7 +7,8 @@
  * output matmul + residual -> RMSNorm -> gate/up matmuls -> SwiGLU -> down matmul + residual.
  * Every weight matrix is multiplied with all tokens of the step at once (tl_matmul tiles them),
  * so the weights are read once per step for everyone. Logits are computed only for the rows in
- * out_idx.
+ * out_idx. Scratch sizes are products taken through tl_mul_size (alloc_matrix), so the row
+ * offsets used below (t * width, t < max_tok) are bounded by an allocation that succeeded.
  *
  * Determinism: every op computes a token's row from that token's inputs alone with a fixed
  * reduction order (the kernels' contract), and K/V are always read back from the cache (never
@@ -49,27 +50,37 @@ static size_t max_size(size_t a, size_t b)
     return a > b ? a : b;
 }
 
+// An aligned (rows, cols) f32 matrix; NULL when rows * cols * 4 overflows or memory is short.
+static float *alloc_matrix(size_t rows, size_t cols)
+{
+    size_t n, bytes;
+    if (!tl_mul_size(rows, cols, &n) || !tl_mul_size(n, sizeof(float), &bytes)) return NULL;
+    return tl_aligned_alloc(bytes);
+}
+
 struct tl_forward *tl_forward_create(const struct tl_model *m, int64_t max_tok, int64_t max_ctx,
                                      struct tl_pool *pool)
 {
     const struct tl_hparams *hp = &m->hp;
     struct tl_forward *f = tl_calloc_array(1, sizeof(*f));
-    if (!f) goto oom;
+    if (!f) goto out_destroy;
     f->model = m;
     f->pool = pool;
     f->max_tok = max_tok;
     f->max_ctx = max_ctx;
-    size_t n = (size_t)max_tok;
-    size_t q_dim = (size_t)hp->n_head * hp->head_dim, kv_dim = (size_t)hp->n_head_kv * hp->head_dim;
-    f->x = tl_aligned_alloc(n * hp->n_embd * sizeof(float));
-    f->xb = tl_aligned_alloc(n * hp->n_embd * sizeof(float));
-    f->tmp = tl_aligned_alloc(n * hp->n_embd * sizeof(float));
-    f->q = tl_aligned_alloc(n * q_dim * sizeof(float));
-    f->k = tl_aligned_alloc(n * kv_dim * sizeof(float));
-    f->v = tl_aligned_alloc(n * kv_dim * sizeof(float));
-    f->att = tl_aligned_alloc(n * q_dim * sizeof(float));
-    f->h1 = tl_aligned_alloc(n * hp->n_ff * sizeof(float));
-    f->h2 = tl_aligned_alloc(n * hp->n_ff * sizeof(float));
+    size_t n = (size_t)max_tok, q_dim, kv_dim;
+    if (!tl_mul_size((size_t)hp->n_head, (size_t)hp->head_dim, &q_dim) ||
+        !tl_mul_size((size_t)hp->n_head_kv, (size_t)hp->head_dim, &kv_dim))
+        goto out_destroy;
+    f->x = alloc_matrix(n, (size_t)hp->n_embd);
+    f->xb = alloc_matrix(n, (size_t)hp->n_embd);
+    f->tmp = alloc_matrix(n, (size_t)hp->n_embd);
+    f->q = alloc_matrix(n, q_dim);
+    f->k = alloc_matrix(n, kv_dim);
+    f->v = alloc_matrix(n, kv_dim);
+    f->att = alloc_matrix(n, q_dim);
+    f->h1 = alloc_matrix(n, (size_t)hp->n_ff);
+    f->h2 = alloc_matrix(n, (size_t)hp->n_ff);
     f->queries = tl_calloc_array(n, sizeof(*f->queries));
     size_t wb = tl_attention_work_bytes(tl_pool_size(pool), max_ctx, hp->head_dim);
     const struct tl_weight *all[] = {&m->tok_embd, &m->output};
@@ -86,9 +97,9 @@ struct tl_forward *tl_forward_create(const struct tl_model *m, int64_t max_tok, 
     f->work = tl_aligned_alloc(wb);
     if (!f->x || !f->xb || !f->tmp || !f->q || !f->k || !f->v || !f->att || !f->h1 || !f->h2 ||
         !f->queries || !f->work)
-        goto oom;
+        goto out_destroy;
     return f;
-oom:
+out_destroy:
     tl_forward_destroy(f);
     tl__errorf(TL_ERR_NOMEM, "out of memory allocating forward scratch for %lld tokens",
                (long long)max_tok);

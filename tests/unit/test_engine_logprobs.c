@@ -309,7 +309,7 @@ static void test_identical_across_chunks_rows_and_company(void **state)
             c.max_batch_size = steps[k] < 11 ? steps[k] : 11;
             tl_engine *e = engine(&c);
             // Also cut the prompt-logprob rows per step (the memory bound) below the chunk.
-            if (company) e->max_plp_rows = 3;
+            if (company) e->plp.max_rows = 3;
             struct run *r = calloc(11, sizeof(*r));
             if (company)
                 for (int i = 1; i < 11; i++)
@@ -357,8 +357,8 @@ static void test_identical_after_preemption(void **state)
         if (!tl__engine_check(e)) fail_msg("%s", tl_last_error());
         for (size_t i = 0; i < e->n_waiting; i++) {
             const struct tl_seq *s = e->waiting[i];
-            if (s->user == &r[0] && s->n_preempted && s->n_plp_done > 0 &&
-                s->n_plp_done < s->n_prompt)
+            if (s->user == &r[0] && s->n_preempted && s->plp.n_done > 0 &&
+                s->plp.n_done < s->n_prompt)
                 mid_prompt = true;
         }
         steps++;
@@ -502,8 +502,8 @@ static void test_logits_rows_bounded(void **state)
     struct tl_engine_config c = base_config();
     c.max_seq_len = 600;
     tl_engine *e = fake_engine(&fm, &c, 32000, 1024);
-    assert_int_equal(e->max_plp_rows, (int64_t)(TL_ENGINE_PLP_LOGITS_BYTES / (32000 * 4)));
-    assert_int_equal(e->max_plp_rows, 131);
+    assert_int_equal(e->plp.max_rows, (int64_t)(TL_ENGINE_PLP_LOGITS_BYTES / (32000 * 4)));
+    assert_int_equal(e->plp.max_rows, 131);
     int32_t *ids = malloc(512 * sizeof(int32_t));
     struct counts cnt[3] = {{0}};
     for (int i = 0; i < 3; i++) {
@@ -527,7 +527,7 @@ static void test_logits_rows_bounded(void **state)
     while (n > 0) {
         if (tl_engine_step(e, &n)) fail_msg("step: %s", tl_last_error());
         if (!tl__engine_check(e)) fail_msg("%s", tl_last_error());
-        if (e->n_plp > max_rows) max_rows = e->n_plp;
+        if (e->plp.n > max_rows) max_rows = e->plp.n;
         steps++;
     }
     assert_int_equal(fm.violations, 0);
