@@ -45,6 +45,15 @@ tl_status tl_grammar_schema_to_gbnf(const char *schema_json, size_t len,
                                     char **gbnf) TL_WARN_UNUSED;
 tl_status tl_grammar_regex_to_gbnf(const char *re, size_t len, char **gbnf) TL_WARN_UNUSED;
 
+// Reads the structured-output fields of a request object (response_format, grammar,
+// json_schema, guided_json / guided_regex / guided_choice / guided_grammar,
+// structured_outputs; see fields.c) and compiles them through tl_grammar_get. OUT: *out (a
+// reference; NULL when the object asks for no constraint). On failure *param names the field
+// (static) and the message says what is wrong. Thread-safe.
+struct json_t;
+tl_status tl_grammar_from_fields(struct json_t *obj, struct tl_grammar **out,
+                                 const char **param) TL_WARN_UNUSED;
+
 // ---- the vocabulary as a trie ---------------------------------------------------------------
 
 struct tl_gvocab;

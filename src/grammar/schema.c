@@ -230,7 +230,7 @@ static tl_status gen_number(struct sc *c, json_t *s, const char *path, bool inte
         tl__gstr_puts(o, integer ? "jint" : "jnumber");
         return TL_OK;
     }
-    // Integer bounds [ilo, ihi]; for fractions, the upper value fhi (n.frac < n + 1 <= fhi).
+    // Integer bounds [ilo, ihi]; the bound values lo_v, hi_v (for numbers with a fraction).
     double ilo = -INFINITY, ihi = INFINITY, lo_v = -INFINITY, hi_v = INFINITY;
     if (mn) {
         ilo = fmax(ilo, ceil(json_number_value(mn)));
@@ -252,24 +252,23 @@ static tl_status gen_number(struct sc *c, json_t *s, const char *path, bool inte
     tl__gstr_puts(o, "(");
     bool any = int_range(o, ilo, ihi, &first);
     if (!integer) {
-        // n.frac for n >= 0 in [max(ilo, 0), floor(hi_v) - 1]; -m.frac (in (-(m+1), -m]) for
-        // m in [max(1, -ihi), -ceil(lo_v) - 1].
-        double a = fmax(ilo, 0), b = isinf(hi_v) ? (double)UINT_CAP : floor(hi_v) - 1;
-        if (b > (double)UINT_CAP) b = (double)UINT_CAP;
+        // n.f with a non-zero fraction lies in (n, n + 1): n in [ceil(lo_v), floor(hi_v) - 1];
+        // -m.f in (-(m + 1), -m): m in [max(1, ceil(-hi_v)), floor(-lo_v) - 1].
+        const double cap = (double)UINT_CAP;
+        double a = fmax(ceil(lo_v), 0), b = isinf(hi_v) ? cap : fmin(floor(hi_v) - 1, cap);
         if (a <= b) {
             tl__gstr_puts(o, first ? "" : " | ");
             first = false;
             uint_range(o, (uint64_t)a, (uint64_t)b);
-            tl__gstr_puts(o, " \".\" [0-9]{1,6}");
+            tl__gstr_puts(o, " \".\" [0-9]{0,5} [1-9]");
             any = true;
         }
-        double ma = fmax(1, -ihi), mb = isinf(lo_v) ? (double)UINT_CAP : -ceil(lo_v) - 1;
-        if (mb > (double)UINT_CAP) mb = (double)UINT_CAP;
+        double ma = fmax(1, ceil(-hi_v)), mb = isinf(lo_v) ? cap : fmin(floor(-lo_v) - 1, cap);
         if (ma <= mb) {
             tl__gstr_puts(o, first ? "\"-\" " : " | \"-\" ");
             first = false;
             uint_range(o, (uint64_t)ma, (uint64_t)mb);
-            tl__gstr_puts(o, " \".\" [0-9]{1,6}");
+            tl__gstr_puts(o, " \".\" [0-9]{0,5} [1-9]");
             any = true;
         }
     }

@@ -71,7 +71,8 @@ struct tl_oai_params {
     int32_t top_logprobs; // alternatives per token (0..20)
     bool ignore_eos;
     int32_t priority;
-    int64_t timeout_ms; // 0 = none
+    int64_t timeout_ms;         // 0 = none
+    struct tl_grammar *grammar; // owned reference: structured output, or NULL
 };
 
 // Limits that depend on the model.

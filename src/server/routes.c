@@ -884,6 +884,7 @@ static void h_generate(struct tl_server *s, struct evhttp_request *r, int64_t t0
         rq.ignore_eos = p->ignore_eos;
         rq.priority = p->priority;
         rq.timeout_ms = p->timeout_ms;
+        rq.grammar = p->grammar;
         rq.prompt_logprobs = prompt_logprobs(q);
         rq.on_event = tl__srv_on_event;
         rq.user = c;
