@@ -3,6 +3,8 @@
 # is missing. Run as root (CI does); as another user it prints the one apt-get line to run.
 set -eu
 PKGS="build-essential pkg-config libpcre2-dev libcmocka-dev libevent-dev libjansson-dev curl jq"
+# tests/chat/oracle.py: Jinja2 is the reference renderer for chat templates.
+PKGS="$PKGS python3 python3-jinja2"
 missing=""
 for p in $PKGS; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"

@@ -1,0 +1,381 @@
+/*
+ * Internals shared by the Jinja engine's files (jinja_*.c): the arena, the value type, the AST
+ * and the render context. Callers use chat/jinja.h instead.
+ *
+ * Memory: everything is arena-allocated. A parsed template owns one arena (its AST and constant
+ * values, read-only after parsing, so renders on several threads may share it); each render owns
+ * another, freed whole when the render ends. Values are therefore plain structs passed by value
+ * with no reference counts, and an error anywhere unwinds with longjmp to the entry point
+ * (tl_jinja_parse / tl_jinja_render), which frees the arena: nothing leaks on any error path.
+ * Lists and mappings are immutable once built (as in Jinja2's ImmutableSandboxedEnvironment);
+ * only a namespace() object is written after creation.
+ */
+#ifndef TL_CHAT_JINJA_IMPL_H
+#define TL_CHAT_JINJA_IMPL_H
+
+#include "chat/jinja.h"
+
+#include <setjmp.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+// ---- arena
+
+struct jarena_chunk;
+struct jarena {
+    struct jarena_chunk *head; // owned list of chunks, newest first
+    size_t used_bytes;         // total allocated from malloc
+    size_t max_bytes;          // allocation beyond this fails the render / parse
+    jmp_buf *on_fail;          // where an allocation failure jumps (set by the entry point)
+    char *err;                 // buffer the failure message is written to
+    size_t err_size;
+};
+
+void jarena_init(struct jarena *a, size_t max_bytes);
+void jarena_free(struct jarena *a);
+void *jarena_alloc(struct jarena *a, size_t n); // zeroed; longjmps on failure
+
+// ---- values
+
+enum jv_kind {
+    JV_UNDEF = 0, // Jinja2's default Undefined
+    JV_NONE,
+    JV_BOOL,
+    JV_INT,
+    JV_FLOAT,
+    JV_STR,
+    JV_LIST, // also tuples (l->is_tuple)
+    JV_MAP,  // insertion-ordered
+    JV_FUNC, // macro, builtin global, bound method
+    JV_NS,   // namespace(): a mutable mapping
+};
+
+struct jstr {
+    size_t len;
+    char p[]; // len bytes + NUL (may contain NUL bytes)
+};
+
+struct jv;
+struct jlist {
+    int64_t n, cap;
+    struct jv *v;
+    bool is_tuple;
+};
+
+struct jmap {
+    int64_t n, cap;
+    struct jv *k; // keys (strings in practice; any value compares)
+    struct jv *v;
+};
+
+struct jfunc;
+// Python types the value stands for beyond its kind (Jinja2 semantics that templates observe).
+enum jv_flag {
+    JVF_MARKUP = 1,      // JV_STR: a Markup string (|safe, |escape): + escapes plain operands
+    JVF_GENERATOR = 2,   // JV_LIST: a generator (map, select, ...): always true, no len/index/JSON
+    JVF_DICT_ITEMS = 4,  // JV_LIST: dict.items() view: no index/JSON
+    JVF_DICT_KEYS = 8,   // JV_LIST: dict.keys() view
+    JVF_DICT_VALUES = 16 // JV_LIST: dict.values() view
+};
+#define JVF_VIEWS (JVF_DICT_ITEMS | JVF_DICT_KEYS | JVF_DICT_VALUES)
+
+struct jv {
+    uint8_t kind;  // enum jv_kind
+    uint8_t flags; // enum jv_flag bits
+    union {
+        bool b;
+        int64_t i;
+        double f;
+        const struct jstr *s;   // JV_STR
+        const char *undef_name; // JV_UNDEF: the missing name, or NULL
+        struct jlist *l;
+        struct jmap *m; // JV_MAP, JV_NS
+        const struct jfunc *fn;
+    };
+};
+
+// ---- AST
+
+enum jn_kind {
+    // statements
+    JN_BODY,    // items: statements
+    JN_TEXT,    // value: the text
+    JN_OUTPUT,  // a: expression
+    JN_IF,      // a: cond, b: body, c: else body (an IF for elif) or NULL
+    JN_FOR,     // names: targets, a: iterable, b: body, c: else body, d: filter cond
+    JN_SET,     // names: targets (or a: namespace expr + name: attribute), b: value
+    JN_SETBLK,  // names[0]: target (or a + name), b: body, d: filter chain (input NULL)
+    JN_MACRO,   // name, names: params, items: defaults (NULL entries), b: body
+    JN_CALLBLK, // a: the call, names/items: caller's params and defaults, b: body
+    JN_FILTBLK, // a: filter chain whose innermost input is NULL, b: body
+    JN_BREAK,
+    JN_CONTINUE,
+    // expressions
+    JN_CONST,   // value
+    JN_NAME,    // name
+    JN_LIST,    // items
+    JN_TUPLE,   // items
+    JN_DICT,    // items: keys, args.pos: values
+    JN_GETATTR, // a.name
+    JN_GETITEM, // a[b]
+    JN_SLICE,   // a[b:c:d] (NULL parts omitted)
+    JN_CALL,    // a(args)
+    JN_FILTER,  // a|name(args); a NULL inside a filter block
+    JN_TEST,    // a is [not] name(args); flag: negated
+    JN_NEG,     // -a
+    JN_POS,     // +a
+    JN_NOT,     // not a
+    JN_BINOP,   // a op b; op: one of JOP_*
+    JN_AND,     // a and b
+    JN_OR,      // a or b
+    JN_COND,    // a if b else c (c may be NULL)
+};
+
+enum jop {
+    JOP_ADD = 1,
+    JOP_SUB,
+    JOP_MUL,
+    JOP_DIV,
+    JOP_FLOORDIV,
+    JOP_MOD,
+    JOP_POW,
+    JOP_CONCAT,
+    JOP_EQ,
+    JOP_NE,
+    JOP_LT,
+    JOP_LE,
+    JOP_GT,
+    JOP_GE,
+    JOP_IN,
+    JOP_NOTIN,
+};
+
+struct jnode;
+struct jargs {
+    struct jnode **pos; // positional arguments
+    int n_pos;
+    const char **kw; // keyword names
+    struct jnode **kwv;
+    int n_kw;
+};
+
+struct jnode {
+    uint8_t kind; // enum jn_kind
+    uint8_t op;   // enum jop (JN_BINOP)
+    bool flag;    // JN_TEST: negated
+    int line, col;
+    const char *name;
+    struct jv value;
+    struct jnode *a, *b, *c, *d;
+    struct jnode **items;
+    int n_items;
+    const char **names;
+    int n_names;
+    struct jargs args;
+};
+
+struct tl_jinja_template {
+    struct jarena arena; // owns the AST and constants
+    struct jnode *root;  // JN_BODY
+};
+
+// ---- render context
+
+struct jframe {
+    struct jframe *parent;
+    const char **names;
+    struct jv *vals;
+    int n, cap;
+};
+
+struct jctx {
+    struct jarena arena;
+    jmp_buf fail;
+    char *err; // caller's error buffer
+    size_t err_size;
+    int err_line, err_col;
+    struct tl_jinja_limits lim;
+    int64_t deadline_us; // 0 = none
+    int64_t steps;       // loop iterations + calls, for the step and time limits
+    int depth;           // evaluation nesting
+    // output: the current buffer (filter and set blocks capture into a fresh one)
+    char *out;
+    size_t out_len, out_cap;
+    size_t out_total;         // bytes written to any buffer, against lim.max_output_bytes
+    struct jframe *root;      // the render's variables
+    struct jframe *frame;     // the current scope
+    const struct jnode *cur;  // node being evaluated (error positions)
+    int loop_ctl;             // 1 = break, 2 = continue pending
+    int macro_depth;          // macro calls in progress
+    bool raised;              // the failure came from raise_exception
+    struct jv pending_caller; // a call block's caller() for the macro about to be called
+};
+
+// Fails the render: formats the message (prefixed with the current line) and longjmps.
+_Noreturn void jfail(struct jctx *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+// ---- values (jinja_value.c)
+
+struct jv jv_undef(const char *name);
+struct jv jv_none(void);
+struct jv jv_bool(bool b);
+struct jv jv_int(int64_t i);
+struct jv jv_float(double f);
+struct jv jv_str(struct jarena *a, const char *s, size_t n);
+struct jv jv_cstr(struct jarena *a, const char *s);
+struct jv jv_list(struct jarena *a, int64_t cap);
+struct jv jv_map(struct jarena *a, int64_t cap);
+void jv_list_push(struct jarena *a, struct jv list, struct jv item);
+void jv_map_set(struct jarena *a, struct jv map, struct jv key, struct jv val); // replaces
+bool jv_map_get(struct jv map, const char *key, size_t key_len, struct jv *out);
+bool jv_map_getv(struct jv map, struct jv key, struct jv *out);
+
+bool jv_truthy(struct jv v);
+bool jv_equal(struct jv a, struct jv b);
+// <0, 0, >0; false when the two cannot be ordered (as Python's TypeError).
+bool jv_compare(struct jv a, struct jv b, int *out);
+const char *jv_type_name(struct jv v);
+bool jv_is_num(struct jv v); // int, float or bool (Python's Number)
+double jv_as_double(struct jv v);
+
+// Python's str() and repr() appended to a growable buffer.
+struct jbuf {
+    struct jarena *arena;
+    char *p;
+    size_t len, cap;
+};
+void jbuf_add(struct jbuf *b, const char *s, size_t n);
+void jbuf_adds(struct jbuf *b, const char *s);
+struct jv jbuf_value(struct jbuf *b);
+void jv_write_str(struct jbuf *b, struct jv v);  // str(v); Undefined prints nothing
+void jv_write_repr(struct jbuf *b, struct jv v); // repr(v)
+void jv_write_float(struct jbuf *b, double f);   // Python's repr of a float
+struct jv jv_to_str(struct jarena *a, struct jv v);
+
+// json.dumps(v, ensure_ascii=False, indent, separators, sort_keys). indent < 0 = none; item_sep
+// and key_sep NULL = Python's defaults. false (with *bad set) when v holds an unserialisable
+// value.
+bool jv_write_json(struct jbuf *b, struct jv v, int indent, const char *item_sep,
+                   const char *key_sep, bool sort_keys, struct jv *bad);
+
+// UTF-8 code point helpers (strings index by code point, as Python's str does).
+int64_t jstr_cp_len(const char *s, size_t n);
+size_t jstr_cp_offset(const char *s, size_t n, int64_t cp); // byte offset of code point cp
+
+// ---- statements (jinja_exec.c), evaluation (jinja_eval.c) and builtins (jinja_builtins.c)
+
+void jstep(struct jctx *c); // counts a step; fails past the step or time limit
+struct jcall;
+struct jv jcall_macro(struct jctx *c, const struct jfunc *fn, const struct jcall *a);
+struct jcall jeval_args(struct jctx *c, const struct jargs *a);
+void jframe_set(struct jctx *c, struct jframe *f, const char *name, struct jv v);
+struct jv jv_from_json(struct jarena *a, const json_t *j, int depth);
+
+struct jv jeval(struct jctx *c, const struct jnode *n);
+struct jv jcall_value(struct jctx *c, struct jv fn, int n_pos, const struct jv *pos, int n_kw,
+                      const char *const *kw, const struct jv *kwv);
+struct jv jgetattr(struct jctx *c, struct jv obj, const char *name);
+struct jv jgetitem(struct jctx *c, struct jv obj, struct jv key);
+struct jv jlookup(struct jctx *c, const char *name);
+struct jv jiterable_to_list(struct jctx *c, struct jv v); // list, tuple, map keys, string chars
+
+struct jcall {
+    int n_pos;
+    const struct jv *pos;
+    int n_kw;
+    const char *const *kw;
+    const struct jv *kwv;
+};
+// The argument named `name` at position `i` (or keyword); *found false when absent.
+struct jv jarg(struct jctx *c, const struct jcall *a, int i, const char *name, bool *found);
+
+struct jv jfilter(struct jctx *c, const char *name, struct jv in, const struct jcall *a);
+bool jtest(struct jctx *c, const char *name, struct jv in, const struct jcall *a);
+bool jtest_exists(const char *name);
+struct jv jescape(struct jctx *c, struct jv v); // Markup escape (|escape)
+// String helpers shared by filters and methods: strip (chars JV_STR or whitespace), ASCII case
+// (mode 0 lower, 1 upper, 2 capitalize), replace (count < 0 = all).
+struct jv jstr_strip(struct jctx *c, struct jv s, struct jv chars, bool left, bool right);
+struct jv jstr_case(struct jctx *c, struct jv s, int mode);
+struct jv jstr_replace(struct jctx *c, struct jv s, struct jv old, struct jv new, int64_t count);
+bool jfilter_exists(const char *name);
+// A method bound to obj (str, map methods) or JV_UNDEF when obj has no such method.
+struct jv jmethod_bind(struct jctx *c, struct jv obj, const char *name);
+struct jv jglobal(const char *name); // range, namespace, dict, raise_exception, strftime_now
+struct jv jcall_builtin(struct jctx *c, const struct jfunc *fn, const struct jcall *a);
+
+enum jfunc_kind { JF_MACRO, JF_GLOBAL, JF_METHOD, JF_CALLER };
+struct jfunc {
+    uint8_t kind;
+    const char *name;
+    const struct jnode *macro; // JF_MACRO, JF_CALLER: the macro / call block
+    struct jv self;            // JF_METHOD: bound object
+    struct jv caller;          // JF_CALLER's outer caller chain; unused otherwise
+    struct jframe *scope;      // JF_CALLER: the frame the call block was written in
+};
+
+// ---- parsing (jinja_lex.c, jinja_parse.c)
+
+enum jtok_kind {
+    JT_EOF = 0,
+    JT_TEXT,
+    JT_VAR_BEGIN,
+    JT_VAR_END,
+    JT_BLOCK_BEGIN,
+    JT_BLOCK_END,
+    JT_NAME,
+    JT_STRING,
+    JT_INT,
+    JT_FLOAT,
+    JT_OP,
+};
+
+struct jtok {
+    uint8_t kind;
+    int line, col;
+    const char *s; // TEXT, NAME, STRING (unescaped), OP text; arena-owned, NUL-terminated
+    size_t len;
+    int64_t i;
+    double f;
+};
+
+struct jparser {
+    struct jarena *arena;
+    jmp_buf fail;
+    char *err;
+    size_t err_size;
+    struct jtok *toks;
+    int64_t n_toks, cap_toks, pos;
+    int depth;
+};
+
+_Noreturn void jparse_fail(struct jparser *p, int line, int col, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+void jlex(struct jparser *p, const char *src, size_t len); // fills p->toks
+
+// Parser helpers (jinja_parse_expr.c), shared by the statement parser.
+struct vec {
+    void **v;
+    int n, cap;
+};
+const struct jtok *jp_peek(struct jparser *p);
+const struct jtok *jp_peek2(struct jparser *p);
+const struct jtok *jp_next(struct jparser *p);
+bool jp_is_op(const struct jtok *t, const char *op);
+bool jp_is_name(const struct jtok *t, const char *name);
+_Noreturn void jp_fail_at(struct jparser *p, const struct jtok *t, const char *what);
+void jp_expect_op(struct jparser *p, const char *op);
+const char *jp_expect_name(struct jparser *p);
+void jp_expect_block_end(struct jparser *p);
+struct jnode *jp_node(struct jparser *p, enum jn_kind kind, const struct jtok *at);
+void jp_vec_push(struct jparser *p, struct vec *v, void *x);
+void jp_enter(struct jparser *p);
+bool jp_starts_primary(const struct jtok *t);
+struct jnode *jp_parse_expr(struct jparser *p, bool with_cond);
+struct jnode *jp_parse_tuple_expr(struct jparser *p, bool with_cond);
+void jp_parse_call_args(struct jparser *p, struct jargs *a);
+struct jnode *jp_parse_filter(struct jparser *p, struct jnode *input);
+struct jnode *jparse(struct jparser *p); // the template's JN_BODY
+
+#endif
