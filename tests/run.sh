@@ -1,8 +1,8 @@
 #!/bin/sh
 # Runs every test and prints "N passed, N failed". Each test program speaks TAP ("ok N - name",
 # "not ok N - name", a plan "1..N"): the unit binaries in $BUILD/tests (cmocka in TAP mode) and
-# the script tests tests/cli/*.sh, tests/http/run.sh and tests/grammar/run.sh. A program that dies before finishing its
-# plan counts its missing tests as failed. TL_TEST_ONLY=substring limits which programs run.
+# the script tests tests/cli/*.sh, tests/http/run.sh and tests/grammar/run.sh. A program that
+# dies before finishing its plan counts its missing tests as failed. TL_TEST_ONLY=substring limits which programs run.
 BUILD=${BUILD:-build}
 export TL_SHARED=${TL_SHARED:-$(cd "$(dirname "$0")/../.." && pwd)/shared}
 export CMOCKA_MESSAGE_OUTPUT=TAP
