@@ -44,9 +44,14 @@ ifneq ($(ARCH),x86_64)
 ALL_SRC  := $(filter-out src/kernels/x86/%,$(ALL_SRC))
 endif
 CLI_SRC  := $(filter src/cli/%,$(ALL_SRC))
-LIB_SRC  := $(filter-out src/cli/%,$(ALL_SRC))
+# The load generator (an HTTP client) is its own archive, linked into the CLI and the tests,
+# so that the server library carries no client code.
+LOADGEN_SRC := $(filter src/loadgen/%,$(ALL_SRC))
+LIB_SRC  := $(filter-out src/cli/% src/loadgen/%,$(ALL_SRC))
 LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/%.o)
 CLI_OBJ  := $(CLI_SRC:%.c=$(BUILD)/%.o)
+LOADGEN_OBJ := $(LOADGEN_SRC:%.c=$(BUILD)/%.o)
+LIBS_A   := $(BUILD)/libtlloadgen.a $(BUILD)/libtokenloom.a
 
 TEST_SRC := $(sort $(wildcard tests/unit/test_*.c))
 TEST_BIN := $(TEST_SRC:tests/unit/%.c=$(BUILD)/tests/%)
@@ -58,14 +63,18 @@ AVX512_FLAGS := $(AVX2_FLAGS) -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx51
 
 .PHONY: format all test check lint clean bench run
 MODEL ?= ../shared/models/stories260K.gguf
-all: $(BUILD)/tokenloom $(BUILD)/libtokenloom.a
+all: $(BUILD)/tokenloom $(LIBS_A)
 
 $(BUILD)/libtokenloom.a: $(LIB_OBJ)
 	@mkdir -p $(@D)
 	rm -f $@ && ar rcs $@ $^
 
-$(BUILD)/tokenloom: $(CLI_OBJ) $(BUILD)/libtokenloom.a
-	$(CC) $(LDFLAGS) -o $@ $(CLI_OBJ) $(BUILD)/libtokenloom.a $(LDLIBS)
+$(BUILD)/libtlloadgen.a: $(LOADGEN_OBJ)
+	@mkdir -p $(@D)
+	rm -f $@ && ar rcs $@ $^
+
+$(BUILD)/tokenloom: $(CLI_OBJ) $(LIBS_A)
+	$(CC) $(LDFLAGS) -o $@ $(CLI_OBJ) $(LIBS_A) $(LDLIBS)
 
 $(BUILD)/src/kernels/x86/avx2%.o: src/kernels/x86/avx2%.c
 	@mkdir -p $(@D)
@@ -79,9 +88,9 @@ $(BUILD)/%.o: %.c
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) -c $< -o $@
 
-$(BUILD)/tests/%: tests/unit/%.c $(BUILD)/libtokenloom.a tests/unit/tl_test.h
+$(BUILD)/tests/%: tests/unit/%.c $(LIBS_A) tests/unit/tl_test.h
 	@mkdir -p $(@D)
-	$(CC) $(CFLAGS) $(CMOCKA_CFLAGS) -Itests/unit -o $@ $< $(BUILD)/libtokenloom.a \
+	$(CC) $(CFLAGS) $(CMOCKA_CFLAGS) -Itests/unit -o $@ $< $(LIBS_A) \
 	    $(LDFLAGS) $(CMOCKA_LIBS) $(LDLIBS)
 
 $(BUILD)/bench/%: bench/%.c $(BUILD)/libtokenloom.a

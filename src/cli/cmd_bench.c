@@ -1,10 +1,10 @@
 /*
- * tokenloom bench: flag parsing for the streaming load generator (src/server/bench.h), which
+ * tokenloom bench: flag parsing for the streaming load generator (src/loadgen/bench.h), which
  * reports request and token throughput and TTFT / TPOT / ITL / end-to-end latency percentiles
  * as vLLM's benchmark_serving defines them.
  */
 #include "cli/cli.h"
-#include "server/bench.h"
+#include "loadgen/bench.h"
 
 #include <errno.h>
 #include <stdio.h>

@@ -16,7 +16,7 @@
 #include "server/chat_template.h"
 
 #include "core/error.h"
-#include "server/strbuf.h"
+#include "core/strbuf.h"
 
 #include <string.h>
 

@@ -12,7 +12,7 @@
 
 #include <tokenloom.h>
 
-#include "server/strbuf.h"
+#include "core/strbuf.h"
 
 #include <stdint.h>
 

@@ -1,5 +1,6 @@
 /*
- * OpenAI request parsing/validation, error objects and response builders (see openai.h).
+ * OpenAI request parsing and validation, and the error objects' fields (see openai.h); the
+ * response objects are built in openai_reply.c.
  *
  * Validation names the offending field in both the message and the error's "param", the way
  * the OpenAI API does ("'temperature' must be between 0 and 2"), so a client can tell what to
@@ -18,8 +19,8 @@
 #include "core/alloc.h"
 #include "core/error.h"
 #include "core/utf8.h"
+#include "core/strbuf.h"
 #include "grammar/grammar.h"
-#include "server/strbuf.h"
 
 #include <math.h>
 #include <stdarg.h>
@@ -64,18 +65,6 @@ void tl_oai_error_from_status(struct tl_oai_error *err, tl_status st, const char
         tl_oai_error_set(err, 500, "server_error", "internal_error", NULL, "%s", msg);
         break;
     }
-}
-
-json_t *tl_oai_error_json(const struct tl_oai_error *err)
-{
-    json_t *e = json_object();
-    json_object_set_new(e, "message", tl_oai_string(err->message, strlen(err->message)));
-    json_object_set_new(e, "type", json_string(err->type ? err->type : "server_error"));
-    json_object_set_new(e, "param", err->param[0] ? json_string(err->param) : json_null());
-    json_object_set_new(e, "code", err->code ? json_string(err->code) : json_null());
-    json_t *root = json_object();
-    json_object_set_new(root, "error", e);
-    return root;
 }
 
 static bool bad(struct tl_oai_error *err, const char *param, const char *fmt, ...)
@@ -338,17 +327,23 @@ static bool parse_stop(json_t *root, struct tl_oai_params *p, struct tl_oai_erro
 
 // ---- the whole request -----------------------------------------------------------------------
 
+bool tl_oai_model_field(json_t *root, const char **model, struct tl_oai_error *err)
+{
+    *model = NULL;
+    json_t *m = json_object_get(root, "model");
+    if (!m || json_is_null(m)) return true;
+    if (!json_is_string(m)) return bad(err, "model", "'model' must be a string");
+    if (strlen(json_string_value(m)) != json_string_length(m))
+        return bad(err, "model", "'model' may not contain NUL");
+    *model = json_string_value(m);
+    return true;
+}
+
 static bool parse_fields(json_t *root, const struct tl_oai_limits *lim, struct tl_oai_params *p,
                          struct tl_oai_error *err)
 {
     bool chat = p->kind == TL_OAI_CHAT;
-    json_t *model = json_object_get(root, "model");
-    if (model && !json_is_null(model)) {
-        if (!json_is_string(model)) return bad(err, "model", "'model' must be a string");
-        if (strlen(json_string_value(model)) != json_string_length(model))
-            return bad(err, "model", "'model' may not contain NUL");
-        p->model = json_string_value(model);
-    }
+    if (!tl_oai_model_field(root, &p->model, err)) return false;
     if (chat ? !parse_messages(root, p, err) : !parse_prompt(root, lim, p, err)) return false;
 
     int64_t v = 0;
@@ -432,21 +427,14 @@ static bool parse_fields(json_t *root, const struct tl_oai_limits *lim, struct t
     return true;
 }
 
-bool tl_oai_parse(enum tl_oai_kind kind, const char *body, size_t len,
-                  const struct tl_oai_limits *lim, struct tl_oai_params *p,
-                  struct tl_oai_error *err)
+bool tl_oai_parse_root(enum tl_oai_kind kind, json_t *root, const struct tl_oai_limits *lim,
+                       struct tl_oai_params *p, struct tl_oai_error *err)
 {
     memset(p, 0, sizeof(*p));
     p->kind = kind;
     p->n = 1;
     tl_sampling_default(&p->sampling);
-    json_error_t jerr;
-    p->root = json_loadb(body ? body : "", len, JSON_ALLOW_NUL, &jerr);
-    if (!p->root) {
-        bad(err, NULL, "malformed JSON body: %s (line %d, column %d)", jerr.text, jerr.line,
-            jerr.column);
-        return false;
-    }
+    p->root = root;
     if (!json_is_object(p->root)) {
         bad(err, NULL, "the request body must be a JSON object");
         tl_oai_params_free(p);
@@ -457,6 +445,27 @@ bool tl_oai_parse(enum tl_oai_kind kind, const char *body, size_t len,
         return false;
     }
     return true;
+}
+
+json_t *tl_oai_load_body(const char *body, size_t len, struct tl_oai_error *err)
+{
+    json_error_t jerr;
+    json_t *root = json_loadb(body ? body : "", len, JSON_ALLOW_NUL, &jerr);
+    if (!root && json_error_code(&jerr) == json_error_out_of_memory)
+        tl_oai_error_from_status(err, TL_ERR_NOMEM, "out of memory reading the body");
+    else if (!root)
+        bad(err, NULL, "malformed JSON body: %s (line %d, column %d)", jerr.text, jerr.line,
+            jerr.column);
+    return root;
+}
+
+bool tl_oai_parse(enum tl_oai_kind kind, const char *body, size_t len,
+                  const struct tl_oai_limits *lim, struct tl_oai_params *p,
+                  struct tl_oai_error *err)
+{
+    memset(p, 0, sizeof(*p));
+    json_t *root = tl_oai_load_body(body, len, err);
+    return root && tl_oai_parse_root(kind, root, lim, p, err);
 }
 
 void tl_oai_params_free(struct tl_oai_params *p)
@@ -471,197 +480,4 @@ void tl_oai_params_free(struct tl_oai_params *p)
     json_decref(p->root);
     tl_grammar_unref(p->grammar);
     memset(p, 0, sizeof(*p));
-}
-
-// ---- response objects -------------------------------------------------------------------------
-
-json_t *tl_oai_string(const char *s, size_t len)
-{
-    if (tl_utf8_is_valid(s, len)) return json_stringn(s, len);
-    struct tl_sb sb;
-    tl_sb_init(&sb);
-    size_t i = 0;
-    while (i < len) {
-        uint32_t cp;
-        int k = tl_utf8_decode(s + i, len - i, &cp);
-        if (k > 0) {
-            tl_sb_add(&sb, s + i, (size_t)k);
-            i += (size_t)k;
-        } else {
-            tl_sb_add(&sb, "\xEF\xBF\xBD", 3); // U+FFFD for each bad byte
-            i++;
-        }
-    }
-    size_t n;
-    char *fixed = tl_sb_take(&sb, &n);
-    json_t *j = fixed ? json_stringn(fixed, n) : NULL;
-    free(fixed);
-    return j ? j : json_string("");
-}
-
-json_t *tl_oai_usage_json(int64_t prompt_tokens, int64_t completion_tokens, int64_t cached)
-{
-    json_t *details = json_object();
-    json_object_set_new(details, "cached_tokens", json_integer(cached));
-    json_t *u = json_object();
-    json_object_set_new(u, "prompt_tokens", json_integer(prompt_tokens));
-    json_object_set_new(u, "completion_tokens", json_integer(completion_tokens));
-    json_object_set_new(u, "total_tokens", json_integer(prompt_tokens + completion_tokens));
-    json_object_set_new(u, "prompt_tokens_details", details);
-    return u;
-}
-
-// A log-probability as JSON: NaN (unknown) is null; -inf is -9999 as OpenAI reports it.
-static json_t *logprob_json(float lp)
-{
-    if (isnan(lp)) return json_null();
-    if (!isfinite(lp)) return json_real(lp < 0 ? -9999.0 : 0.0);
-    return json_real((double)lp);
-}
-
-static json_t *bytes_json(const char *s, size_t len)
-{
-    json_t *a = json_array();
-    for (size_t i = 0; i < len; i++)
-        json_array_append_new(a, json_integer((unsigned char)s[i]));
-    return a;
-}
-
-bool tl_oai_logprobs_init(struct tl_oai_logprobs *lp, enum tl_oai_kind kind, int64_t offset)
-{
-    lp->kind = kind;
-    lp->offset = offset;
-    lp->obj = json_object();
-    if (!lp->obj) return false;
-    if (kind == TL_OAI_CHAT) {
-        json_object_set_new(lp->obj, "content", json_array());
-        json_object_set_new(lp->obj, "refusal", json_null());
-    } else {
-        json_object_set_new(lp->obj, "tokens", json_array());
-        json_object_set_new(lp->obj, "token_logprobs", json_array());
-        json_object_set_new(lp->obj, "top_logprobs", json_array());
-        json_object_set_new(lp->obj, "text_offset", json_array());
-    }
-    return true;
-}
-
-void tl_oai_logprobs_free(struct tl_oai_logprobs *lp)
-{
-    json_decref(lp->obj);
-    lp->obj = NULL;
-}
-
-bool tl_oai_logprobs_add(struct tl_oai_logprobs *lp, const char *text, size_t text_len,
-                         float logprob, const struct tl_token_logprob *top,
-                         const char *const *tops_text, const size_t *tops_len, int n_top)
-{
-    if (!lp->obj) return false;
-    if (lp->kind == TL_OAI_CHAT) {
-        json_t *e = json_object();
-        json_object_set_new(e, "token", tl_oai_string(text, text_len));
-        json_object_set_new(e, "logprob", logprob_json(logprob));
-        json_object_set_new(e, "bytes", bytes_json(text, text_len));
-        json_t *tops = json_array();
-        for (int i = 0; i < n_top; i++) {
-            json_t *t = json_object();
-            json_object_set_new(t, "token", tl_oai_string(tops_text[i], tops_len[i]));
-            json_object_set_new(t, "logprob", logprob_json(top[i].logprob));
-            json_object_set_new(t, "bytes", bytes_json(tops_text[i], tops_len[i]));
-            json_array_append_new(tops, t);
-        }
-        json_object_set_new(e, "top_logprobs", tops);
-        return json_array_append_new(json_object_get(lp->obj, "content"), e) == 0;
-    }
-    json_array_append_new(json_object_get(lp->obj, "tokens"), tl_oai_string(text, text_len));
-    json_array_append_new(json_object_get(lp->obj, "token_logprobs"), logprob_json(logprob));
-    json_t *tops = json_null();
-    if (!isnan(logprob)) {
-        tops = json_object();
-        for (int i = 0; i < n_top; i++) {
-            json_t *key = tl_oai_string(tops_text[i], tops_len[i]);
-            json_object_set_new(tops, json_string_value(key), logprob_json(top[i].logprob));
-            json_decref(key);
-        }
-    }
-    json_array_append_new(json_object_get(lp->obj, "top_logprobs"), tops);
-    json_array_append_new(json_object_get(lp->obj, "text_offset"), json_integer(lp->offset));
-    lp->offset += (int64_t)text_len;
-    return true;
-}
-
-json_t *tl_oai_logprobs_take(struct tl_oai_logprobs *lp)
-{
-    json_t *o = lp->obj;
-    lp->obj = NULL;
-    return o;
-}
-
-json_t *tl_oai_text_choice(int index, const char *text, size_t len, json_t *logprobs,
-                           const char *finish)
-{
-    json_t *c = json_object();
-    json_object_set_new(c, "index", json_integer(index));
-    json_object_set_new(c, "text", tl_oai_string(text, len));
-    json_object_set_new(c, "logprobs", logprobs ? logprobs : json_null());
-    json_object_set_new(c, "finish_reason", finish ? json_string(finish) : json_null());
-    return c;
-}
-
-json_t *tl_oai_chat_choice(int index, const char *text, size_t len, json_t *logprobs,
-                           const char *finish)
-{
-    json_t *msg = json_object();
-    json_object_set_new(msg, "role", json_string("assistant"));
-    json_object_set_new(msg, "content", tl_oai_string(text, len));
-    json_t *c = json_object();
-    json_object_set_new(c, "index", json_integer(index));
-    json_object_set_new(c, "message", msg);
-    json_object_set_new(c, "logprobs", logprobs ? logprobs : json_null());
-    json_object_set_new(c, "finish_reason", finish ? json_string(finish) : json_null());
-    return c;
-}
-
-json_t *tl_oai_chat_delta(int index, bool with_role, const char *text, size_t len, json_t *logprobs,
-                          const char *finish)
-{
-    json_t *delta = json_object();
-    if (with_role) json_object_set_new(delta, "role", json_string("assistant"));
-    if (text) json_object_set_new(delta, "content", tl_oai_string(text, len));
-    json_t *c = json_object();
-    json_object_set_new(c, "index", json_integer(index));
-    json_object_set_new(c, "delta", delta);
-    json_object_set_new(c, "logprobs", logprobs ? logprobs : json_null());
-    json_object_set_new(c, "finish_reason", finish ? json_string(finish) : json_null());
-    return c;
-}
-
-json_t *tl_oai_envelope(const char *id, const char *object, int64_t created, const char *model,
-                        json_t *choices)
-{
-    json_t *o = json_object();
-    json_object_set_new(o, "id", json_string(id));
-    json_object_set_new(o, "object", json_string(object));
-    json_object_set_new(o, "created", json_integer(created));
-    json_object_set_new(o, "model", tl_oai_string(model, strlen(model)));
-    json_object_set_new(o, "choices", choices ? choices : json_array());
-    return o;
-}
-
-const char *tl_oai_finish_str(enum tl_finish_reason r)
-{
-    switch (r) {
-    case TL_FINISH_STOP:
-        return "stop";
-    case TL_FINISH_LENGTH:
-        return "length";
-    case TL_FINISH_CANCELLED:
-        return "abort";
-    case TL_FINISH_DEADLINE:
-        return "timeout";
-    case TL_FINISH_ERROR:
-        return "error";
-    case TL_FINISH_NONE:
-        break;
-    }
-    return NULL;
 }

@@ -87,6 +87,15 @@ struct tl_oai_limits {
 bool tl_oai_parse(enum tl_oai_kind kind, const char *body, size_t len,
                   const struct tl_oai_limits *lim, struct tl_oai_params *p,
                   struct tl_oai_error *err);
+// The request's "model" (borrowed from root; NULL when absent or null). False with *err (400)
+// when it is not a string or holds a NUL. Whether it names the served model is the server's
+// question.
+bool tl_oai_model_field(json_t *root, const char **model, struct tl_oai_error *err);
+// The same on a body already parsed: root's reference is taken (freed on failure).
+bool tl_oai_parse_root(enum tl_oai_kind kind, json_t *root, const struct tl_oai_limits *lim,
+                       struct tl_oai_params *p, struct tl_oai_error *err);
+// Parses a body as JSON (any value); NULL with *err filled (400 naming the syntax error).
+json_t *tl_oai_load_body(const char *body, size_t len, struct tl_oai_error *err);
 void tl_oai_params_free(struct tl_oai_params *p);
 
 // Fills *err. fmt is printf-style; param may be NULL.
@@ -128,7 +137,8 @@ bool tl_oai_logprobs_add(struct tl_oai_logprobs *lp, const char *text, size_t te
 // Takes the object (the builder is reset); NULL when nothing was added.
 json_t *tl_oai_logprobs_take(struct tl_oai_logprobs *lp);
 
-// A JSON string from arbitrary bytes: invalid UTF-8 becomes U+FFFD (new reference).
+// A JSON string from arbitrary bytes: invalid UTF-8 becomes U+FFFD (new reference; NULL when
+// memory ran out, as for every builder here).
 json_t *tl_oai_string(const char *s, size_t len);
 
 // One choice of a completion response or chunk: {"index", "text", "logprobs",

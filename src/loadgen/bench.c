@@ -17,13 +17,13 @@
  *
  * Threads: everything runs on the calling thread.
  */
-#include "server/bench.h"
+#include "loadgen/bench.h"
 
 #include "core/alloc.h"
 #include "core/clock.h"
 #include "core/error.h"
-#include "server/sse.h"
-#include "server/strbuf.h"
+#include "core/sse.h"
+#include "core/strbuf.h"
 
 #include <event2/buffer.h>
 #include <event2/event.h>

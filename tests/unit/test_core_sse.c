@@ -1,12 +1,12 @@
 /*
- * Tests for src/server/sse.c: framing of single- and multi-line payloads, and the parser
+ * Tests for src/core/sse.c: framing of single- and multi-line payloads, and the parser
  * against the line rules of the event-stream format (CR/LF/CRLF line ends, CRLF split across
  * reads, comments, the optional space after the colon, events without data), fed byte by byte
  * and all at once.
  */
 #include "tl_test.h"
 
-#include "server/sse.h"
+#include "core/sse.h"
 
 struct got {
     char ev[8][64];

@@ -1,12 +1,12 @@
 /*
- * Tests for the statistics of src/server/bench.c: percentiles against numpy's default (linear)
+ * Tests for the statistics of src/loadgen/bench.c: percentiles against numpy's default (linear)
  * interpolation worked by hand, length-distribution parsing and draws, and the exponential
  * inter-arrival generator's mean and variance (a Poisson process has exponential gaps with
  * variance mean^2).
  */
 #include "tl_test.h"
 
-#include "server/bench.h"
+#include "loadgen/bench.h"
 
 #include <math.h>
 

@@ -8,8 +8,8 @@
  * The statistics helpers are pure and tested on their own. tl_bench_run owns one libevent loop
  * on the calling thread.
  */
-#ifndef TL_SERVER_BENCH_H
-#define TL_SERVER_BENCH_H
+#ifndef TL_LOADGEN_BENCH_H
+#define TL_LOADGEN_BENCH_H
 
 #include <tokenloom.h>
 

@@ -5,8 +5,8 @@
  *
  * Ownership: the struct owns buf; tl_sb_take() hands it to the caller. Not thread-safe.
  */
-#ifndef TL_SERVER_STRBUF_H
-#define TL_SERVER_STRBUF_H
+#ifndef TL_CORE_STRBUF_H
+#define TL_CORE_STRBUF_H
 
 #include "core/alloc.h"
 

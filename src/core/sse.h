@@ -5,10 +5,10 @@
  *
  * Not thread-safe; a parser belongs to one connection.
  */
-#ifndef TL_SERVER_SSE_H
-#define TL_SERVER_SSE_H
+#ifndef TL_CORE_SSE_H
+#define TL_CORE_SSE_H
 
-#include "server/strbuf.h"
+#include "core/strbuf.h"
 
 #include <stdbool.h>
 #include <stddef.h>

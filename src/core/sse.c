@@ -9,7 +9,7 @@
  *
  * Ownership: the parser owns its buffers. Not thread-safe.
  */
-#include "server/sse.h"
+#include "core/sse.h"
 
 #include <string.h>
 

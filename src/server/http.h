@@ -1,0 +1,90 @@
+/*
+ * The server's HTTP transport: libevent's evhttp bound to a socket, the replies (whole, or a
+ * chunked stream), the access log, and connection watching (close callbacks, a liveness
+ * probe, the output still unsent). It knows nothing of endpoints or of requests in flight:
+ * whoever creates it hands it the request handler, and a watcher hands it a close callback.
+ *
+ * Threads: everything runs on the event-loop thread that owns the event_base.
+ */
+#ifndef TL_SERVER_HTTP_H
+#define TL_SERVER_HTTP_H
+
+#include "server/metrics.h"
+
+#include <tokenloom.h>
+
+#include <event2/event.h>
+#include <event2/http.h>
+#include <jansson.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+struct tl_http_config {
+    const char *host;
+    int port;              // 0 = any free port
+    size_t max_body_bytes; // larger bodies get 413
+    int timeout_s;         // per-connection read/write idle timeout
+};
+
+struct tl_http_conn; // a watched connection (http.c)
+
+struct tl_http {
+    struct evhttp *evh;                   // owned
+    struct evhttp_bound_socket *listener; // owned by evh; NULL once closed
+    struct tl_metrics *metrics;           // borrowed: every reply counts its status here
+    struct tl_http_conn *conns;           // owned: watched connections (doubly linked)
+    size_t max_body_bytes;
+    int port; // the port actually bound
+};
+
+typedef void (*tl_http_handler_fn)(struct evhttp_request *r, void *arg);
+typedef void (*tl_http_close_fn)(void *arg);
+
+// Creates the evhttp on base with the limits of c, binds it and routes every request (any
+// method) to handler. Fails with TL_ERR_IO when the address cannot be bound.
+tl_status tl_http_open(struct tl_http *h, struct event_base *base, const struct tl_http_config *c,
+                       struct tl_metrics *metrics, tl_http_handler_fn handler, void *arg);
+// Stops accepting new connections; open connections stay.
+void tl_http_stop_listening(struct tl_http *h);
+// Closes every connection and frees evh (pending output is dropped: drain first).
+void tl_http_close(struct tl_http *h);
+
+// ---- replies (each counts its status in h->metrics) -------------------------------------------
+
+// Logs "METHOD uri status in=N out=N latency" (call before the reply that may free r).
+void tl_http_access_log(struct evhttp_request *r, int status, int64_t t_start_us, int64_t n_in,
+                        int64_t n_out);
+// A whole reply (a HEAD request gets the headers only).
+void tl_http_send_text(struct tl_http *h, struct evhttp_request *r, int status,
+                       const char *content_type, const char *text, size_t len);
+// A JSON reply (body stolen; NULL or unserialisable -> 500), logged first. 429 adds
+// Retry-After: 1.
+void tl_http_send_json(struct tl_http *h, struct evhttp_request *r, int status, json_t *body,
+                       int64_t t_start_us, int64_t n_in, int64_t n_out);
+// Starts a 200 text/event-stream reply.
+void tl_http_stream_start(struct tl_http *h, struct evhttp_request *r);
+// Sends one SSE event with data text; returns the bytes the connection holds unsent (0 when
+// it is gone). False when memory ran out (nothing was sent).
+bool tl_http_stream_event(struct evhttp_request *r, const char *data, size_t len, size_t *unsent);
+// Ends a streamed reply (frees r, also an orphaned one).
+void tl_http_stream_end(struct tl_http *h, struct evhttp_request *r);
+
+// ---- connections ------------------------------------------------------------------------------
+
+// Calls fn(arg) when r's connection closes (libevent then leaves r orphaned, ours to end with
+// the usual reply call). Returns the watch, NULL when r has no connection (already gone).
+struct tl_http_conn *tl_http_watch_close(struct tl_http *h, struct evhttp_request *r,
+                                         tl_http_close_fn fn, void *arg);
+// Stops watching (before the last reply call). NULL is a no-op.
+void tl_http_unwatch(struct tl_http *h, struct tl_http_conn *w);
+// True when the peer closed the watched connection (EOF or reset), checked without consuming
+// what it sent (a pipelined next request stays for evhttp).
+bool tl_http_peer_closed(const struct tl_http_conn *w);
+// Bytes of the watched connection's output not yet handed to the kernel.
+size_t tl_http_unsent(const struct tl_http_conn *w);
+// Connections whose finished replies still have bytes in libevent's buffers (a draining
+// server waits for 0 before it frees them).
+int tl_http_unflushed(struct tl_http *h);
+
+#endif

@@ -1,0 +1,82 @@
+/*
+ * The server's shared state, struct tl_server: configuration, the event loop and its events,
+ * the HTTP transport, the engine thread and its queue, the model facts and the list of live
+ * requests. server.c creates and frees it; routes.c and request.c read it.
+ *
+ * Threads: the event-loop thread owns every field except the queue (engine thread pushes) and
+ * the atomics, which both threads touch. The model facts are written by the engine thread
+ * before the state turns READY, which publishes them to the loop.
+ */
+#ifndef TL_SERVER_STATE_H
+#define TL_SERVER_STATE_H
+
+#include "server/chat_template.h"
+#include "server/http.h"
+#include "server/metrics.h"
+#include "server/queue.h"
+#include "server/server.h"
+
+#include <event2/event.h>
+#include <pthread.h>
+#include <stdatomic.h>
+
+enum tl_srv_state {
+    TL_SRV_LOADING = 0, // the engine thread is loading the model
+    TL_SRV_READY = 1,
+    TL_SRV_DRAINING = 2, // stop requested: no new work, in-flight requests finish
+    TL_SRV_FAILED = 3,   // the model or engine failed to load
+};
+
+struct tl_srv_req;
+
+struct tl_server {
+    struct tl_server_config cfg;     // copied; strings borrowed from the caller
+    const struct tl_srv_backend *be; // borrowed
+    tl_model *model;                 // owned unless cfg.backend
+    tl_engine *engine;               // owned unless cfg.backend
+    atomic_int state;                // enum tl_srv_state; written by both threads
+    atomic_bool stop_requested;      // tl_server_stop (signal-safe)
+    atomic_bool engine_quit;         // tells the engine thread to exit
+    atomic_bool engine_up;           // model and engine exist (set once by the engine thread)
+    int exit_code;
+
+    struct event_base *base; // owned
+    struct tl_http http;     // owned: the transport
+    bool http_open;
+    struct event *ev_queue; // the queue's eventfd is readable
+    struct event *ev_tick;  // periodic: liveness probes, stop/drain checks
+    struct event *ev_sigint, *ev_sigterm;
+    int stop_efd; // eventfd written by tl_server_stop
+    struct event *ev_stop;
+    int64_t drain_deadline_us; // when draining: cancel what is left after this
+    bool drain_cancelled;      // the deadline passed and everything was cancelled
+
+    pthread_t engine_thread;
+    bool engine_thread_started;
+    struct tl_srv_queue queue;
+    bool queue_open;
+
+    // Model facts (valid once READY):
+    struct tl_model_info info;
+    char *model_name;       // owned: the served id
+    char *model_base;       // owned: the file's base name (also accepted)
+    int32_t max_seq_len;    // prompt + generated tokens per request
+    size_t max_token_bytes; // longest text of one token (at least 64): a prompt longer
+                            // than max_seq_len * this cannot fit and is refused
+                            // before tokenizing (which would stall the loop)
+    enum tl_chat_family chat_family;
+    bool chat_fallback;
+    int32_t chat_stop_tokens[4];
+    int n_chat_stop_tokens;
+    const char *chat_stop_strings[4]; // static strings (not single tokens)
+    int n_chat_stop_strings;
+
+    struct tl_srv_req *reqs; // live generating requests (doubly linked)
+    int64_t n_queued;        // choices submitted but not started
+    uint64_t id_counter;
+    uint64_t rng;      // seeds for requests without one
+    int64_t started_s; // Unix seconds at start
+    struct tl_metrics metrics;
+};
+
+#endif
