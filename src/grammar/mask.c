@@ -43,6 +43,7 @@ struct gnode {
 };
 
 struct tl_gvocab {
+    uint64_t uid; // unique per trie ever built: what a grammar's cache is bound to
     int32_t n_vocab;
     char *bytes;         // owned: every token's bytes
     uint32_t *tok_off;   // owned, (n_vocab)
@@ -69,6 +70,7 @@ static int cmp_tok(const void *a, const void *b)
 }
 
 static pthread_mutex_t sort_mu = PTHREAD_MUTEX_INITIALIZER;
+static atomic_uint_fast64_t next_uid = 1;
 
 struct tl_gvocab *tl_gvocab_create(int32_t n_vocab, tl_gvocab_bytes_fn bytes_fn,
                                    tl_gvocab_eog_fn is_eog, void *ctx)
@@ -78,6 +80,7 @@ struct tl_gvocab *tl_gvocab_create(int32_t n_vocab, tl_gvocab_bytes_fn bytes_fn,
     uint32_t *path = NULL;
     if (!v) goto nomem;
     memset(v, 0, sizeof(*v));
+    v->uid = atomic_fetch_add(&next_uid, 1);
     v->n_vocab = n_vocab;
     size_t nv = (size_t)n_vocab, cap_bytes = 0, n_bytes = 0;
     v->tok_off = tl_malloc_array(nv, sizeof(uint32_t));
@@ -245,8 +248,9 @@ struct gentry {
 };
 
 struct gmask_cache {
-    const struct tl_gvocab *v; // borrowed: the vocabulary the entries are for
-    struct gentry **slots;     // owned, open addressing
+    uint64_t vocab_uid;    // the vocabulary the entries are for (a freed trie's address may be
+                           // reused by another, its uid never)
+    struct gentry **slots; // owned, open addressing
     size_t n_slots, n;
     size_t bytes;
 };
@@ -327,10 +331,11 @@ static struct gentry *get_entry(struct tl_gmatcher *m, const struct tl_gvocab *v
         g->cache = tl_malloc(sizeof(*g->cache));
         if (g->cache) {
             memset(g->cache, 0, sizeof(*g->cache));
-            g->cache->v = v;
+            g->cache->vocab_uid = v->uid;
         }
     }
-    struct gentry *e = g->cache && g->cache->v == v ? cache_find(g->cache, k, nk, full) : NULL;
+    struct gentry *e =
+        g->cache && g->cache->vocab_uid == v->uid ? cache_find(g->cache, k, nk, full) : NULL;
     pthread_mutex_unlock(&g->mu);
     if (e) {
         *temp = false;
@@ -351,12 +356,13 @@ static struct gentry *get_entry(struct tl_gmatcher *m, const struct tl_gvocab *v
     e->unc = unc.nodes;
     e->n_unc = unc.n;
     pthread_mutex_lock(&g->mu);
-    struct gentry *had = g->cache && g->cache->v == v ? cache_find(g->cache, k, nk, full) : NULL;
+    struct gentry *had =
+        g->cache && g->cache->vocab_uid == v->uid ? cache_find(g->cache, k, nk, full) : NULL;
     if (had) {
         entry_free(e);
         e = had;
         *temp = false;
-    } else if (g->cache && g->cache->v == v &&
+    } else if (g->cache && g->cache->vocab_uid == v->uid &&
                cache_insert(g->cache, e, words * 8 + unc.n * 4 + sizeof(*e))) {
         *temp = false;
     }
