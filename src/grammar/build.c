@@ -89,6 +89,7 @@ void tl__gb_free(struct gbuild *b)
     free(b->rules);
     free(b->sets);
     free(b->name_slots);
+    free(b->reps);
     memset(b, 0, sizeof(*b));
 }
 
@@ -430,6 +431,13 @@ static tl_status check(struct gbuild *b, uint32_t root)
             }
     }
     // A repeated item that can match empty text makes x{0,n} exponentially ambiguous.
+    for (size_t i = 0; i < b->n_reps && !rc; i++) {
+        uint32_t x = b->reps[i].x;
+        if (GE_KIND(x) == GE_REF && nullable[GE_ARG(x)])
+            rc = err_at(b, b->reps[i].pos,
+                        "repetition of something that can match empty text "
+                        "(make the repeated item non-empty)");
+    }
     for (size_t r = 0; r < n && !rc; r++) {
         uint32_t x = b->rules[r].rep_body;
         if (b->rules[r].rep && GE_KIND(x) == GE_REF && nullable[GE_ARG(x)])

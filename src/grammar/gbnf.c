@@ -303,6 +303,11 @@ static tl_status repeat(struct gp *p, uint32_t rule, size_t alt_idx, uint32_t x,
         return perr(p, pos,
                     "repetition bound too large (the compiled grammar would exceed "
                     "1048576 elements)");
+    if (m > 1 || n > 1 || n < 0) { // checked for nullability once every rule is known
+        if (!tl_grow((void **)&b->reps, &b->cap_reps, b->n_reps + 1, sizeof(*b->reps)))
+            return tl__errorf(TL_ERR_NOMEM, "grammar: out of memory");
+        b->reps[b->n_reps++] = (struct gb_rep){x, pos};
+    }
     for (int64_t k = 0; k < m; k++)
         if (!tl__gb_push(b, ALT, x, pos)) return TL_ERR_INVALID_ARG;
     if (n < 0) { // R ::= x R | ""

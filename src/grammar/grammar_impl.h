@@ -70,6 +70,11 @@ struct gbuild {
     uint32_t *name_slots; // owned: open-addressed map name -> rule + 1
     size_t name_cap;
     size_t n_elems; // elements so far (bounded by TL_GRAMMAR_MAX_ELEMS)
+    struct gb_rep {
+        uint32_t x; // the repeated element
+        size_t pos; // the operator's source offset
+    } * reps;       // owned: every repetition of more than one copy (checked for nullability)
+    size_t n_reps, cap_reps;
     bool nomem;
 };
 
@@ -137,6 +142,7 @@ void tl__gset_from_stack(const struct tl_grammar *g, const uint32_t *frames, siz
 // ---- compiled grammar -----------------------------------------------------------------------
 
 struct gmask_cache; // mask.c
+struct gmemo;       // mask.c
 
 struct tl_grammar {
     atomic_int refs;
@@ -160,9 +166,11 @@ struct tl_gmatcher {
     uint32_t *scratch;    // owned, (GSET_MAX_DEPTH + 1)
     struct gset *levels;  // owned, (n_levels): per-depth sets of the trie walk (mask.c)
     size_t n_levels;
-    struct gset one; // scratch: one stack's set (mask.c)
+    struct gset one;    // scratch: one stack's set (mask.c)
+    struct gmemo *memo; // owned: the trie walk's interned sets and transitions (mask.c)
 };
 
 void tl__gmask_cache_free(struct gmask_cache *c);
+void tl__gmemo_free(struct gmemo *mm);
 
 #endif

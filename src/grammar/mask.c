@@ -206,20 +206,194 @@ static inline void set_bit(uint64_t *bits, int32_t t)
     bits[t >> 6] |= 1ull << (t & 63);
 }
 
+// ---- memoized transitions ------------------------------------------------------------------
+//
+// Many trie paths lead to the same stack set (inside a JSON string, every plain character
+// does), so a walk interns the sets it meets and memoizes (set, byte) -> set: most nodes then
+// cost one hash lookup instead of an advance. The memo lives for one walk; it belongs to the
+// matcher (one thread at a time).
+
+struct gmemo {
+    struct gset *sets; // owned, (cap): interned sets, id = index
+    size_t n, cap;
+    uint32_t *set_slot, *set_gen; // owned, (set_cap): content hash -> id
+    size_t set_cap;
+    uint64_t *tr_key; // owned, (tr_cap): (id << 8 | byte) + 1
+    uint32_t *tr_val, *tr_gen;
+    size_t tr_cap, n_tr;
+    uint32_t gen;
+    struct gset tmp;
+};
+
+void tl__gmemo_free(struct gmemo *mm)
+{
+    if (!mm) return;
+    for (size_t i = 0; i < mm->cap; i++)
+        tl__gset_free(&mm->sets[i]);
+    free(mm->sets);
+    free(mm->set_slot);
+    free(mm->set_gen);
+    free(mm->tr_key);
+    free(mm->tr_val);
+    free(mm->tr_gen);
+    tl__gset_free(&mm->tmp);
+    free(mm);
+}
+
+static void memo_reset(struct gmemo *mm)
+{
+    mm->n = 0;
+    mm->n_tr = 0;
+    if (++mm->gen == 0) { // wrapped: forget every stamp
+        if (mm->set_gen) memset(mm->set_gen, 0, mm->set_cap * sizeof(uint32_t));
+        if (mm->tr_gen) memset(mm->tr_gen, 0, mm->tr_cap * sizeof(uint32_t));
+        mm->gen = 1;
+    }
+}
+
+static uint64_t set_hash(const struct gset *s)
+{
+    uint64_t h = 0x84222325cbf29ce4ull ^ (s->n * 4 + (uint64_t)s->ended * 2 + s->overflow);
+    for (size_t i = 0; i < s->n_data; i++)
+        h = (h ^ s->data[i]) * 0x100000001b3ull;
+    for (size_t i = 0; s->n && i <= s->n; i++)
+        h = (h ^ s->off[i]) * 0x100000001b3ull;
+    return h ^ (h >> 29);
+}
+
+static bool set_equal(const struct gset *a, const struct gset *b)
+{
+    if (a->n != b->n || a->ended != b->ended || a->overflow != b->overflow ||
+        a->n_data != b->n_data)
+        return false;
+    if (!a->n) return true;
+    return !memcmp(a->data, b->data, a->n_data * sizeof(uint32_t)) &&
+           !memcmp(a->off, b->off, (a->n + 1) * sizeof(uint32_t));
+}
+
+// Rehashes the set table to hold 2 * need slots. False on allocation failure.
+static bool grow_set_table(struct gmemo *mm, size_t need)
+{
+    if (2 * need <= mm->set_cap) return true;
+    size_t nc = mm->set_cap ? mm->set_cap : 64;
+    while (nc < 2 * need)
+        nc *= 2;
+    uint32_t *slot = tl_calloc_array(nc, sizeof(uint32_t)), *gen = tl_calloc_array(nc, 4);
+    if (!slot || !gen) {
+        free(slot);
+        free(gen);
+        return false;
+    }
+    for (size_t id = 0; id < mm->n; id++) {
+        size_t j = set_hash(&mm->sets[id]) & (nc - 1);
+        while (gen[j] == mm->gen)
+            j = (j + 1) & (nc - 1);
+        gen[j] = mm->gen;
+        slot[j] = (uint32_t)id;
+    }
+    free(mm->set_slot);
+    free(mm->set_gen);
+    mm->set_slot = slot;
+    mm->set_gen = gen;
+    mm->set_cap = nc;
+    return true;
+}
+
+// The id of a set equal to s (a copy is interned if new); UINT32_MAX on allocation failure.
+static uint32_t intern(struct gmemo *mm, const struct gset *s)
+{
+    if (!grow_set_table(mm, mm->n + 1)) return UINT32_MAX;
+    size_t j = set_hash(s) & (mm->set_cap - 1);
+    for (; mm->set_gen[j] == mm->gen; j = (j + 1) & (mm->set_cap - 1))
+        if (set_equal(&mm->sets[mm->set_slot[j]], s)) return mm->set_slot[j];
+    if (mm->n == mm->cap) {
+        size_t nc = mm->cap ? mm->cap * 2 : 64;
+        struct gset *ns = tl_realloc_array(mm->sets, nc, sizeof(*ns));
+        if (!ns) return UINT32_MAX;
+        memset(ns + mm->cap, 0, (nc - mm->cap) * sizeof(*ns));
+        mm->sets = ns;
+        mm->cap = nc;
+    }
+    if (!tl__gset_copy(&mm->sets[mm->n], s)) return UINT32_MAX;
+    mm->set_gen[j] = mm->gen;
+    mm->set_slot[j] = (uint32_t)mm->n;
+    return (uint32_t)mm->n++;
+}
+
+// The id of set id after byte; UINT32_MAX on allocation failure.
+static uint32_t transition(struct tl_gmatcher *m, struct gmemo *mm, uint32_t id, unsigned byte)
+{
+    uint64_t key = ((uint64_t)id << 8 | byte) + 1;
+    if (2 * (mm->n_tr + 1) > mm->tr_cap) {
+        size_t nc = mm->tr_cap ? mm->tr_cap * 2 : 256;
+        uint64_t *k = tl_malloc_array(nc, sizeof(uint64_t));
+        uint32_t *v = tl_malloc_array(nc, sizeof(uint32_t)), *gen = tl_calloc_array(nc, 4);
+        if (!k || !v || !gen) {
+            free(k);
+            free(v);
+            free(gen);
+            return UINT32_MAX;
+        }
+        for (size_t i = 0; i < mm->tr_cap; i++) {
+            if (mm->tr_gen[i] != mm->gen) continue;
+            size_t j = (mm->tr_key[i] * 0x9e3779b97f4a7c15ull >> 20) & (nc - 1);
+            while (gen[j] == mm->gen)
+                j = (j + 1) & (nc - 1);
+            gen[j] = mm->gen;
+            k[j] = mm->tr_key[i];
+            v[j] = mm->tr_val[i];
+        }
+        free(mm->tr_key);
+        free(mm->tr_val);
+        free(mm->tr_gen);
+        mm->tr_key = k;
+        mm->tr_val = v;
+        mm->tr_gen = gen;
+        mm->tr_cap = nc;
+    }
+    size_t j = (key * 0x9e3779b97f4a7c15ull >> 20) & (mm->tr_cap - 1);
+    for (; mm->tr_gen[j] == mm->gen; j = (j + 1) & (mm->tr_cap - 1))
+        if (mm->tr_key[j] == key) return mm->tr_val[j];
+    tl__gset_advance(m->g, &mm->sets[id], byte, &mm->tmp, m->scratch);
+    uint32_t to = intern(mm, &mm->tmp);
+    if (to == UINT32_MAX) return to;
+    // intern may have grown nothing here, but recompute the slot: the table did not move.
+    mm->tr_gen[j] = mm->gen;
+    mm->tr_key[j] = key;
+    mm->tr_val[j] = to;
+    mm->n_tr++;
+    return to;
+}
+
 // Walks nodes [from, to), whose parent state is m->levels[d0]: sets the bit of every token the
 // state accepts; when unc is given, records the subtrees where the state's bottom was popped
 // with bytes left (uncertain) instead of treating that as the end of the input.
 static bool walk(struct tl_gmatcher *m, const struct tl_gvocab *v, uint32_t from, uint32_t to,
                  uint32_t d0, uint64_t *bits, struct unc_list *unc)
 {
-    if (!ensure_levels(m, TOKEN_MAX_BYTES + 2)) return false;
+    if (!m->memo) {
+        m->memo = tl_malloc(sizeof(*m->memo));
+        if (!m->memo) return false;
+        memset(m->memo, 0, sizeof(*m->memo));
+    } else if (m->memo->cap > 65536) { // a huge walk last time: give the memory back
+        tl__gmemo_free(m->memo);
+        m->memo = NULL;
+        return walk(m, v, from, to, d0, bits, unc);
+    }
+    struct gmemo *mm = m->memo;
+    memo_reset(mm);
+    uint32_t ids[TOKEN_MAX_BYTES + 2];
+    ids[d0] = intern(mm, &m->levels[d0]);
+    if (ids[d0] == UINT32_MAX) return false;
     uint32_t unc_depth = 0;
     for (uint32_t i = from; i < to;) {
         const struct gnode *nd = &v->nodes[i];
         uint32_t d = nd->depth;
         if (unc_depth >= d) unc_depth = 0;
-        struct gset *L = &m->levels[d];
-        tl__gset_advance(m->g, &m->levels[d - 1], nd->byte, L, m->scratch);
+        uint32_t id = transition(m, mm, ids[d - 1], nd->byte);
+        if (id == UINT32_MAX) return false;
+        ids[d] = id;
+        const struct gset *L = &mm->sets[id];
         bool alive = L->n > 0;
         if (nd->token >= 0 && (alive || L->ended))
             for (int32_t t = nd->token; t >= 0; t = v->same_next[t])
@@ -231,7 +405,6 @@ static bool walk(struct tl_gmatcher *m, const struct tl_gvocab *v, uint32_t from
             unc_depth = d;
         }
         i = alive ? i + 1 : nd->end;
-        (void)d0;
     }
     return true;
 }

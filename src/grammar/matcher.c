@@ -18,7 +18,7 @@
 
 #include <string.h>
 
-#define EXPAND_MAX_WORK 200000
+#define EXPAND_MAX_WORK 50000
 
 void tl__gset_clear(struct gset *s)
 {
@@ -213,6 +213,7 @@ void tl_gmatcher_destroy(struct tl_gmatcher *m)
     for (size_t i = 0; i < m->n_levels; i++)
         tl__gset_free(&m->levels[i]);
     free(m->levels);
+    tl__gmemo_free(m->memo);
     free(m->scratch);
     tl_grammar_unref(m->g);
     free(m);

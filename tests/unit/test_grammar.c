@@ -243,6 +243,7 @@ static void test_errors(void **state)
     compile_err(TL_GRAMMAR_GBNF, "root ::= (\"ab\"){0,300000}", "exceed");
     compile_err(TL_GRAMMAR_GBNF, "root ::= (\"a\"{0,1000}){0,1000}", "can match empty text");
     compile_err(TL_GRAMMAR_GBNF, "root ::= \"a\"{5,2}", "n < m");
+    compile_err(TL_GRAMMAR_GBNF, "root ::= (\"a\"*){999999}", "can match empty text");
     compile_err(TL_GRAMMAR_GBNF, "root ::= \"\\q\"", "line 1, column 11: unknown escape");
     compile_err(TL_GRAMMAR_GBNF, "root ::= \"a\"\nroot ::= \"b\"", "line 2, column 1: rule "
                                                                   "defined twice");
