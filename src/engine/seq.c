@@ -80,7 +80,7 @@ tl_status tl__seq_create(tl_engine *e, const struct tl_request *r, const int32_t
     if (e->be.detok_init) e->be.detok_init(e->be.ctx, s->detok);
     tl_rng_seed(&s->rng, r->sampling.seed);
     rc = tl__constrain_init(e, s, r);
-    if (rc) goto out_free;
+    if (rc) goto out_destroy;
     *out = s;
     return TL_OK;
 out_destroy:
