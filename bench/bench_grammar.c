@@ -267,7 +267,7 @@ static void bench_e2e(const char *path, int threads)
            best_u, best_c, best_c / best_u);
     tl_grammar_unref(g);
     tl_engine_destroy(e);
-    tl_model_free(m);
+    tl_model_destroy(m);
 }
 
 int main(int argc, char **argv)
@@ -294,7 +294,7 @@ int main(int argc, char **argv)
         return 1;
     }
     bench_masks(m, walks, steps);
-    tl_model_free(m);
+    tl_model_destroy(m);
     if (e2e_path) bench_e2e(e2e_path, threads);
     return 0;
 }
