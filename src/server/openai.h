@@ -65,6 +65,7 @@ struct tl_oai_params {
     int n_stop;
     bool stream;
     bool include_usage;   // stream_options.include_usage
+    bool kserve;          // set by kserve.c: reply in the generate extension's shape
     bool echo;            // completions: prepend the prompt to the text
     bool logprobs;        // report logprobs (completions: logprobs given; chat:
                           // logprobs true)

@@ -2,10 +2,11 @@
  * The server's endpoints (see routes.h).
  *
  * Routes: GET /health, GET /metrics, GET /v1/models, POST /v1/completions,
- * POST /v1/chat/completions, POST /tokenize, POST /detokenize. Unknown paths get 404 and known
- * paths with the wrong method 405 (with Allow), both as OpenAI error objects; with an API key
- * set, everything but /health and /metrics needs "Authorization: Bearer <key>" (401). Every
- * route but /health and /metrics needs the model loaded and the server not draining (503).
+ * POST /v1/chat/completions, POST /tokenize, POST /detokenize; /v2/... goes to kserve.c. Unknown
+ * paths get 404 and known paths with the wrong method 405 (with Allow), both as OpenAI error
+ * objects; with an API key set, everything but /health and /metrics needs "Authorization: Bearer
+ * <key>" (401). Every route but /health and /metrics needs the model loaded and the server not
+ * draining (503).
  *
  * A POST body is parsed here, once, into a JSON object, and its "model" field is checked here,
  * once, against the served names; the handler gets the parsed object.
@@ -17,6 +18,7 @@
 #include "core/alloc.h"
 #include "core/clock.h"
 #include "core/error.h"
+#include "server/kserve.h"
 #include "server/request.h"
 
 #include <event2/buffer.h>
@@ -71,7 +73,7 @@ static bool check_model_field(struct tl_server *s, struct evhttp_request *r, int
 
 // The body as a JSON object with an acceptable model field (new reference), or NULL after
 // answering. A body over the limit that evhttp let through (chunked) is refused here too.
-static json_t *parse_body(struct tl_server *s, struct evhttp_request *r, int64_t t0)
+json_t *tl_srv_route_body(struct tl_server *s, struct evhttp_request *r, int64_t t0)
 {
     struct evbuffer *b = evhttp_request_get_input_buffer(r);
     size_t len = b ? evbuffer_get_length(b) : 0;
@@ -127,6 +129,7 @@ static void h_metrics(struct tl_server *s, struct evhttp_request *r, int64_t t0,
     struct tl_sb sb;
     tl_sb_init(&sb);
     tl_metrics_render(&s->metrics, up ? &es : NULL, &sb);
+    if (s->front.metrics) s->front.metrics(s->front.arg, &sb);
     if (!tl_sb_ok(&sb)) {
         tl_sb_free(&sb);
         send_status_error(s, r, t0, TL_ERR_NOMEM, "out of memory");
@@ -308,7 +311,7 @@ static bool same_secret(const char *a, const char *b)
 }
 
 // Answers 401 unless the request carries the API key (when one is set). True when allowed.
-static bool authorized(struct tl_server *s, struct evhttp_request *r, int64_t t0)
+bool tl_srv_route_auth(struct tl_server *s, struct evhttp_request *r, int64_t t0)
 {
     if (!s->cfg.api_key || !*s->cfg.api_key) return true;
     const char *h = evhttp_find_header(evhttp_request_get_input_headers(r), "Authorization");
@@ -321,7 +324,7 @@ static bool authorized(struct tl_server *s, struct evhttp_request *r, int64_t t0
 }
 
 // Answers 503 unless the model is loaded and the server is not stopping. True when ready.
-static bool ready(struct tl_server *s, struct evhttp_request *r, int64_t t0)
+bool tl_srv_route_ready(struct tl_server *s, struct evhttp_request *r, int64_t t0)
 {
     int st = atomic_load(&s->state);
     if (st == TL_SRV_READY) return true;
@@ -329,6 +332,17 @@ static bool ready(struct tl_server *s, struct evhttp_request *r, int64_t t0)
              st == TL_SRV_LOADING    ? "the model is still loading"
              : st == TL_SRV_DRAINING ? "the server is shutting down"
                                      : "the model failed to load");
+    return false;
+}
+
+bool tl_srv_route_method(struct tl_server *s, struct evhttp_request *r, int64_t t0,
+                         const char *path, bool ok, const char *allowed)
+{
+    if (ok) return true;
+    evhttp_add_header(evhttp_request_get_output_headers(r), "Allow", allowed);
+    char msg[300];
+    snprintf(msg, sizeof(msg), "Method not allowed: %.250s takes %s", path, allowed);
+    send_err(s, r, t0, 405, "invalid_request_error", "method_not_allowed", NULL, msg);
     return false;
 }
 
@@ -342,6 +356,10 @@ void tl_srv_routes_handle(struct evhttp_request *r, void *arg)
     const struct route *match = NULL;
     for (size_t i = 0; i < sizeof(routes) / sizeof(routes[0]); i++)
         if (!strcmp(path, routes[i].path)) match = &routes[i];
+    if (!match && !strncmp(path, "/v2", 3) && (!path[3] || path[3] == '/')) {
+        tl_srv_kserve_route(s, r, t0, path); // the Open Inference Protocol (kserve.c)
+        return;
+    }
     if (!match) {
         char msg[300];
         snprintf(msg, sizeof(msg), "Not found: %.250s", path);
@@ -358,10 +376,10 @@ void tl_srv_routes_handle(struct evhttp_request *r, void *arg)
         send_err(s, r, t0, 405, "invalid_request_error", "method_not_allowed", NULL, msg);
         return;
     }
-    if (match->auth && !authorized(s, r, t0)) return;
-    if (match->needs_model && !ready(s, r, t0)) return;
+    if (match->auth && !tl_srv_route_auth(s, r, t0)) return;
+    if (match->needs_model && !tl_srv_route_ready(s, r, t0)) return;
     json_t *body = NULL;
-    if (match->method == EVHTTP_REQ_POST && !(body = parse_body(s, r, t0))) return;
+    if (match->method == EVHTTP_REQ_POST && !(body = tl_srv_route_body(s, r, t0))) return;
     match->fn(s, r, t0, body);
     json_decref(body);
 }
