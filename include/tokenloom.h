@@ -208,6 +208,20 @@ struct tl_event {
 // tl_engine_cancel.
 typedef void (*tl_event_fn)(void *user, const struct tl_event *ev);
 
+// Structured output: a compiled grammar the generated text must be a sentence of (tokens whose
+// bytes would leave the language are masked out; end-of-generation only where it is complete).
+// Compiled from a source by tl_grammar_get (src/grammar/grammar.h: GBNF, JSON Schema,
+// json_object, regex, choices), refcounted, immutable and shareable between requests.
+enum tl_grammar_kind {
+    TL_GRAMMAR_NONE = 0,
+    TL_GRAMMAR_GBNF = 1,        // llama.cpp GBNF text, rule "root"
+    TL_GRAMMAR_JSON_SCHEMA = 2, // a JSON Schema document (JSON text)
+    TL_GRAMMAR_JSON_OBJECT = 3, // any JSON object (source ignored)
+    TL_GRAMMAR_REGEX = 4,       // a regular expression the whole output must match
+    TL_GRAMMAR_CHOICE = 5,      // a JSON array of strings: the output is one of them
+};
+typedef struct tl_grammar tl_grammar;
+
 struct tl_request {
     const char *prompt;           // text, tokenized by the engine, or
     size_t prompt_len;            // 0 = strlen(prompt)
@@ -232,6 +246,7 @@ struct tl_request {
     // instead of nothing; the server sets it when it parses tool calls out of the reply. Stop
     // and end-of-generation tokens are never part of the text.
     bool render_special;
+    tl_grammar *grammar;  // NULL = unconstrained; borrowed (the engine takes a reference)
     tl_event_fn on_event; // required
     void *user;           // passed to on_event
 };

@@ -7,6 +7,7 @@
  * number) and the others still run; the exit code is then 1. One thread: the caller's.
  */
 #include "cli/batch_job.h"
+#include "grammar/grammar.h"
 
 #include "core/clock.h"
 
@@ -123,7 +124,15 @@ static int parse_line(json_t *o, const struct tl_request *defaults, struct tl_re
                                   "repetition_penalty",
                                   "priority",
                                   "logprobs",
-                                  "n_logprobs"};
+                                  "n_logprobs",
+                                  "response_format",
+                                  "grammar",
+                                  "json_schema",
+                                  "guided_json",
+                                  "guided_regex",
+                                  "guided_choice",
+                                  "guided_grammar",
+                                  "structured_outputs"};
     *r = *defaults;
     if (!json_is_object(o)) {
         *err = dupf("a line must be a JSON object");
@@ -215,6 +224,13 @@ static int parse_line(json_t *o, const struct tl_request *defaults, struct tl_re
             return -1;
         }
         r->ignore_eos = json_is_true(ie);
+    }
+    // Structured output, as the server reads it (src/grammar/fields.c). The caller drops this
+    // reference after submitting, also when a later field is rejected.
+    const char *gparam = NULL;
+    if (tl_grammar_from_fields(o, &r->grammar, &gparam)) {
+        *err = dupf("'%s': %s", gparam ? gparam : "structured output", tl_last_error());
+        return -1;
     }
     json_t *st = json_object_get(o, "stop");
     if (json_is_string(st)) {
@@ -381,6 +397,7 @@ int tl_cli_batch_job(tl_engine *e, const struct tl_request *defaults, const char
             uint64_t id;
             if (tl_engine_submit(e, &r, &id)) j->error = dupf("%s", tl_last_error());
         }
+        tl_grammar_unref(r.grammar);
         free(stops);
         free(tokens);
     }

@@ -49,6 +49,17 @@ static bool mb_is_eog(void *ctx, int32_t id)
     return tl_vocab_is_eog(mb->m->vocab, id);
 }
 
+static int mb_token_bytes(void *ctx, int32_t id, char *buf, int cap)
+{
+    struct model_backend *mb = ctx;
+    const struct tl_vocab *v = mb->m->vocab;
+    if (id < 0 || id >= tl_vocab_n_tokens(v)) return -1;
+    enum tl_token_attr a = tl_vocab_attr(v, id);
+    if (a != TL_TOKEN_NORMAL && a != TL_TOKEN_BYTE && a != TL_TOKEN_USER_DEFINED) return -1;
+    size_t n = tl_token_to_text(v, id, false, buf, (size_t)cap);
+    return n > (size_t)cap ? -1 : (int)n;
+}
+
 static void mb_detok_init(void *ctx, void *state, bool render_special)
 {
     struct model_backend *mb = ctx;
@@ -102,6 +113,7 @@ tl_status tl__engine_backend_model(const tl_model *m, struct tl_engine_backend *
         .forward = mb_forward,
         .tokenize = mb_tokenize,
         .is_eog = mb_is_eog,
+        .token_bytes = mb_token_bytes,
         .detok_bytes = sizeof(struct tl_detok),
         .detok_init = mb_detok_init,
         .detok_push = mb_detok_push,

@@ -29,6 +29,7 @@
  * silently). Request fields are copied at submission; the caller's request may be freed then.
  */
 #include "engine/engine_impl.h"
+#include "grammar/grammar.h"
 
 #include "core/alloc.h"
 #include "core/clock.h"
@@ -307,6 +308,8 @@ void tl_engine_destroy(tl_engine *e)
     free(e->samplers);
     free(e->to_sample);
     free(e->sample_res);
+    tl_gvocab_destroy(e->gvocab);
+    free(e->gmasks);
     tl_kv_cache_destroy(e->kv);
     if (e->be.destroy) e->be.destroy(e->be.ctx);
     pthread_cond_destroy(&e->cv);
@@ -592,8 +595,11 @@ static void sample_worker(void *arg, int ith, int nth)
     for (int64_t i = ith; i < e->n_to_sample + e->plp.n; i += nth) {
         if (i < e->n_to_sample) {
             struct tl_seq *s = e->to_sample[i];
-            tl_sampler_sample(e->samplers[ith], e->logits + s->out_row * nv, &s->sampling,
-                              s->tokens, s->n_prompt, s->n_tokens, &s->rng, &e->sample_res[i]);
+            if (s->gm)
+                tl__constrain_sample(e, ith, s, e->logits + s->out_row * nv, &e->sample_res[i]);
+            else
+                tl_sampler_sample(e->samplers[ith], e->logits + s->out_row * nv, &s->sampling,
+                                  s->tokens, s->n_prompt, s->n_tokens, &s->rng, &e->sample_res[i]);
         } else {
             int64_t k = i - e->n_to_sample;
             const struct tl_plp_item *it = &e->plp.items[k];
@@ -606,6 +612,7 @@ static void sample_worker(void *arg, int ith, int nth)
 
 static void sample_all(tl_engine *e)
 {
+    tl__constrain_prepare(e);
     if (e->n_to_sample + e->plp.n > 1)
         tl_pool_run(e->pool, sample_worker, e);
     else if (e->n_to_sample + e->plp.n == 1)
@@ -653,9 +660,14 @@ tl_status tl_engine_step(tl_engine *e, int64_t *n_pending)
             for (int64_t i = 0; i < e->n_to_sample; i++) {
                 struct tl_seq *s = e->to_sample[i];
                 TL_ASSERT(!s->plp.wanted || s->plp.n_done == s->n_prompt);
+                if (e->sample_res[i].token < 0) { // constrained sampling failed
+                    tl__seq_finish(e, s, TL_FINISH_ERROR, s->gm_error);
+                    continue;
+                }
                 enum tl_finish_reason why = tl__seq_accept_token(e, s, &e->sample_res[i]);
                 if (why == TL_FINISH_ERROR)
-                    tl__seq_finish(e, s, why, "out of memory for output text");
+                    tl__seq_finish(e, s, why,
+                                   s->gm_error ? s->gm_error : "out of memory for output text");
                 else if (why)
                     tl__seq_finish(e, s, why, NULL);
             }

@@ -44,6 +44,9 @@ struct tl_engine_backend {
     tl_status (*tokenize)(void *ctx, const char *text, size_t len, bool add_special,
                           bool parse_special, int32_t **ids, int64_t *n_ids);
     bool (*is_eog)(void *ctx, int32_t id); // end-of-generation token
+    // The bytes token id adds to the output (0..cap), or -1 if a grammar may never produce it
+    // (control tokens); NULL when the backend supports no grammars. Thread-safe.
+    int (*token_bytes)(void *ctx, int32_t id, char *buf, int cap);
     // Incremental detokenizer with detok_bytes of state per sequence; push/flush append whole
     // UTF-8 characters to a growable buffer; TL_ERR_NOMEM (error set) on allocation failure.
     size_t detok_bytes;
@@ -89,7 +92,9 @@ struct tl_seq {
     struct tl_stop_set stop;
     bool ignore_eos;
     int32_t priority;
-    int64_t deadline_us; // tl_time_us() clock; 0 = none
+    int64_t deadline_us;    // tl_time_us() clock; 0 = none
+    struct tl_gmatcher *gm; // owned: the grammar's parse state (NULL = unconstrained)
+    const char *gm_error;   // static text: why constrained sampling failed this step
     tl_event_fn on_event;
     void *user;
 
@@ -171,7 +176,27 @@ struct tl_engine {
     struct tl_plp_step plp; // the step's prompt-logprob rows (prompt_logprobs.h)
 
     struct tl_engine_stats stats; // engine thread's running copy
+
+    // Structured output (constrain.c), built at the first constrained request.
+    struct tl_gvocab *gvocab; // owned: the vocabulary's byte trie
+    uint64_t *gmasks;         // owned, (n_samplers, mask words): one mask per sampler thread
 };
+
+// constrain.c: grammar-constrained sampling.
+// Makes s's matcher for r->grammar (submitter's thread); TL_ERR_UNSUPPORTED without a backend
+// token_bytes.
+tl_status tl__constrain_init(const tl_engine *e, struct tl_seq *s, const struct tl_request *r);
+// Builds the vocabulary trie and the mask buffers if a sequence due a token is constrained
+// (engine thread, before sampling fans out); on failure their gm_error is set.
+void tl__constrain_prepare(tl_engine *e);
+// Samples s's token from the masked logits on sampler thread ith; res->token = -1 and
+// s->gm_error on failure.
+void tl__constrain_sample(tl_engine *e, int ith, struct tl_seq *s, const float *logits,
+                          struct tl_sample_result *res);
+// Advances s's matcher over t (engine thread). Returns TL_FINISH_STOP for an end-of-generation
+// token where the grammar is complete, TL_FINISH_ERROR if t does not continue the grammar,
+// TL_FINISH_NONE otherwise.
+enum tl_finish_reason tl__constrain_accept(tl_engine *e, struct tl_seq *s, int32_t t);
 
 // seq.c: a sequence's lifecycle (see there).
 // Builds a sequence from a validated request (submitter's thread); *out on success.

@@ -395,6 +395,14 @@ void tl_sampler_sample(struct tl_sampler *s, const float *logits, const struct t
                        const int32_t *tokens, int64_t n_prompt, int64_t n_tokens,
                        struct tl_rng *rng, struct tl_sample_result *out)
 {
+    tl_sampler_sample_masked(s, logits, p, tokens, n_prompt, n_tokens, rng, NULL, out);
+}
+
+void tl_sampler_sample_masked(struct tl_sampler *s, const float *logits,
+                              const struct tl_sampling *p, const int32_t *tokens, int64_t n_prompt,
+                              int64_t n_tokens, struct tl_rng *rng, const uint64_t *allowed,
+                              struct tl_sample_result *out)
+{
     const int32_t nv = s->n_vocab;
     float *v = s->val;
 
@@ -409,8 +417,17 @@ void tl_sampler_sample(struct tl_sampler *s, const float *logits, const struct t
     }
 
     int32_t chosen = 0;
+    if (allowed) { // disallowed tokens get probability 0 (the first allowed one is the fallback)
+        chosen = -1;
+        for (int32_t i = 0; i < nv; i++)
+            if (!((allowed[i >> 6] >> (i & 63)) & 1))
+                v[i] = -INFINITY;
+            else if (chosen < 0)
+                chosen = i;
+        if (chosen < 0) chosen = 0;
+    }
     if (p->temperature == 0.0f || p->top_k == 1) {
-        for (int32_t i = 1; i < nv; i++)
+        for (int32_t i = chosen + 1; i < nv; i++)
             if (v[i] > v[chosen]) chosen = i;
         goto done;
     }
@@ -450,6 +467,7 @@ void tl_sampler_sample(struct tl_sampler *s, const float *logits, const struct t
     double u = tl_rng_uniform(rng) * total, acc = 0;
     for (int32_t i = 0; i < nv; i++) {
         if (s->bin[i] >= cut_bin || s->prob[i] < floor_p) continue;
+        if (allowed && !(s->prob[i] > 0)) continue;
         acc += (double)s->prob[i];
         last = i;
         if (u < acc) {
@@ -459,7 +477,7 @@ void tl_sampler_sample(struct tl_sampler *s, const float *logits, const struct t
     }
     for (int64_t j = 0; j < n_cut; j++) {
         int32_t id = s->ranked[j].id;
-        if (s->prob[id] < floor_p) continue;
+        if (s->prob[id] < floor_p || (allowed && !(s->prob[id] > 0))) continue;
         acc += (double)s->prob[id];
         last = id;
         if (u < acc) {
@@ -467,7 +485,7 @@ void tl_sampler_sample(struct tl_sampler *s, const float *logits, const struct t
             goto done;
         }
     }
-    chosen = last >= 0 ? last : 0; // rounding left u just past the last sum
+    if (last >= 0) chosen = last; // rounding left u just past the last sum
 
 done:
     out->token = chosen;

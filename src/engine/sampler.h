@@ -55,6 +55,16 @@ void tl_sampler_sample(struct tl_sampler *s, const float *logits, const struct t
                        const int32_t *tokens, int64_t n_prompt, int64_t n_tokens,
                        struct tl_rng *rng, struct tl_sample_result *out);
 
+// As tl_sampler_sample, over the tokens whose bit is set in allowed ((n_vocab + 63) / 64 words;
+// NULL = all): the others get probability 0 after the penalties, so the draw is from the
+// model's distribution restricted to them (renormalized; top-k / top-p / min-p apply to the
+// restricted ranking). Log-probabilities still come from the raw logits. With no allowed token
+// the lowest id is returned.
+void tl_sampler_sample_masked(struct tl_sampler *s, const float *logits,
+                              const struct tl_sampling *p, const int32_t *tokens, int64_t n_prompt,
+                              int64_t n_tokens, struct tl_rng *rng, const uint64_t *allowed,
+                              struct tl_sample_result *out);
+
 // The log-probabilities of the raw logits (n_vocab, not modified) alone, as tl_sampler_sample
 // reports them, without sampling: out->token = token, out->logprob its log-softmax, out->top
 // the n_top (0..TL_SAMPLER_MAX_LOGPROBS) best tokens, best first (value desc, id asc). Used for

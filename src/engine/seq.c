@@ -14,6 +14,7 @@
  * submission until tl__seq_finish (or engine destroy) frees it.
  */
 #include "engine/engine_impl.h"
+#include "grammar/grammar.h"
 
 #include "core/alloc.h"
 #include "core/clock.h"
@@ -28,6 +29,7 @@ void tl__seq_destroy(struct tl_seq *s)
     if (!s) return;
     free(s->stop_tokens);
     free(s->logit_bias);
+    tl_gmatcher_destroy(s->gm);
     tl_stop_set_free(&s->stop);
     free(s->tokens);
     free(s->block_table);
@@ -88,6 +90,8 @@ tl_status tl__seq_create(tl_engine *e, const struct tl_request *r, const int32_t
     s->n_tokens = s->n_prompt = n_prompt;
     if (e->be.detok_init) e->be.detok_init(e->be.ctx, s->detok, r->render_special);
     tl_rng_seed(&s->rng, r->sampling.seed);
+    rc = tl__constrain_init(e, s, r);
+    if (rc) goto out_destroy;
     *out = s;
     return TL_OK;
 out_destroy:
@@ -162,7 +166,12 @@ enum tl_finish_reason tl__seq_accept_token(tl_engine *e, struct tl_seq *s,
 
     enum tl_finish_reason why = TL_FINISH_NONE;
     size_t release = s->text_released;
-    if (is_stop_token(e, s, t)) {
+    enum tl_finish_reason gwhy = s->gm ? tl__constrain_accept(e, s, t) : TL_FINISH_NONE;
+    if (gwhy == TL_FINISH_ERROR) {
+        s->gm_error = "grammar: the sampled token does not continue the grammar";
+        return TL_FINISH_ERROR;
+    }
+    if (gwhy == TL_FINISH_STOP || is_stop_token(e, s, t)) {
         why = TL_FINISH_STOP; // its own text is not part of the output
     } else {
         if (!text_reserve(s, 64) ||

@@ -21,6 +21,7 @@
 #include "core/error.h"
 #include "core/utf8.h"
 #include "core/strbuf.h"
+#include "grammar/grammar.h"
 
 #include <math.h>
 #include <stdarg.h>
@@ -429,6 +430,14 @@ static bool parse_fields(json_t *root, const struct tl_oai_limits *lim, struct t
                        "seconds");
         p->timeout_ms = (int64_t)ceil(sec * 1000.0);
     }
+    // Structured output (src/grammar/fields.c): compiled here, bounded in size and time.
+    const char *gparam = NULL;
+    tl_status grc = tl_grammar_from_fields(root, &p->grammar, &gparam);
+    if (grc) {
+        tl_oai_error_from_status(err, grc, tl_last_error());
+        snprintf(err->param, sizeof(err->param), "%s", gparam ? gparam : "");
+        return false;
+    }
     return true;
 }
 
@@ -485,5 +494,6 @@ void tl_oai_params_free(struct tl_oai_params *p)
         free(p->owned[i]);
     free(p->owned);
     json_decref(p->root);
+    tl_grammar_unref(p->grammar);
     memset(p, 0, sizeof(*p));
 }

@@ -80,6 +80,7 @@ struct tl_oai_params {
     int n_tool_names;
     bool tool_choice_auto;    // parse calls out of the reply (tools given, tool_choice auto)
     bool parallel_tool_calls; // false: keep only the first call
+    struct tl_grammar *grammar; // owned reference: structured output, or NULL
 };
 
 // Limits that depend on the model.

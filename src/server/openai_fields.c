@@ -6,9 +6,9 @@
  * The rule for fields: every field the OpenAI API defines is either implemented or refused
  * with a 400 naming it (param), never silently ignored, because a client that asks for JSON
  * output or a forced tool call and gets prose back cannot tell what went wrong. A field's
- * neutral value (best_of 1, suffix "", response_format text, store false...) is accepted:
+ * neutral value (best_of 1, suffix "", store false...) is accepted:
  * it asks for nothing we do not do. Fields of no effect on the output (user, metadata-free
- * identifiers) are accepted.
+ * identifiers) are accepted. response_format is structured output (grammar/, read in openai.c).
  *
  * Pure functions over the parsed document; thread-safe.
  */
@@ -46,9 +46,6 @@ struct refused {
 };
 
 static const struct refused refused_fields[] = {
-    {"response_format", 3,
-     "is not supported yet (structured output needs constrained decoding); only "
-     "{\"type\": \"text\"} is accepted"},
     {"best_of", 3, "is not supported: only 1 is accepted (use 'n' for several choices)"},
     {"suffix", 1, "is not supported (no fill-in-the-middle); only \"\" is accepted"},
     {"audio", 2, "is not supported: tokenloom generates text only"},
@@ -64,9 +61,6 @@ static const struct refused refused_fields[] = {
 
 static bool neutral(const char *key, const json_t *v)
 {
-    if (!strcmp(key, "response_format"))
-        return json_is_object(v) && str_is(json_object_get(v, "type"), "text") &&
-               json_object_size(v) == 1;
     if (!strcmp(key, "best_of")) return json_is_integer(v) && json_integer_value(v) == 1;
     if (!strcmp(key, "suffix")) return str_is(v, "");
     if (!strcmp(key, "modalities"))

@@ -1,0 +1,535 @@
+/*
+ * Grammar builder: the rules a parser (GBNF) creates, code point classes expanded into UTF-8
+ * byte sequences, the checks every grammar must pass, and the flat compiled form.
+ *
+ * Checks, each an error with the rule's position: every referenced rule is defined; "root"
+ * exists; no rule can reach itself without consuming a byte (left recursion, also through rules
+ * that match the empty string: the matcher's expansion would never end); every rule reachable
+ * from root can match some finite text (otherwise the matcher could walk into a dead end);
+ * the element count stays under TL_GRAMMAR_MAX_ELEMS (huge repetition bounds).
+ *
+ * Thread model: a builder belongs to one thread; the grammar it makes is immutable.
+ */
+#include "grammar/grammar_impl.h"
+
+#include "core/alloc.h"
+#include "core/error.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+// ---- growable string ------------------------------------------------------------------------
+
+void tl__gstr_putn(struct gstr *s, const char *t, size_t n)
+{
+    if (s->failed) return;
+    if (!tl_grow((void **)&s->p, &s->cap, s->n + n + 1, 1)) {
+        s->failed = true;
+        return;
+    }
+    memcpy(s->p + s->n, t, n);
+    s->n += n;
+    s->p[s->n] = 0;
+}
+
+void tl__gstr_puts(struct gstr *s, const char *t)
+{
+    tl__gstr_putn(s, t, strlen(t));
+}
+
+void tl__gstr_printf(struct gstr *s, const char *fmt, ...)
+{
+    char buf[256];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(buf, sizeof(buf), fmt, ap);
+    va_end(ap);
+    if (n < 0 || (size_t)n >= sizeof(buf)) {
+        s->failed = true;
+        return;
+    }
+    tl__gstr_putn(s, buf, (size_t)n);
+}
+
+void tl__gstr_literal(struct gstr *s, const char *t, size_t n)
+{
+    tl__gstr_putn(s, "\"", 1);
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)t[i];
+        if (c == '"' || c == '\\') {
+            char e[2] = {'\\', (char)c};
+            tl__gstr_putn(s, e, 2);
+        } else if (c < 0x20 || c == 0x7f) {
+            tl__gstr_printf(s, "\\x%02X", c);
+        } else {
+            tl__gstr_putn(s, (const char *)&t[i], 1);
+        }
+    }
+    tl__gstr_putn(s, "\"", 1);
+}
+
+// ---- builder --------------------------------------------------------------------------------
+
+void tl__gb_init(struct gbuild *b, const char *src, size_t len)
+{
+    memset(b, 0, sizeof(*b));
+    b->src = src;
+    b->src_len = len;
+}
+
+void tl__gb_free(struct gbuild *b)
+{
+    for (size_t i = 0; i < b->n_rules; i++) {
+        for (size_t j = 0; j < b->rules[i].n_alts; j++)
+            free(b->rules[i].alts[j].el);
+        free(b->rules[i].alts);
+    }
+    free(b->rules);
+    free(b->sets);
+    free(b->name_slots);
+    free(b->reps);
+    memset(b, 0, sizeof(*b));
+}
+
+void tl__gb_where(const char *src, size_t len, size_t pos, char *buf, size_t cap)
+{
+    size_t line = 1, col = 1;
+    for (size_t i = 0; i < pos && i < len; i++) {
+        if (src[i] == '\n') {
+            line++;
+            col = 1;
+        } else {
+            col++;
+        }
+    }
+    snprintf(buf, cap, "line %zu, column %zu", line, col);
+}
+
+static tl_status err_at(const struct gbuild *b, size_t pos, const char *what)
+{
+    char where[64];
+    tl__gb_where(b->src, b->src_len, pos, where, sizeof(where));
+    return tl__errorf(TL_ERR_INVALID_ARG, "grammar: %s: %s", where, what);
+}
+
+static uint64_t name_hash(const char *s, size_t n)
+{
+    uint64_t h = 1469598103934665603ull;
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ (unsigned char)s[i]) * 1099511628211ull;
+    return h;
+}
+
+int64_t tl__gb_new_rule(struct gbuild *b, size_t pos)
+{
+    if (b->n_rules >= GE_ARG(~0u) ||
+        !tl_grow((void **)&b->rules, &b->cap_rules, b->n_rules + 1, sizeof(*b->rules))) {
+        b->nomem = true;
+        tl__errorf(TL_ERR_NOMEM, "grammar: out of memory for rules");
+        return -1;
+    }
+    struct gb_rule *r = &b->rules[b->n_rules];
+    memset(r, 0, sizeof(*r));
+    r->pos = pos;
+    r->defined = true;
+    return (int64_t)b->n_rules++;
+}
+
+int64_t tl__gb_named(struct gbuild *b, const char *name, size_t len, size_t pos)
+{
+    if (2 * (b->n_rules + 1) > b->name_cap) { // rehash
+        size_t ncap = b->name_cap ? b->name_cap * 2 : 64;
+        while (ncap < 2 * (b->n_rules + 1))
+            ncap *= 2;
+        uint32_t *ns = tl_calloc_array(ncap, sizeof(uint32_t));
+        if (!ns) {
+            tl__errorf(TL_ERR_NOMEM, "grammar: out of memory for rule names");
+            return -1;
+        }
+        for (size_t i = 0; i < b->name_cap; i++) {
+            uint32_t v = b->name_slots[i];
+            if (!v) continue;
+            const struct gb_rule *r = &b->rules[v - 1];
+            size_t j = name_hash(r->name, r->name_len) & (ncap - 1);
+            while (ns[j])
+                j = (j + 1) & (ncap - 1);
+            ns[j] = v;
+        }
+        free(b->name_slots);
+        b->name_slots = ns;
+        b->name_cap = ncap;
+    }
+    size_t j = name_hash(name, len) & (b->name_cap - 1);
+    while (b->name_slots[j]) {
+        const struct gb_rule *r = &b->rules[b->name_slots[j] - 1];
+        if (r->name_len == len && !memcmp(r->name, name, len)) return b->name_slots[j] - 1;
+        j = (j + 1) & (b->name_cap - 1);
+    }
+    int64_t id = tl__gb_new_rule(b, pos);
+    if (id < 0) return -1;
+    b->rules[id].name = name;
+    b->rules[id].name_len = len;
+    b->rules[id].defined = false;
+    b->name_slots[j] = (uint32_t)id + 1;
+    return id;
+}
+
+struct gb_alt *tl__gb_add_alt(struct gbuild *b, uint32_t r)
+{
+    struct gb_rule *rule = &b->rules[r];
+    if (!tl_grow((void **)&rule->alts, &rule->cap_alts, rule->n_alts + 1, sizeof(*rule->alts))) {
+        tl__errorf(TL_ERR_NOMEM, "grammar: out of memory for alternatives");
+        return NULL;
+    }
+    struct gb_alt *a = &rule->alts[rule->n_alts++];
+    memset(a, 0, sizeof(*a));
+    b->n_elems++; // its END
+    return a;
+}
+
+bool tl__gb_push(struct gbuild *b, struct gb_alt *a, uint32_t el, size_t pos)
+{
+    if (b->n_elems + 1 > TL_GRAMMAR_MAX_ELEMS) {
+        err_at(b, pos,
+               "the compiled grammar would exceed 1048576 elements (a repetition bound or "
+               "the source is too large)");
+        return false;
+    }
+    if (!tl_grow((void **)&a->el, &a->cap, a->n + 1, sizeof(uint32_t))) {
+        tl__errorf(TL_ERR_NOMEM, "grammar: out of memory for elements");
+        return false;
+    }
+    a->el[a->n++] = el;
+    b->n_elems++;
+    return true;
+}
+
+uint32_t tl__gb_set(struct gbuild *b, const struct gbyteset *s)
+{
+    if (!tl_grow((void **)&b->sets, &b->cap_sets, b->n_sets + 1, sizeof(*b->sets))) {
+        b->nomem = true;
+        return GE_MAKE(GE_BYTES, 0);
+    }
+    b->sets[b->n_sets] = *s;
+    return GE_MAKE(GE_BYTES, b->n_sets++);
+}
+
+uint32_t tl__gb_byte(struct gbuild *b, unsigned byte)
+{
+    if (!b->single[byte]) {
+        struct gbyteset s = {{0}};
+        s.w[byte >> 6] |= 1ull << (byte & 63);
+        uint32_t el = tl__gb_set(b, &s);
+        if (b->nomem) return el;
+        b->single[byte] = GE_ARG(el) + 1;
+    }
+    return GE_MAKE(GE_BYTES, b->single[byte] - 1);
+}
+
+// ---- code point classes as UTF-8 ------------------------------------------------------------
+
+static int utf8_encode(uint32_t cp, unsigned char *o)
+{
+    if (cp < 0x80) {
+        o[0] = (unsigned char)cp;
+        return 1;
+    }
+    if (cp < 0x800) {
+        o[0] = (unsigned char)(0xC0 | (cp >> 6));
+        o[1] = (unsigned char)(0x80 | (cp & 0x3F));
+        return 2;
+    }
+    if (cp < 0x10000) {
+        o[0] = (unsigned char)(0xE0 | (cp >> 12));
+        o[1] = (unsigned char)(0x80 | ((cp >> 6) & 0x3F));
+        o[2] = (unsigned char)(0x80 | (cp & 0x3F));
+        return 3;
+    }
+    o[0] = (unsigned char)(0xF0 | (cp >> 18));
+    o[1] = (unsigned char)(0x80 | ((cp >> 12) & 0x3F));
+    o[2] = (unsigned char)(0x80 | ((cp >> 6) & 0x3F));
+    o[3] = (unsigned char)(0x80 | (cp & 0x3F));
+    return 4;
+}
+
+// Adds alternatives to rule r for code points [lo, hi] of one encoded length: split until each
+// piece is a product of byte ranges (a "rectangle"), one alternative per piece.
+static bool class_seq(struct gbuild *b, uint32_t r, uint32_t lo, uint32_t hi, size_t pos)
+{
+    for (int i = 1; i < 4; i++) {
+        uint32_t m = (1u << (6 * i)) - 1;
+        if ((lo & ~m) != (hi & ~m)) {
+            if (lo & m)
+                return class_seq(b, r, lo, lo | m, pos) && class_seq(b, r, (lo | m) + 1, hi, pos);
+            if ((hi & m) != m)
+                return class_seq(b, r, lo, (hi & ~m) - 1, pos) && class_seq(b, r, hi & ~m, hi, pos);
+        }
+    }
+    unsigned char a[4], z[4];
+    int n = utf8_encode(lo, a);
+    utf8_encode(hi, z);
+    struct gb_alt *alt = tl__gb_add_alt(b, r);
+    if (!alt) return false;
+    for (int k = 0; k < n; k++) {
+        struct gbyteset s = {{0}};
+        for (unsigned c = a[k]; c <= z[k]; c++)
+            s.w[c >> 6] |= 1ull << (c & 63);
+        if (!tl__gb_push(b, alt, tl__gb_set(b, &s), pos)) return false;
+    }
+    return !b->nomem;
+}
+
+tl_status tl__gb_class(struct gbuild *b, const uint32_t *ranges, size_t n_pairs, size_t pos,
+                       uint32_t *el)
+{
+    struct gbyteset ascii = {{0}};
+    bool any_ascii = false, multi = false;
+    for (size_t i = 0; i < n_pairs; i++) {
+        uint32_t lo = ranges[2 * i], hi = ranges[2 * i + 1];
+        for (uint32_t c = lo; c <= hi && c < 0x80; c++) {
+            ascii.w[c >> 6] |= 1ull << (c & 63);
+            any_ascii = true;
+        }
+        if (hi >= 0x80) multi = true;
+    }
+    if (!any_ascii && !multi) return err_at(b, pos, "character class matches nothing");
+    if (!multi) {
+        *el = tl__gb_set(b, &ascii);
+        return b->nomem ? tl__errorf(TL_ERR_NOMEM, "grammar: out of memory") : TL_OK;
+    }
+    int64_t r = tl__gb_new_rule(b, pos);
+    if (r < 0) return TL_ERR_NOMEM;
+    if (any_ascii) {
+        struct gb_alt *alt = tl__gb_add_alt(b, (uint32_t)r);
+        if (!alt || !tl__gb_push(b, alt, tl__gb_set(b, &ascii), pos)) return TL_ERR_INVALID_ARG;
+    }
+    static const uint32_t len_lo[3] = {0x80, 0x800, 0x10000}, len_hi[3] = {0x7FF, 0xFFFF, 0x10FFFF};
+    for (size_t i = 0; i < n_pairs; i++)
+        for (int l = 0; l < 3; l++) {
+            uint32_t lo = ranges[2 * i] > len_lo[l] ? ranges[2 * i] : len_lo[l];
+            uint32_t hi = ranges[2 * i + 1] < len_hi[l] ? ranges[2 * i + 1] : len_hi[l];
+            if (lo <= hi && !class_seq(b, (uint32_t)r, lo, hi, pos)) return TL_ERR_INVALID_ARG;
+        }
+    *el = GE_MAKE(GE_REF, r);
+    return TL_OK;
+}
+
+// ---- checks ---------------------------------------------------------------------------------
+
+static tl_status rule_err(const struct gbuild *b, uint32_t r, const char *fmt_what)
+{
+    const struct gb_rule *rule = &b->rules[r];
+    char msg[200];
+    if (rule->name)
+        snprintf(msg, sizeof(msg), "rule '%.*s' %s",
+                 (int)(rule->name_len > 60 ? 60 : rule->name_len), rule->name, fmt_what);
+    else
+        snprintf(msg, sizeof(msg), "this group %s", fmt_what);
+    return err_at(b, rule->pos, msg);
+}
+
+// Left recursion: DFS over "r can start with a call of s" edges (skipping nullable prefixes).
+static tl_status left_rec_dfs(const struct gbuild *b, const bool *nullable, uint8_t *mark,
+                              uint32_t r, uint32_t *stack, size_t depth)
+{
+    // Iterative DFS: stack holds (rule, next edge) as pairs flattened; mark 1 = on path, 2 = done.
+    (void)depth;
+    size_t sp = 0;
+    stack[sp++] = r;
+    stack[sp++] = 0;
+    mark[r] = 1;
+    while (sp) {
+        uint32_t cur = stack[sp - 2], edge = stack[sp - 1];
+        const struct gb_rule *rule = &b->rules[cur];
+        // Enumerate edges: for each alternative, each leading REF while the prefix is nullable.
+        uint32_t k = 0, next = UINT32_MAX;
+        for (size_t a = 0; a < rule->n_alts && next == UINT32_MAX; a++) {
+            const struct gb_alt *alt = &rule->alts[a];
+            for (size_t i = 0; i < alt->n; i++) {
+                uint32_t e = alt->el[i];
+                if (GE_KIND(e) != GE_REF) break;
+                if (k++ == edge) {
+                    next = GE_ARG(e);
+                    break;
+                }
+                if (!nullable[GE_ARG(e)]) break;
+            }
+        }
+        if (next == UINT32_MAX) {
+            mark[cur] = 2;
+            sp -= 2;
+            continue;
+        }
+        stack[sp - 1] = edge + 1;
+        if (mark[next] == 1)
+            return rule_err(b, next,
+                            "is left-recursive (it can reach itself "
+                            "without consuming input)");
+        if (mark[next] == 0) {
+            mark[next] = 1;
+            stack[sp++] = next;
+            stack[sp++] = 0;
+        }
+    }
+    return TL_OK;
+}
+
+static tl_status check(struct gbuild *b, uint32_t root)
+{
+    size_t n = b->n_rules;
+    tl_status rc = TL_OK;
+    bool *nullable = tl_calloc_array(n, sizeof(bool));
+    bool *productive = tl_calloc_array(n, sizeof(bool));
+    bool *reach = tl_calloc_array(n, sizeof(bool));
+    uint8_t *mark = tl_calloc_array(n, 1);
+    uint32_t *stack = tl_malloc_array(2 * n + 2, sizeof(uint32_t));
+    uint32_t *work = tl_malloc_array(n + 1, sizeof(uint32_t));
+    if (!nullable || !productive || !reach || !mark || !stack || !work) {
+        rc = tl__errorf(TL_ERR_NOMEM, "grammar: out of memory for checks");
+        goto out;
+    }
+    // Fixpoints: nullable (some alternative of nullable refs only), productive (some alternative
+    // of non-empty byte sets and productive refs).
+    for (bool changed = true; changed;) {
+        changed = false;
+        for (size_t r = 0; r < n; r++) {
+            const struct gb_rule *rule = &b->rules[r];
+            for (size_t a = 0; a < rule->n_alts; a++) {
+                const struct gb_alt *alt = &rule->alts[a];
+                bool nul = true, prod = true;
+                for (size_t i = 0; i < alt->n; i++) {
+                    uint32_t e = alt->el[i];
+                    if (GE_KIND(e) == GE_BYTES) {
+                        nul = false;
+                        const struct gbyteset *s = &b->sets[GE_ARG(e)];
+                        if (!(s->w[0] | s->w[1] | s->w[2] | s->w[3])) prod = false;
+                    } else {
+                        if (!nullable[GE_ARG(e)]) nul = false;
+                        if (!productive[GE_ARG(e)]) prod = false;
+                    }
+                }
+                if (nul && !nullable[r]) nullable[r] = changed = true;
+                if (prod && !productive[r]) productive[r] = changed = true;
+            }
+        }
+    }
+    // Reachable from root.
+    size_t nw = 0;
+    work[nw++] = root;
+    reach[root] = true;
+    while (nw) {
+        const struct gb_rule *rule = &b->rules[work[--nw]];
+        for (size_t a = 0; a < rule->n_alts; a++)
+            for (size_t i = 0; i < rule->alts[a].n; i++) {
+                uint32_t e = rule->alts[a].el[i];
+                if (GE_KIND(e) == GE_REF && !reach[GE_ARG(e)]) {
+                    reach[GE_ARG(e)] = true;
+                    work[nw++] = GE_ARG(e);
+                }
+            }
+    }
+    // A repeated item that can match empty text makes x{0,n} exponentially ambiguous.
+    for (size_t i = 0; i < b->n_reps && !rc; i++) {
+        uint32_t x = b->reps[i].x;
+        if (GE_KIND(x) == GE_REF && nullable[GE_ARG(x)])
+            rc = err_at(b, b->reps[i].pos,
+                        "repetition of something that can match empty text "
+                        "(make the repeated item non-empty)");
+    }
+    for (size_t r = 0; r < n && !rc; r++) {
+        uint32_t x = b->rules[r].rep_body;
+        if (b->rules[r].rep && GE_KIND(x) == GE_REF && nullable[GE_ARG(x)])
+            rc = rule_err(b, (uint32_t)r,
+                          "repeats something that can match empty text (make "
+                          "the repeated item non-empty)");
+    }
+    for (size_t r = 0; r < n && !rc; r++)
+        if (reach[r] && !productive[r])
+            rc = rule_err(b, (uint32_t)r, "can never match a finite text (empty language)");
+    for (size_t r = 0; r < n && !rc; r++)
+        if (reach[r] && !mark[r]) rc = left_rec_dfs(b, nullable, mark, (uint32_t)r, stack, 0);
+out:
+    free(nullable);
+    free(productive);
+    free(reach);
+    free(mark);
+    free(stack);
+    free(work);
+    return rc;
+}
+
+// ---- flattening -----------------------------------------------------------------------------
+
+tl_status tl__gb_finish(struct gbuild *b, struct tl_grammar **out)
+{
+    *out = NULL;
+    if (b->nomem) return tl__errorf(TL_ERR_NOMEM, "grammar: out of memory");
+    for (size_t r = 0; r < b->n_rules; r++)
+        if (!b->rules[r].defined) return rule_err(b, (uint32_t)r, "is used but never defined");
+    int64_t root = -1;
+    for (size_t r = 0; r < b->n_rules && root < 0; r++)
+        if (b->rules[r].name && b->rules[r].name_len == 4 && !memcmp(b->rules[r].name, "root", 4))
+            root = (int64_t)r;
+    if (root < 0) return err_at(b, 0, "no rule named 'root'");
+    for (size_t r = 0; r < b->n_rules; r++)
+        if (!b->rules[r].n_alts) return rule_err(b, (uint32_t)r, "has no alternatives");
+    tl_status rc = check(b, (uint32_t)root);
+    if (rc) return rc;
+
+    size_t n_alts = 0;
+    for (size_t r = 0; r < b->n_rules; r++)
+        n_alts += b->rules[r].n_alts;
+    struct tl_grammar *g = tl_malloc(sizeof(*g));
+    if (!g) return tl__errorf(TL_ERR_NOMEM, "grammar: out of memory");
+    memset(g, 0, sizeof(*g));
+    atomic_init(&g->refs, 1);
+    pthread_mutex_init(&g->mu, NULL);
+    g->elems = tl_malloc_array(b->n_elems + 1, sizeof(uint32_t));
+    g->alt_start = tl_malloc_array(n_alts + 1, sizeof(uint32_t));
+    g->rule_alt0 = tl_malloc_array(b->n_rules + 1, sizeof(uint32_t));
+    g->sets = tl_malloc_array(b->n_sets + 1, sizeof(*g->sets));
+    if (!g->elems || !g->alt_start || !g->rule_alt0 || !g->sets) {
+        tl_grammar_unref(g);
+        return tl__errorf(TL_ERR_NOMEM, "grammar: out of memory");
+    }
+    size_t ne = 0, na = 0;
+    for (size_t r = 0; r < b->n_rules; r++) {
+        g->rule_alt0[r] = (uint32_t)na;
+        for (size_t a = 0; a < b->rules[r].n_alts; a++) {
+            const struct gb_alt *alt = &b->rules[r].alts[a];
+            g->alt_start[na++] = (uint32_t)ne;
+            memcpy(g->elems + ne, alt->el, alt->n * sizeof(uint32_t));
+            ne += alt->n;
+            g->elems[ne++] = GE_MAKE(GE_END, 0);
+        }
+    }
+    g->rule_alt0[b->n_rules] = (uint32_t)na;
+    TL_ASSERT(ne <= b->n_elems);
+    g->n_elems = ne;
+    g->n_rules = (uint32_t)b->n_rules;
+    g->root = (uint32_t)root;
+    memcpy(g->sets, b->sets, b->n_sets * sizeof(*g->sets));
+    g->n_sets = (uint32_t)b->n_sets;
+    *out = g;
+    return TL_OK;
+}
+
+struct tl_grammar *tl_grammar_ref(struct tl_grammar *g)
+{
+    if (g) atomic_fetch_add(&g->refs, 1);
+    return g;
+}
+
+void tl_grammar_unref(struct tl_grammar *g)
+{
+    if (!g || atomic_fetch_sub(&g->refs, 1) != 1) return;
+    tl__gmask_cache_free(g->cache);
+    pthread_mutex_destroy(&g->mu);
+    free(g->elems);
+    free(g->alt_start);
+    free(g->rule_alt0);
+    free(g->sets);
+    free(g);
+}

@@ -1,0 +1,94 @@
+/*
+ * Structured output: grammars compiled from GBNF, JSON Schema, json_object, a regular
+ * expression or a list of choices, and per-request matchers that say which tokens may come next.
+ *
+ * A compiled tl_grammar is a context-free grammar over bytes (every code point class is expanded
+ * into UTF-8 byte sequences at compile time), checked for left recursion and empty languages.
+ * It is immutable, refcounted, and shared by every request with the same source (the LRU in
+ * cache.c); its per-vocabulary mask cache is internally locked. A tl_gmatcher is one request's
+ * parse state (a set of pushdown stacks); it belongs to one thread at a time. A tl_gvocab is the
+ * vocabulary as a byte trie, built once per engine and read-only afterwards.
+ */
+#ifndef TL_GRAMMAR_H
+#define TL_GRAMMAR_H
+
+#include <tokenloom.h>
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+// ---- compiling ------------------------------------------------------------------------------
+
+struct tl_grammar;
+
+// Bounds on what a source may compile to; a larger result is an error naming the bound.
+#define TL_GRAMMAR_MAX_SOURCE_BYTES (4u << 20)
+#define TL_GRAMMAR_MAX_ELEMS (1u << 20)
+
+// Compiles src[0..len) of the given kind (TL_GRAMMAR_JSON_OBJECT ignores src; TL_GRAMMAR_CHOICE
+// takes a JSON array of strings). OUT: *out (refcount 1). Errors are TL_ERR_INVALID_ARG with a
+// message that names the construct and its position (line:column for GBNF and regexes, a JSON
+// pointer for schemas). Thread-safe.
+tl_status tl_grammar_compile(enum tl_grammar_kind kind, const char *src, size_t len,
+                             struct tl_grammar **out) TL_WARN_UNUSED;
+// As tl_grammar_compile, through a process-wide LRU keyed by (kind, source): 64 grammars at
+// most. Errors are not cached. Thread-safe.
+tl_status tl_grammar_get(enum tl_grammar_kind kind, const char *src, size_t len,
+                         struct tl_grammar **out) TL_WARN_UNUSED;
+struct tl_grammar *tl_grammar_ref(struct tl_grammar *g);
+void tl_grammar_unref(struct tl_grammar *g); // NULL is a no-op
+
+// Compiles a JSON Schema (or json_object when schema_json is NULL) or a regex into GBNF text;
+// tl_grammar_compile parses that text. OUT: *gbnf (malloc'd). Used by tests to show the grammar.
+tl_status tl_grammar_schema_to_gbnf(const char *schema_json, size_t len,
+                                    char **gbnf) TL_WARN_UNUSED;
+tl_status tl_grammar_regex_to_gbnf(const char *re, size_t len, char **gbnf) TL_WARN_UNUSED;
+
+// Reads the structured-output fields of a request object (response_format, grammar,
+// json_schema, guided_json / guided_regex / guided_choice / guided_grammar,
+// structured_outputs; see fields.c) and compiles them through tl_grammar_get. OUT: *out (a
+// reference; NULL when the object asks for no constraint). On failure *param names the field
+// (static) and the message says what is wrong. Thread-safe.
+struct json_t;
+tl_status tl_grammar_from_fields(struct json_t *obj, struct tl_grammar **out,
+                                 const char **param) TL_WARN_UNUSED;
+
+// ---- the vocabulary as a trie ---------------------------------------------------------------
+
+struct tl_gvocab;
+
+// The bytes a token produces in the output (len 0..cap), or -1 when the token may never be
+// produced by a grammar (control, unknown, unused tokens).
+typedef int (*tl_gvocab_bytes_fn)(void *ctx, int32_t id, char *buf, int cap);
+typedef bool (*tl_gvocab_eog_fn)(void *ctx, int32_t id);
+
+// Builds the trie of every token's bytes. NULL on allocation failure (error set).
+struct tl_gvocab *tl_gvocab_create(int32_t n_vocab, tl_gvocab_bytes_fn bytes,
+                                   tl_gvocab_eog_fn is_eog, void *ctx);
+void tl_gvocab_destroy(struct tl_gvocab *v); // NULL is a no-op
+int32_t tl_gvocab_n_vocab(const struct tl_gvocab *v);
+
+// ---- matching -------------------------------------------------------------------------------
+
+struct tl_gmatcher;
+
+// A matcher at the start of g's language (takes a reference on g). NULL on allocation failure.
+struct tl_gmatcher *tl_gmatcher_create(struct tl_grammar *g);
+void tl_gmatcher_destroy(struct tl_gmatcher *m); // NULL is a no-op
+
+// Advances over bytes; returns false (state unchanged) when they are not a valid continuation.
+bool tl_gmatcher_accept_bytes(struct tl_gmatcher *m, const char *bytes, size_t len);
+// Advances over token id's bytes (end-of-generation: true only where the grammar may end).
+bool tl_gmatcher_accept_token(struct tl_gmatcher *m, const struct tl_gvocab *v, int32_t id);
+// The input so far is a complete sentence of the grammar.
+bool tl_gmatcher_can_end(const struct tl_gmatcher *m);
+// Whether token id may come next (what the mask says about it, computed for one token).
+bool tl_gmatcher_allows(struct tl_gmatcher *m, const struct tl_gvocab *v, int32_t id);
+// Sets bit t of mask ((n_vocab + 63) / 64 words) for every token allowed next: tokens whose
+// bytes continue the input validly, and end-of-generation tokens where the grammar may end.
+// Uses and fills g's per-state cache of context-independent tokens. Returns false on
+// allocation failure (error set).
+bool tl_gmatcher_fill_mask(struct tl_gmatcher *m, const struct tl_gvocab *v, uint64_t *mask);
+
+#endif

@@ -1,0 +1,615 @@
+/*
+ * Allowed-token masks: the vocabulary as a byte trie walked against a matcher's stacks, with a
+ * per-grammar cache of what does not depend on the stack below the top frames (XGrammar's
+ * context-independent tokens).
+ *
+ * Trie. Tokens sorted by their bytes give the trie's nodes in preorder: node i at depth d (its
+ * path is d bytes long) covers nodes [i, end) below it, so a walk keeps one stack set per depth,
+ * advances the parent's set by the node's byte, and skips the whole subtree when nothing is
+ * left. Tokens with identical bytes share a node (chained).
+ *
+ * Cache. For a stack, only its top CTX_FRAMES frames are the key. Walking the trie from those
+ * frames alone classifies each token: accepted (read entirely within the frames: true under any
+ * context), rejected, or uncertain (the frames were popped while bytes remained, so the rest of
+ * the stack decides). Uncertain tokens are kept as trie subtrees; at mask time each is walked
+ * again from the full stack. A stack of at most CTX_FRAMES frames is its own key and has no
+ * uncertain tokens. The mask of a state is the union over its stacks, so it is exactly what a
+ * full walk from every stack would give: cached or not, batch or not, the same bits.
+ *
+ * Thread model: a tl_gvocab is immutable after creation. A grammar's cache is shared by every
+ * request using it (any thread): lookups and inserts hold g->mu; entries are immutable once in.
+ * Entries are computed outside the lock with the calling matcher's scratch.
+ */
+#include "grammar/grammar_impl.h"
+
+#include "core/alloc.h"
+#include "core/error.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define CTX_FRAMES 3
+#define TOKEN_MAX_BYTES 255
+#define CACHE_MAX_BYTES ((size_t)16 << 20)
+
+// ---- vocabulary trie ------------------------------------------------------------------------
+
+struct gnode {
+    uint32_t end;    // first node after this subtree
+    int32_t token;   // first token ending here, -1 if none
+    int32_t any_tok; // a token whose bytes start with this node's path
+    uint8_t byte;
+    uint8_t depth; // 1 for the root's children
+};
+
+struct tl_gvocab {
+    uint64_t uid; // unique per trie ever built: what a grammar's cache is bound to
+    int32_t n_vocab;
+    char *bytes;         // owned: every token's bytes
+    uint32_t *tok_off;   // owned, (n_vocab)
+    int32_t *tok_len;    // owned, (n_vocab): -1 = never allowed
+    int32_t *same_next;  // owned, (n_vocab): next token with the same bytes, -1
+    struct gnode *nodes; // owned, (n_nodes), preorder
+    uint32_t n_nodes;
+    int32_t *eog; // owned, (n_eog)
+    int32_t n_eog;
+    uint8_t *is_eog; // owned, (n_vocab)
+};
+
+static const struct tl_gvocab *sort_vocab; // qsort has no context argument
+
+static int cmp_tok(const void *a, const void *b)
+{
+    const struct tl_gvocab *v = sort_vocab;
+    int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+    int32_t lx = v->tok_len[x], ly = v->tok_len[y];
+    int c = memcmp(v->bytes + v->tok_off[x], v->bytes + v->tok_off[y], (size_t)(lx < ly ? lx : ly));
+    if (c) return c;
+    if (lx != ly) return lx < ly ? -1 : 1;
+    return (x > y) - (x < y);
+}
+
+static pthread_mutex_t sort_mu = PTHREAD_MUTEX_INITIALIZER;
+static atomic_uint_fast64_t next_uid = 1;
+
+struct tl_gvocab *tl_gvocab_create(int32_t n_vocab, tl_gvocab_bytes_fn bytes_fn,
+                                   tl_gvocab_eog_fn is_eog, void *ctx)
+{
+    struct tl_gvocab *v = tl_malloc(sizeof(*v));
+    int32_t *order = NULL;
+    uint32_t *path = NULL;
+    if (!v) goto nomem;
+    memset(v, 0, sizeof(*v));
+    v->uid = atomic_fetch_add(&next_uid, 1);
+    v->n_vocab = n_vocab;
+    size_t nv = (size_t)n_vocab, cap_bytes = 0, n_bytes = 0;
+    v->tok_off = tl_malloc_array(nv, sizeof(uint32_t));
+    v->tok_len = tl_malloc_array(nv, sizeof(int32_t));
+    v->same_next = tl_malloc_array(nv, sizeof(int32_t));
+    v->is_eog = tl_calloc_array(nv, 1);
+    v->eog = tl_malloc_array(nv, sizeof(int32_t));
+    order = tl_malloc_array(nv, sizeof(int32_t));
+    if (!v->tok_off || !v->tok_len || !v->same_next || !v->is_eog || !v->eog || !order) goto nomem;
+    char buf[TOKEN_MAX_BYTES + 1];
+    int32_t n_order = 0;
+    for (int32_t t = 0; t < n_vocab; t++) {
+        v->same_next[t] = -1;
+        if (is_eog && is_eog(ctx, t)) {
+            v->is_eog[t] = 1;
+            v->eog[v->n_eog++] = t;
+        }
+        int len = v->is_eog[t] ? -1 : bytes_fn(ctx, t, buf, (int)sizeof(buf));
+        if (len <= 0 || len > TOKEN_MAX_BYTES) len = -1;
+        v->tok_len[t] = len;
+        v->tok_off[t] = (uint32_t)n_bytes;
+        if (len < 0) continue;
+        if (!tl_grow((void **)&v->bytes, &cap_bytes, n_bytes + (size_t)len, 1)) goto nomem;
+        memcpy(v->bytes + n_bytes, buf, (size_t)len);
+        n_bytes += (size_t)len;
+        order[n_order++] = t;
+    }
+    pthread_mutex_lock(&sort_mu);
+    sort_vocab = v;
+    qsort(order, (size_t)n_order, sizeof(int32_t), cmp_tok);
+    pthread_mutex_unlock(&sort_mu);
+
+    // Preorder nodes: each token adds the nodes below its common prefix with the previous one.
+    size_t cap_nodes = 0;
+    path = tl_malloc_array(TOKEN_MAX_BYTES + 1, sizeof(uint32_t));
+    if (!path) goto nomem;
+    int32_t prev = -1;
+    for (int32_t k = 0; k < n_order; k++) {
+        int32_t t = order[k], len = v->tok_len[t];
+        const unsigned char *b = (const unsigned char *)v->bytes + v->tok_off[t];
+        int32_t lcp = 0;
+        if (prev >= 0) {
+            const unsigned char *pb = (const unsigned char *)v->bytes + v->tok_off[prev];
+            int32_t pl = v->tok_len[prev];
+            while (lcp < len && lcp < pl && pb[lcp] == b[lcp])
+                lcp++;
+            // Close the previous path's nodes deeper than the common prefix.
+            for (int32_t d = lcp + 1; d <= pl; d++)
+                v->nodes[path[d]].end = v->n_nodes;
+        }
+        if (lcp == len) { // same bytes as prev: chain
+            int32_t q = v->nodes[path[len]].token;
+            while (v->same_next[q] >= 0)
+                q = v->same_next[q];
+            v->same_next[q] = t;
+            continue;
+        }
+        for (int32_t d = lcp + 1; d <= len; d++) {
+            if (!tl_grow((void **)&v->nodes, &cap_nodes, v->n_nodes + 1, sizeof(*v->nodes)))
+                goto nomem;
+            struct gnode *nd = &v->nodes[v->n_nodes];
+            nd->end = 0;
+            nd->token = d == len ? t : -1;
+            nd->any_tok = t;
+            nd->byte = b[d - 1];
+            nd->depth = (uint8_t)d;
+            path[d] = v->n_nodes++;
+        }
+        prev = t;
+    }
+    if (prev >= 0)
+        for (int32_t d = 1; d <= v->tok_len[prev]; d++)
+            v->nodes[path[d]].end = v->n_nodes;
+    free(order);
+    free(path);
+    return v;
+nomem:
+    free(order);
+    free(path);
+    tl_gvocab_destroy(v);
+    tl__errorf(TL_ERR_NOMEM, "grammar: out of memory for the vocabulary trie");
+    return NULL;
+}
+
+void tl_gvocab_destroy(struct tl_gvocab *v)
+{
+    if (!v) return;
+    free(v->bytes);
+    free(v->tok_off);
+    free(v->tok_len);
+    free(v->same_next);
+    free(v->nodes);
+    free(v->eog);
+    free(v->is_eog);
+    free(v);
+}
+
+int32_t tl_gvocab_n_vocab(const struct tl_gvocab *v)
+{
+    return v->n_vocab;
+}
+
+// ---- the walk -------------------------------------------------------------------------------
+
+struct unc_list {
+    uint32_t *nodes; // owned
+    size_t n, cap;
+};
+
+static bool ensure_levels(struct tl_gmatcher *m, size_t n)
+{
+    if (n <= m->n_levels) return true;
+    struct gset *nl = tl_realloc_array(m->levels, n, sizeof(*nl));
+    if (!nl) return false;
+    memset(nl + m->n_levels, 0, (n - m->n_levels) * sizeof(*nl));
+    m->levels = nl;
+    m->n_levels = n;
+    return true;
+}
+
+static inline void set_bit(uint64_t *bits, int32_t t)
+{
+    bits[t >> 6] |= 1ull << (t & 63);
+}
+
+// ---- memoized transitions ------------------------------------------------------------------
+//
+// Many trie paths lead to the same stack set (inside a JSON string, every plain character
+// does), so a walk interns the sets it meets and memoizes (set, byte) -> set: most nodes then
+// cost one hash lookup instead of an advance. The memo lives for one walk; it belongs to the
+// matcher (one thread at a time).
+
+struct gmemo {
+    struct gset *sets; // owned, (cap): interned sets, id = index
+    size_t n, cap;
+    uint32_t *set_slot, *set_gen; // owned, (set_cap): content hash -> id
+    size_t set_cap;
+    uint64_t *tr_key; // owned, (tr_cap): (id << 8 | byte) + 1
+    uint32_t *tr_val, *tr_gen;
+    size_t tr_cap, n_tr;
+    uint32_t gen;
+    struct gset tmp;
+};
+
+void tl__gmemo_free(struct gmemo *mm)
+{
+    if (!mm) return;
+    for (size_t i = 0; i < mm->cap; i++)
+        tl__gset_free(&mm->sets[i]);
+    free(mm->sets);
+    free(mm->set_slot);
+    free(mm->set_gen);
+    free(mm->tr_key);
+    free(mm->tr_val);
+    free(mm->tr_gen);
+    tl__gset_free(&mm->tmp);
+    free(mm);
+}
+
+static void memo_reset(struct gmemo *mm)
+{
+    mm->n = 0;
+    mm->n_tr = 0;
+    if (++mm->gen == 0) { // wrapped: forget every stamp
+        if (mm->set_gen) memset(mm->set_gen, 0, mm->set_cap * sizeof(uint32_t));
+        if (mm->tr_gen) memset(mm->tr_gen, 0, mm->tr_cap * sizeof(uint32_t));
+        mm->gen = 1;
+    }
+}
+
+static uint64_t set_hash(const struct gset *s)
+{
+    uint64_t h = 0x84222325cbf29ce4ull ^ (s->n * 4 + (uint64_t)s->ended * 2 + s->overflow);
+    for (size_t i = 0; i < s->n_data; i++)
+        h = (h ^ s->data[i]) * 0x100000001b3ull;
+    for (size_t i = 0; s->n && i <= s->n; i++)
+        h = (h ^ s->off[i]) * 0x100000001b3ull;
+    return h ^ (h >> 29);
+}
+
+static bool set_equal(const struct gset *a, const struct gset *b)
+{
+    if (a->n != b->n || a->ended != b->ended || a->overflow != b->overflow ||
+        a->n_data != b->n_data)
+        return false;
+    if (!a->n) return true;
+    return !memcmp(a->data, b->data, a->n_data * sizeof(uint32_t)) &&
+           !memcmp(a->off, b->off, (a->n + 1) * sizeof(uint32_t));
+}
+
+// Rehashes the set table to hold 2 * need slots. False on allocation failure.
+static bool grow_set_table(struct gmemo *mm, size_t need)
+{
+    if (2 * need <= mm->set_cap) return true;
+    size_t nc = mm->set_cap ? mm->set_cap : 64;
+    while (nc < 2 * need)
+        nc *= 2;
+    uint32_t *slot = tl_calloc_array(nc, sizeof(uint32_t)), *gen = tl_calloc_array(nc, 4);
+    if (!slot || !gen) {
+        free(slot);
+        free(gen);
+        return false;
+    }
+    for (size_t id = 0; id < mm->n; id++) {
+        size_t j = set_hash(&mm->sets[id]) & (nc - 1);
+        while (gen[j] == mm->gen)
+            j = (j + 1) & (nc - 1);
+        gen[j] = mm->gen;
+        slot[j] = (uint32_t)id;
+    }
+    free(mm->set_slot);
+    free(mm->set_gen);
+    mm->set_slot = slot;
+    mm->set_gen = gen;
+    mm->set_cap = nc;
+    return true;
+}
+
+// The id of a set equal to s (a copy is interned if new); UINT32_MAX on allocation failure.
+static uint32_t intern(struct gmemo *mm, const struct gset *s)
+{
+    if (!grow_set_table(mm, mm->n + 1)) return UINT32_MAX;
+    size_t j = set_hash(s) & (mm->set_cap - 1);
+    for (; mm->set_gen[j] == mm->gen; j = (j + 1) & (mm->set_cap - 1))
+        if (set_equal(&mm->sets[mm->set_slot[j]], s)) return mm->set_slot[j];
+    if (mm->n == mm->cap) {
+        size_t nc = mm->cap ? mm->cap * 2 : 64;
+        struct gset *ns = tl_realloc_array(mm->sets, nc, sizeof(*ns));
+        if (!ns) return UINT32_MAX;
+        memset(ns + mm->cap, 0, (nc - mm->cap) * sizeof(*ns));
+        mm->sets = ns;
+        mm->cap = nc;
+    }
+    if (!tl__gset_copy(&mm->sets[mm->n], s)) return UINT32_MAX;
+    mm->set_gen[j] = mm->gen;
+    mm->set_slot[j] = (uint32_t)mm->n;
+    return (uint32_t)mm->n++;
+}
+
+// The id of set id after byte; UINT32_MAX on allocation failure.
+static uint32_t transition(struct tl_gmatcher *m, struct gmemo *mm, uint32_t id, unsigned byte)
+{
+    uint64_t key = ((uint64_t)id << 8 | byte) + 1;
+    if (2 * (mm->n_tr + 1) > mm->tr_cap) {
+        size_t nc = mm->tr_cap ? mm->tr_cap * 2 : 256;
+        uint64_t *k = tl_malloc_array(nc, sizeof(uint64_t));
+        uint32_t *v = tl_malloc_array(nc, sizeof(uint32_t)), *gen = tl_calloc_array(nc, 4);
+        if (!k || !v || !gen) {
+            free(k);
+            free(v);
+            free(gen);
+            return UINT32_MAX;
+        }
+        for (size_t i = 0; i < mm->tr_cap; i++) {
+            if (mm->tr_gen[i] != mm->gen) continue;
+            size_t j = (mm->tr_key[i] * 0x9e3779b97f4a7c15ull >> 20) & (nc - 1);
+            while (gen[j] == mm->gen)
+                j = (j + 1) & (nc - 1);
+            gen[j] = mm->gen;
+            k[j] = mm->tr_key[i];
+            v[j] = mm->tr_val[i];
+        }
+        free(mm->tr_key);
+        free(mm->tr_val);
+        free(mm->tr_gen);
+        mm->tr_key = k;
+        mm->tr_val = v;
+        mm->tr_gen = gen;
+        mm->tr_cap = nc;
+    }
+    size_t j = (key * 0x9e3779b97f4a7c15ull >> 20) & (mm->tr_cap - 1);
+    for (; mm->tr_gen[j] == mm->gen; j = (j + 1) & (mm->tr_cap - 1))
+        if (mm->tr_key[j] == key) return mm->tr_val[j];
+    tl__gset_advance(m->g, &mm->sets[id], byte, &mm->tmp, m->scratch);
+    uint32_t to = intern(mm, &mm->tmp);
+    if (to == UINT32_MAX) return to;
+    // intern may have grown nothing here, but recompute the slot: the table did not move.
+    mm->tr_gen[j] = mm->gen;
+    mm->tr_key[j] = key;
+    mm->tr_val[j] = to;
+    mm->n_tr++;
+    return to;
+}
+
+// Walks nodes [from, to), whose parent state is m->levels[d0]: sets the bit of every token the
+// state accepts; when unc is given, records the subtrees where the state's bottom was popped
+// with bytes left (uncertain) instead of treating that as the end of the input.
+static bool walk(struct tl_gmatcher *m, const struct tl_gvocab *v, uint32_t from, uint32_t to,
+                 uint32_t d0, uint64_t *bits, struct unc_list *unc)
+{
+    if (!m->memo) {
+        m->memo = tl_malloc(sizeof(*m->memo));
+        if (!m->memo) return false;
+        memset(m->memo, 0, sizeof(*m->memo));
+    } else if (m->memo->cap > 65536) { // a huge walk last time: give the memory back
+        tl__gmemo_free(m->memo);
+        m->memo = NULL;
+        return walk(m, v, from, to, d0, bits, unc);
+    }
+    struct gmemo *mm = m->memo;
+    memo_reset(mm);
+    uint32_t ids[TOKEN_MAX_BYTES + 2];
+    ids[d0] = intern(mm, &m->levels[d0]);
+    if (ids[d0] == UINT32_MAX) return false;
+    uint32_t unc_depth = 0;
+    for (uint32_t i = from; i < to;) {
+        const struct gnode *nd = &v->nodes[i];
+        uint32_t d = nd->depth;
+        if (unc_depth >= d) unc_depth = 0;
+        uint32_t id = transition(m, mm, ids[d - 1], nd->byte);
+        if (id == UINT32_MAX) return false;
+        ids[d] = id;
+        const struct gset *L = &mm->sets[id];
+        bool alive = L->n > 0;
+        if (nd->token >= 0 && (alive || L->ended))
+            for (int32_t t = nd->token; t >= 0; t = v->same_next[t])
+                set_bit(bits, t);
+        if (unc && L->ended && !unc_depth && i + 1 < nd->end) {
+            if (!tl_grow((void **)&unc->nodes, &unc->cap, unc->n + 1, sizeof(uint32_t)))
+                return false;
+            unc->nodes[unc->n++] = i;
+            unc_depth = d;
+        }
+        i = alive ? i + 1 : nd->end;
+    }
+    return true;
+}
+
+// ---- the cache ------------------------------------------------------------------------------
+
+struct gentry {
+    uint32_t key[CTX_FRAMES];
+    uint8_t n_key;
+    bool full;      // the key is the whole stack: no uncertain tokens
+    uint64_t *bits; // owned: accepted tokens
+    uint32_t *unc;  // owned: uncertain subtrees (trie nodes)
+    size_t n_unc;
+};
+
+struct gmask_cache {
+    uint64_t vocab_uid;    // the vocabulary the entries are for (a freed trie's address may be
+                           // reused by another, its uid never)
+    struct gentry **slots; // owned, open addressing
+    size_t n_slots, n;
+    size_t bytes;
+};
+
+static void entry_free(struct gentry *e)
+{
+    if (!e) return;
+    free(e->bits);
+    free(e->unc);
+    free(e);
+}
+
+void tl__gmask_cache_free(struct gmask_cache *c)
+{
+    if (!c) return;
+    for (size_t i = 0; i < c->n_slots; i++)
+        entry_free(c->slots[i]);
+    free(c->slots);
+    free(c);
+}
+
+static uint64_t key_hash(const uint32_t *k, size_t n, bool full)
+{
+    uint64_t h = 0xcbf29ce484222325ull ^ (n * 2 + full);
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ k[i]) * 0x100000001b3ull;
+    return h ^ (h >> 31);
+}
+
+static struct gentry *cache_find(struct gmask_cache *c, const uint32_t *k, size_t n, bool full)
+{
+    if (!c->n_slots) return NULL;
+    size_t j = key_hash(k, n, full) & (c->n_slots - 1);
+    for (struct gentry *e; (e = c->slots[j]); j = (j + 1) & (c->n_slots - 1))
+        if (e->n_key == n && e->full == full && !memcmp(e->key, k, n * sizeof(uint32_t))) return e;
+    return NULL;
+}
+
+static bool cache_insert(struct gmask_cache *c, struct gentry *e, size_t bytes)
+{
+    if (c->bytes + bytes > CACHE_MAX_BYTES) return false;
+    if (2 * (c->n + 1) > c->n_slots) {
+        size_t ns = c->n_slots ? c->n_slots * 2 : 64;
+        struct gentry **sl = tl_calloc_array(ns, sizeof(*sl));
+        if (!sl) return false;
+        for (size_t i = 0; i < c->n_slots; i++) {
+            struct gentry *x = c->slots[i];
+            if (!x) continue;
+            size_t j = key_hash(x->key, x->n_key, x->full) & (ns - 1);
+            while (sl[j])
+                j = (j + 1) & (ns - 1);
+            sl[j] = x;
+        }
+        free(c->slots);
+        c->slots = sl;
+        c->n_slots = ns;
+    }
+    size_t j = key_hash(e->key, e->n_key, e->full) & (c->n_slots - 1);
+    while (c->slots[j])
+        j = (j + 1) & (c->n_slots - 1);
+    c->slots[j] = e;
+    c->n++;
+    c->bytes += bytes;
+    return true;
+}
+
+// The entry for a stack; *temp says the caller must free it (not cached). NULL on failure.
+static struct gentry *get_entry(struct tl_gmatcher *m, const struct tl_gvocab *v, const uint32_t *f,
+                                size_t n, bool *temp)
+{
+    struct tl_grammar *g = m->g;
+    bool full = n <= CTX_FRAMES;
+    size_t nk = full ? n : CTX_FRAMES;
+    const uint32_t *k = f + n - nk;
+    *temp = true;
+    pthread_mutex_lock(&g->mu);
+    if (!g->cache) {
+        g->cache = tl_malloc(sizeof(*g->cache));
+        if (g->cache) {
+            memset(g->cache, 0, sizeof(*g->cache));
+            g->cache->vocab_uid = v->uid;
+        }
+    }
+    struct gentry *e =
+        g->cache && g->cache->vocab_uid == v->uid ? cache_find(g->cache, k, nk, full) : NULL;
+    pthread_mutex_unlock(&g->mu);
+    if (e) {
+        *temp = false;
+        return e;
+    }
+    size_t words = ((size_t)v->n_vocab + 63) / 64;
+    e = tl_malloc(sizeof(*e));
+    if (!e) return NULL;
+    memset(e, 0, sizeof(*e));
+    memcpy(e->key, k, nk * sizeof(uint32_t));
+    e->n_key = (uint8_t)nk;
+    e->full = full;
+    e->bits = tl_calloc_array(words, sizeof(uint64_t));
+    struct unc_list unc = {0};
+    if (!e->bits || !ensure_levels(m, TOKEN_MAX_BYTES + 2)) goto fail;
+    tl__gset_from_stack(g, k, nk, &m->levels[0]);
+    if (!walk(m, v, 0, v->n_nodes, 0, e->bits, full ? NULL : &unc)) goto fail;
+    e->unc = unc.nodes;
+    e->n_unc = unc.n;
+    pthread_mutex_lock(&g->mu);
+    struct gentry *had =
+        g->cache && g->cache->vocab_uid == v->uid ? cache_find(g->cache, k, nk, full) : NULL;
+    if (had) {
+        entry_free(e);
+        e = had;
+        *temp = false;
+    } else if (g->cache && g->cache->vocab_uid == v->uid &&
+               cache_insert(g->cache, e, words * 8 + unc.n * 4 + sizeof(*e))) {
+        *temp = false;
+    }
+    pthread_mutex_unlock(&g->mu);
+    return e;
+fail:
+    free(unc.nodes);
+    entry_free(e);
+    return NULL;
+}
+
+// ---- masks ----------------------------------------------------------------------------------
+
+bool tl_gmatcher_fill_mask(struct tl_gmatcher *m, const struct tl_gvocab *v, uint64_t *mask)
+{
+    size_t words = ((size_t)v->n_vocab + 63) / 64;
+    memset(mask, 0, words * sizeof(uint64_t));
+    if (!ensure_levels(m, TOKEN_MAX_BYTES + 2)) goto nomem;
+    for (size_t s = 0; s < m->cur.n; s++) {
+        const uint32_t *f = m->cur.data + m->cur.off[s];
+        size_t n = m->cur.off[s + 1] - m->cur.off[s];
+        bool temp;
+        struct gentry *e = get_entry(m, v, f, n, &temp);
+        if (!e) goto nomem;
+        for (size_t w = 0; w < words; w++)
+            mask[w] |= e->bits[w];
+        for (size_t u = 0; u < e->n_unc; u++) {
+            const struct gnode *nd = &v->nodes[e->unc[u]];
+            const unsigned char *path = (const unsigned char *)v->bytes + v->tok_off[nd->any_tok];
+            tl__gset_from_stack(m->g, f, n, &m->levels[0]);
+            uint32_t d = 1;
+            for (; d < nd->depth; d++) {
+                tl__gset_advance(m->g, &m->levels[d - 1], path[d - 1], &m->levels[d], m->scratch);
+                if (!m->levels[d].n) break;
+            }
+            if (d < nd->depth) continue;
+            if (!walk(m, v, e->unc[u], nd->end, nd->depth - 1u, mask, NULL)) {
+                if (temp) entry_free(e);
+                goto nomem;
+            }
+        }
+        if (temp) entry_free(e);
+    }
+    if (m->cur.ended)
+        for (int32_t i = 0; i < v->n_eog; i++)
+            set_bit(mask, v->eog[i]);
+    return true;
+nomem:
+    tl__errorf(TL_ERR_NOMEM, "grammar: out of memory computing a mask");
+    return false;
+}
+
+bool tl_gmatcher_allows(struct tl_gmatcher *m, const struct tl_gvocab *v, int32_t id)
+{
+    if (id < 0 || id >= v->n_vocab) return false;
+    if (v->is_eog[id]) return m->cur.ended;
+    int32_t len = v->tok_len[id];
+    if (len <= 0) return false;
+    const char *b = v->bytes + v->tok_off[id];
+    const struct gset *from = &m->cur;
+    int k = 0;
+    for (int32_t i = 0; i < len; i++) {
+        tl__gset_advance(m->g, from, (unsigned char)b[i], &m->tmp[k], m->scratch);
+        if (!m->tmp[k].n) return i + 1 == len && m->tmp[k].ended;
+        from = &m->tmp[k];
+        k ^= 1;
+    }
+    return true;
+}
+
+bool tl_gmatcher_accept_token(struct tl_gmatcher *m, const struct tl_gvocab *v, int32_t id)
+{
+    if (id < 0 || id >= v->n_vocab) return false;
+    if (v->is_eog[id]) return m->cur.ended;
+    if (v->tok_len[id] <= 0) return false;
+    return tl_gmatcher_accept_bytes(m, v->bytes + v->tok_off[id], (size_t)v->tok_len[id]);
+}

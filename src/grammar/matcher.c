@@ -1,0 +1,242 @@
+/*
+ * The grammar matcher: a request's parse state is a set of pushdown stacks over the compiled
+ * grammar (every stack's top is a byte set to read next; below it the return addresses), kept
+ * deduplicated so ambiguity does not multiply them. Reading a byte keeps the stacks whose top
+ * accepts it and expands each successor until it again reads a byte: a rule call pushes its
+ * return address (not when the call is the last element of its alternative: a tail call, so
+ * right recursion such as x* keeps the stack flat), the end of an alternative pops.
+ * Termination is guaranteed by the builder's left-recursion check; bounds on stacks, depth and
+ * expansion work (GSET_MAX_*) turn pathological grammars into an incomplete set that is
+ * reported, never a hang.
+ *
+ * Thread model: a matcher belongs to one thread at a time; the grammar is shared read-only.
+ */
+#include "grammar/grammar_impl.h"
+
+#include "core/alloc.h"
+#include "core/error.h"
+
+#include <string.h>
+
+#define EXPAND_MAX_WORK 50000
+
+void tl__gset_clear(struct gset *s)
+{
+    s->n = 0;
+    s->n_data = 0;
+    s->ended = false;
+    s->overflow = false;
+    if (s->slots) memset(s->slots, 0, s->n_slots * sizeof(uint32_t));
+}
+
+void tl__gset_free(struct gset *s)
+{
+    free(s->data);
+    free(s->off);
+    free(s->slots);
+    memset(s, 0, sizeof(*s));
+}
+
+static uint64_t frames_hash(const uint32_t *f, size_t n)
+{
+    uint64_t h = 0x9e3779b97f4a7c15ull ^ n;
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ f[i]) * 0x100000001b3ull;
+    return h ^ (h >> 29);
+}
+
+// Adds stack f[0..n) unless present; false on allocation failure or past the bound.
+static bool gset_add(struct gset *s, const uint32_t *f, size_t n)
+{
+    if (s->n + 1 > GSET_MAX_STACKS) {
+        s->overflow = true;
+        return false;
+    }
+    if (2 * (s->n + 1) > s->n_slots) {
+        size_t ns = s->n_slots ? s->n_slots * 2 : 16;
+        while (ns < 2 * (s->n + 1))
+            ns *= 2;
+        uint32_t *sl = tl_calloc_array(ns, sizeof(uint32_t));
+        if (!sl) {
+            s->overflow = true;
+            return false;
+        }
+        for (size_t i = 0; i < s->n; i++) {
+            size_t j = frames_hash(s->data + s->off[i], s->off[i + 1] - s->off[i]) & (ns - 1);
+            while (sl[j])
+                j = (j + 1) & (ns - 1);
+            sl[j] = (uint32_t)i + 1;
+        }
+        free(s->slots);
+        s->slots = sl;
+        s->n_slots = ns;
+    }
+    size_t j = frames_hash(f, n) & (s->n_slots - 1);
+    while (s->slots[j]) {
+        size_t i = s->slots[j] - 1, len = s->off[i + 1] - s->off[i];
+        if (len == n && !memcmp(s->data + s->off[i], f, n * sizeof(uint32_t))) return true;
+        j = (j + 1) & (s->n_slots - 1);
+    }
+    if (!tl_grow((void **)&s->data, &s->cap_data, s->n_data + n, sizeof(uint32_t)) ||
+        !tl_grow((void **)&s->off, &s->cap_off, s->n + 2, sizeof(uint32_t))) {
+        s->overflow = true;
+        return false;
+    }
+    if (s->n == 0) s->off[0] = 0;
+    memcpy(s->data + s->n_data, f, n * sizeof(uint32_t));
+    s->n_data += n;
+    s->off[s->n + 1] = (uint32_t)s->n_data;
+    s->slots[j] = (uint32_t)++s->n;
+    return true;
+}
+
+bool tl__gset_copy(struct gset *dst, const struct gset *src)
+{
+    tl__gset_clear(dst);
+    for (size_t i = 0; i < src->n; i++)
+        if (!gset_add(dst, src->data + src->off[i], src->off[i + 1] - src->off[i])) return false;
+    dst->ended = src->ended;
+    dst->overflow = src->overflow;
+    return true;
+}
+
+struct expander {
+    const struct tl_grammar *g;
+    struct gset *out;
+    uint32_t *stk; // (GSET_MAX_DEPTH + 1)
+    long work;
+};
+
+// Expands the frame at pos with return addresses stk[0..depth) until every path reads a byte.
+static void expand(struct expander *x, size_t depth, uint32_t pos)
+{
+    if (++x->work > EXPAND_MAX_WORK) {
+        x->out->overflow = true;
+        return;
+    }
+    const struct tl_grammar *g = x->g;
+    uint32_t e = g->elems[pos];
+    switch (GE_KIND(e)) {
+    case GE_END:
+        if (depth == 0) {
+            x->out->ended = true;
+            return;
+        }
+        expand(x, depth - 1, x->stk[depth - 1]);
+        return;
+    case GE_BYTES: {
+        uint32_t saved = x->stk[depth]; // a frame an enclosing path may still pop to
+        x->stk[depth] = pos;
+        gset_add(x->out, x->stk, depth + 1);
+        x->stk[depth] = saved;
+        return;
+    }
+    default: {
+        uint32_t r = GE_ARG(e), ret = pos + 1;
+        bool tail = GE_KIND(g->elems[ret]) == GE_END;
+        uint32_t saved = 0;
+        if (!tail) {
+            if (depth >= GSET_MAX_DEPTH) {
+                x->out->overflow = true;
+                return;
+            }
+            saved = x->stk[depth];
+            x->stk[depth] = ret;
+        }
+        for (uint32_t a = g->rule_alt0[r]; a < g->rule_alt0[r + 1]; a++)
+            expand(x, tail ? depth : depth + 1, g->alt_start[a]);
+        if (!tail) x->stk[depth] = saved;
+        return;
+    }
+    }
+}
+
+void tl__gset_start(const struct tl_grammar *g, struct gset *out, uint32_t *scratch)
+{
+    tl__gset_clear(out);
+    struct expander x = {g, out, scratch, 0};
+    for (uint32_t a = g->rule_alt0[g->root]; a < g->rule_alt0[g->root + 1]; a++)
+        expand(&x, 0, g->alt_start[a]);
+}
+
+void tl__gset_advance(const struct tl_grammar *g, const struct gset *in, unsigned byte,
+                      struct gset *out, uint32_t *scratch)
+{
+    tl__gset_clear(out);
+    out->overflow = in->overflow;
+    struct expander x = {g, out, scratch, 0};
+    for (size_t i = 0; i < in->n; i++) {
+        const uint32_t *f = in->data + in->off[i];
+        size_t n = in->off[i + 1] - in->off[i];
+        uint32_t top = f[n - 1];
+        if (!gbyteset_has(&g->sets[GE_ARG(g->elems[top])], byte)) continue;
+        memcpy(scratch, f, (n - 1) * sizeof(uint32_t));
+        expand(&x, n - 1, top + 1);
+    }
+}
+
+void tl__gset_from_stack(const struct tl_grammar *g, const uint32_t *frames, size_t n,
+                         struct gset *out)
+{
+    (void)g;
+    tl__gset_clear(out);
+    gset_add(out, frames, n);
+}
+
+// ---- the matcher ----------------------------------------------------------------------------
+
+struct tl_gmatcher *tl_gmatcher_create(struct tl_grammar *g)
+{
+    struct tl_gmatcher *m = tl_malloc(sizeof(*m));
+    if (!m) goto nomem;
+    memset(m, 0, sizeof(*m));
+    m->scratch = tl_malloc_array(GSET_MAX_DEPTH + 1, sizeof(uint32_t));
+    if (!m->scratch) {
+        free(m);
+        goto nomem;
+    }
+    m->g = tl_grammar_ref(g);
+    tl__gset_start(g, &m->cur, m->scratch);
+    return m;
+nomem:
+    tl__errorf(TL_ERR_NOMEM, "grammar: out of memory for a matcher");
+    return NULL;
+}
+
+void tl_gmatcher_destroy(struct tl_gmatcher *m)
+{
+    if (!m) return;
+    tl__gset_free(&m->cur);
+    tl__gset_free(&m->tmp[0]);
+    tl__gset_free(&m->tmp[1]);
+    tl__gset_free(&m->one);
+    for (size_t i = 0; i < m->n_levels; i++)
+        tl__gset_free(&m->levels[i]);
+    free(m->levels);
+    tl__gmemo_free(m->memo);
+    free(m->scratch);
+    tl_grammar_unref(m->g);
+    free(m);
+}
+
+bool tl_gmatcher_accept_bytes(struct tl_gmatcher *m, const char *bytes, size_t len)
+{
+    if (!len) return true;
+    const struct gset *from = &m->cur;
+    int k = 0;
+    for (size_t i = 0; i < len; i++) {
+        tl__gset_advance(m->g, from, (unsigned char)bytes[i], &m->tmp[k], m->scratch);
+        if (!m->tmp[k].n && !(i + 1 == len && m->tmp[k].ended)) return false;
+        from = &m->tmp[k];
+        k ^= 1;
+    }
+    struct gset t = m->cur;
+    m->cur = m->tmp[k ^ 1];
+    m->tmp[k ^ 1] = t;
+    return true;
+}
+
+bool tl_gmatcher_can_end(const struct tl_gmatcher *m)
+{
+    return m->cur.ended;
+}

@@ -1,0 +1,322 @@
+/*
+ * Tests for src/grammar: GBNF parsing (the shared llama.cpp grammars), acceptance and
+ * rejection of known strings, errors with positions (syntax, undefined rules, left recursion,
+ * empty languages, huge bounds), and the mask against an independent per-token check: at every
+ * step of random walks, the cached trie mask must equal "accept this token's bytes from the
+ * current state" for every token, and every finished walk must be accepted by a fresh matcher.
+ */
+#include "tl_test.h"
+
+#include "core/error.h"
+#include "grammar/grammar.h"
+
+// ---- helpers --------------------------------------------------------------------------------
+
+static char *read_file(const char *path, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    assert_non_null(f);
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *buf = malloc((size_t)n + 1);
+    assert_int_equal(fread(buf, 1, (size_t)n, f), (size_t)n);
+    buf[n] = 0;
+    fclose(f);
+    *len = (size_t)n;
+    return buf;
+}
+
+static struct tl_grammar *compile_ok(enum tl_grammar_kind kind, const char *src)
+{
+    struct tl_grammar *g = NULL;
+    tl_status rc = tl_grammar_compile(kind, src, src ? strlen(src) : 0, &g);
+    if (rc) fail_msg("compile failed: %s\n%s", tl_last_error(), src ? src : "");
+    return g;
+}
+
+// Compiling must fail and the message must contain want.
+static void compile_err(enum tl_grammar_kind kind, const char *src, const char *want)
+{
+    struct tl_grammar *g = NULL;
+    tl_status rc = tl_grammar_compile(kind, src, strlen(src), &g);
+    if (!rc) fail_msg("compiled but should not: %s", src);
+    assert_null(g);
+    if (!strstr(tl_last_error(), want))
+        fail_msg("error '%s' does not mention '%s'", tl_last_error(), want);
+}
+
+static bool full_match(struct tl_grammar *g, const char *s)
+{
+    struct tl_gmatcher *m = tl_gmatcher_create(g);
+    bool ok = tl_gmatcher_accept_bytes(m, s, strlen(s)) && tl_gmatcher_can_end(m);
+    tl_gmatcher_destroy(m);
+    return ok;
+}
+
+static bool prefix_ok(struct tl_grammar *g, const char *s)
+{
+    struct tl_gmatcher *m = tl_gmatcher_create(g);
+    bool ok = tl_gmatcher_accept_bytes(m, s, strlen(s));
+    tl_gmatcher_destroy(m);
+    return ok;
+}
+
+// ---- a synthetic vocabulary -----------------------------------------------------------------
+
+#define N_PIECES 700
+static char *pieces[N_PIECES];
+static int n_pieces;
+
+static void add_piece(const char *p)
+{
+    pieces[n_pieces++] = strdup(p);
+}
+
+// Every byte, JSON fragments, words, multi-byte characters, and pseudo-random strings; the
+// last id is the end-of-generation token, id 0 a control token (never allowed).
+static void make_pieces(void)
+{
+    if (n_pieces) return;
+    add_piece(""); // control
+    for (int b = 1; b < 256; b++) {
+        char s[2] = {(char)b, 0};
+        add_piece(s);
+    }
+    static const char *frag[] = {
+        "{\"", "\":", "\": ", "\", \"", "\",\"", "\"}", "},", "}", "],", "[{", "[\"", "true",
+        "false", "null", "12", "3.", "0.5", "-1", "e+", "\\n", "\\\"", "\\u00e9", "\"\n",
+        "\n  ", "  ", " \"", "name", "age", "id", "é", "日本", "ã", "\xe2\x82\xac", "abc\"",
+        "a\",", "\":{\"", "x\"}", "2023-", "-01-", "T12:", ":00Z", "@", ".com", "1. ", " e4",
+        "O-O", "Nf3", "int ", "return ", "- ", "\n- ", "ok", "yes", "no", "red", "green", "=",
+        "(", ")", "+1", "hello", " world", "ぁ", "一", "、", "ア"};
+    for (size_t i = 0; i < sizeof(frag) / sizeof(frag[0]); i++)
+        add_piece(frag[i]);
+    uint64_t x = 88172645463325252ull;
+    static const char alpha[] = "abcdefghij\"{}[],: 0123456789.-\\e\n";
+    while (n_pieces < N_PIECES - 1) {
+        char s[8];
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        int len = 2 + (int)(x % 5);
+        for (int k = 0; k < len; k++)
+            s[k] = alpha[(x >> (8 + 5 * k)) % (sizeof(alpha) - 1)];
+        s[len] = 0;
+        add_piece(s);
+    }
+    add_piece("</s>"); // eog
+}
+
+static int piece_bytes(void *ctx, int32_t id, char *buf, int cap)
+{
+    (void)ctx;
+    if (id == 0) return -1;
+    int n = (int)strlen(pieces[id]);
+    memcpy(buf, pieces[id], (size_t)(n < cap ? n : cap));
+    return n;
+}
+
+static bool piece_eog(void *ctx, int32_t id)
+{
+    (void)ctx;
+    return id == N_PIECES - 1;
+}
+
+// Random walks: at each step the mask must equal the per-token check; the finished text must
+// be accepted from scratch. Returns how many walks ended (EOG).
+static int random_walks(struct tl_grammar *g, int n_walks, int max_steps, uint64_t seed)
+{
+    make_pieces();
+    struct tl_gvocab *v = tl_gvocab_create(N_PIECES, piece_bytes, piece_eog, NULL);
+    assert_non_null(v);
+    uint64_t mask[(N_PIECES + 63) / 64];
+    int ended = 0;
+    for (int w = 0; w < n_walks; w++) {
+        struct tl_gmatcher *m = tl_gmatcher_create(g);
+        char text[8192];
+        size_t len = 0;
+        for (int step = 0; step < max_steps; step++) {
+            assert_true(tl_gmatcher_fill_mask(m, v, mask));
+            int32_t allowed[N_PIECES], n_allowed = 0;
+            for (int32_t t = 0; t < N_PIECES; t++) {
+                bool bit = (mask[t >> 6] >> (t & 63)) & 1;
+                bool one = tl_gmatcher_allows(m, v, t);
+                if (bit != one)
+                    fail_msg("walk %d step %d token %d '%s': mask %d, direct check %d (text '%.*s')",
+                             w, step, t, pieces[t], bit, one, (int)len, text);
+                if (bit) allowed[n_allowed++] = t;
+            }
+            assert_true(n_allowed > 0); // never a dead end
+            seed ^= seed << 13, seed ^= seed >> 7, seed ^= seed << 17;
+            int32_t t = allowed[seed % (uint64_t)n_allowed];
+            bool can_end = (mask[(N_PIECES - 1) >> 6] >> ((N_PIECES - 1) & 63)) & 1;
+            if (can_end && (seed >> 40) % 3 == 0) t = N_PIECES - 1;
+            if (t == N_PIECES - 1) {
+                assert_true(tl_gmatcher_can_end(m));
+                text[len] = 0;
+                if (!full_match(g, text)) fail_msg("finished text not accepted: '%s'", text);
+                ended++;
+                break;
+            }
+            assert_true(tl_gmatcher_accept_token(m, v, t));
+            size_t pl = strlen(pieces[t]);
+            if (len + pl >= sizeof(text) - 1) break;
+            memcpy(text + len, pieces[t], pl);
+            len += pl;
+            text[len] = 0;
+            assert_true(prefix_ok(g, text));
+        }
+        tl_gmatcher_destroy(m);
+    }
+    tl_gvocab_destroy(v);
+    return ended;
+}
+
+// ---- tests ----------------------------------------------------------------------------------
+
+static const char *const SHARED[] = {"arithmetic", "c", "chess", "english", "japanese",
+                                     "json", "json_arr", "list"};
+
+static void test_shared_grammars_parse_and_walk(void **state)
+{
+    (void)state;
+    for (size_t i = 0; i < sizeof(SHARED) / sizeof(SHARED[0]); i++) {
+        char rel[64];
+        snprintf(rel, sizeof(rel), "grammars/%s.gbnf", SHARED[i]);
+        size_t len;
+        char *src = read_file(tl_test_shared(rel), &len);
+        struct tl_grammar *g = NULL;
+        if (tl_grammar_compile(TL_GRAMMAR_GBNF, src, len, &g))
+            fail_msg("%s: %s", rel, tl_last_error());
+        random_walks(g, 6, 60, 0x1234567ull + i);
+        tl_grammar_unref(g);
+        free(src);
+    }
+}
+
+static void test_known_strings(void **state)
+{
+    (void)state;
+    size_t len;
+    char *src = read_file(tl_test_shared("grammars/json.gbnf"), &len);
+    struct tl_grammar *g = NULL;
+    assert_int_equal(tl_grammar_compile(TL_GRAMMAR_GBNF, src, len, &g), TL_OK);
+    assert_true(full_match(g, "{\"a\": [1, 2.5, \"x\\n\", true, null, {}]}"));
+    assert_true(full_match(g, "{\"é日本\":\"\\u00e9\"}"));
+    assert_false(full_match(g, "{\"a\": }"));
+    assert_false(full_match(g, "{\"a\":1"));
+    assert_true(prefix_ok(g, "{\"a\":1"));
+    assert_false(prefix_ok(g, "[1]")); // root is an object
+    assert_false(prefix_ok(g, "{\"a\xff"));      // invalid UTF-8 inside a string
+    assert_false(prefix_ok(g, "{\"\xed\xa0\x80")); // a surrogate
+    assert_true(prefix_ok(g, "{\"\xe6\x97"));      // a partial character is a valid prefix
+    tl_grammar_unref(g);
+    free(src);
+
+    src = read_file(tl_test_shared("grammars/chess.gbnf"), &len);
+    assert_int_equal(tl_grammar_compile(TL_GRAMMAR_GBNF, src, len, &g), TL_OK);
+    assert_true(full_match(g, "1. e4 e5\n2. Nf3 Nc6\n"));
+    assert_true(full_match(g, "1. e4 e5\n2. O-O-O Qxd8#\n"));
+    assert_false(full_match(g, "1. e4 e5\n"));
+    tl_grammar_unref(g);
+    free(src);
+
+    g = compile_ok(TL_GRAMMAR_GBNF, "root ::= \"a\"{2,3} [\\u00e0-\\u00e5]+ x?\nx ::= \"!\"");
+    assert_true(full_match(g, "aaà"));
+    assert_true(full_match(g, "aaåâ!"));
+    assert_false(full_match(g, "aà"));
+    assert_false(full_match(g, "aaaaà"));
+    assert_false(full_match(g, "aaæ"));
+    tl_grammar_unref(g);
+}
+
+static void test_errors(void **state)
+{
+    (void)state;
+    compile_err(TL_GRAMMAR_GBNF, "root ::= \"a\" (\"b\"", "line 1, column 14: unclosed '('");
+    compile_err(TL_GRAMMAR_GBNF, "root ::= x\n", "rule 'x' is used but never defined");
+    compile_err(TL_GRAMMAR_GBNF, "foo ::= \"a\"", "no rule named 'root'");
+    compile_err(TL_GRAMMAR_GBNF, "root ::= root \"a\" | \"b\"", "left-recursive");
+    compile_err(TL_GRAMMAR_GBNF, "root ::= x \"a\" | \"b\"\nx ::= y? root\ny ::= \"c\"", "left-recursive");
+    compile_err(TL_GRAMMAR_GBNF, "root ::= (\"a\"?)*", "can match empty text");
+    compile_err(TL_GRAMMAR_GBNF, "root ::= \"a\" x\nx ::= \"b\" x", "empty language");
+    compile_err(TL_GRAMMAR_GBNF, "root ::= [^\\x00-\\U0010FFFF]", "matches nothing");
+    compile_err(TL_GRAMMAR_GBNF, "root ::= (\"ab\"){0,300000}", "exceed");
+    compile_err(TL_GRAMMAR_GBNF, "root ::= (\"a\"{0,1000}){0,1000}", "can match empty text");
+    compile_err(TL_GRAMMAR_GBNF, "root ::= \"a\"{5,2}", "n < m");
+    compile_err(TL_GRAMMAR_GBNF, "root ::= (\"a\"*){999999}", "can match empty text");
+    compile_err(TL_GRAMMAR_GBNF, "root ::= \"\\q\"", "line 1, column 11: unknown escape");
+    compile_err(TL_GRAMMAR_GBNF, "root ::= \"a\"\nroot ::= \"b\"", "line 2, column 1: rule "
+                                                                  "defined twice");
+    compile_err(TL_GRAMMAR_GBNF, "root ::= [b-a]", "reversed");
+    compile_err(TL_GRAMMAR_GBNF, "\n  root = \"a\"", "line 2, column 3");
+    compile_err(TL_GRAMMAR_JSON_SCHEMA, "{\"type\":\"object\",\"patternProperties\":{}}",
+                "unsupported JSON Schema keyword 'patternProperties'");
+    compile_err(TL_GRAMMAR_JSON_SCHEMA, "{\"properties\":{\"a\":{\"$ref\":\"#/$defs/nope\"}}}",
+                "at '/a': $ref '#/$defs/nope' points to nothing");
+    compile_err(TL_GRAMMAR_JSON_SCHEMA, "{\"type\":\"string\",\"format\":\"hostname\"}",
+                "unsupported string format 'hostname'");
+    compile_err(TL_GRAMMAR_JSON_SCHEMA, "{\"type\": \"obj", "not valid JSON");
+    compile_err(TL_GRAMMAR_JSON_SCHEMA, "{\"type\":\"integer\",\"minimum\":5,\"maximum\":4}",
+                "no number satisfies");
+    compile_err(TL_GRAMMAR_JSON_SCHEMA,
+                "{\"type\":\"array\",\"items\":{\"type\":\"array\",\"maxItems\":100000,"
+                "\"items\":{\"type\":\"array\",\"maxItems\":100000}},\"maxItems\":100000}",
+                "exceed");
+    compile_err(TL_GRAMMAR_JSON_SCHEMA, "{\"type\":\"string\",\"pattern\":\"(a)\\\\1\"}",
+                "back-references");
+    compile_err(TL_GRAMMAR_REGEX, "a(?=b)", "look-around");
+    compile_err(TL_GRAMMAR_REGEX, "(ab", "unclosed");
+    compile_err(TL_GRAMMAR_CHOICE, "[]", "non-empty");
+    compile_err(TL_GRAMMAR_CHOICE, "[\"a\", 3]", "choice 1 is not a string");
+}
+
+static void test_regex_and_choices(void **state)
+{
+    (void)state;
+    struct tl_grammar *g = compile_ok(TL_GRAMMAR_REGEX, "^[A-Z][a-z]{1,3}(-\\d+)?|x.y$");
+    assert_true(full_match(g, "Abc"));
+    assert_true(full_match(g, "Ab-123"));
+    assert_true(full_match(g, "x日y"));
+    assert_false(full_match(g, "x\ny"));
+    assert_false(full_match(g, "Abcde"));
+    assert_false(full_match(g, "ab"));
+    random_walks(g, 10, 30, 77);
+    tl_grammar_unref(g);
+    g = compile_ok(TL_GRAMMAR_CHOICE, "[\"red\", \"green\", \"gr\\\"ay\"]");
+    assert_true(full_match(g, "red"));
+    assert_true(full_match(g, "gr\"ay"));
+    assert_false(full_match(g, "re"));
+    assert_int_equal(random_walks(g, 10, 30, 5), 10);
+    tl_grammar_unref(g);
+}
+
+static void test_schema_walks(void **state)
+{
+    (void)state;
+    static const char *schemas[] = {
+        "{\"type\":\"object\",\"properties\":{\"name\":{\"type\":\"string\",\"maxLength\":5},"
+        "\"age\":{\"type\":\"integer\",\"minimum\":0,\"maximum\":150}},\"required\":[\"name\"]}",
+        "{\"type\":\"array\",\"items\":{\"enum\":[\"red\",\"green\",1,null]},\"minItems\":1,"
+        "\"maxItems\":3}",
+        "{\"$defs\":{\"n\":{\"type\":\"object\",\"properties\":{\"v\":{\"type\":\"number\"},"
+        "\"next\":{\"$ref\":\"#/$defs/n\"}},\"required\":[\"v\"]}},\"$ref\":\"#/$defs/n\"}",
+        "{\"type\":\"object\",\"additionalProperties\":{\"type\":\"boolean\"},"
+        "\"properties\":{\"id\":{\"const\":7}}}",
+        "{\"type\":\"string\",\"format\":\"date-time\"}",
+    };
+    for (size_t i = 0; i < sizeof(schemas) / sizeof(schemas[0]); i++) {
+        struct tl_grammar *g = compile_ok(TL_GRAMMAR_JSON_SCHEMA, schemas[i]);
+        random_walks(g, 8, 80, 1000 + i);
+        tl_grammar_unref(g);
+    }
+    struct tl_grammar *g = compile_ok(TL_GRAMMAR_JSON_OBJECT, NULL);
+    assert_true(full_match(g, "{\"a\": [1, {\"b\": null}]}"));
+    assert_false(full_match(g, "[1]"));
+    random_walks(g, 8, 80, 99);
+    tl_grammar_unref(g);
+}
+
+TL_TEST_MAIN(cmocka_unit_test(test_known_strings), cmocka_unit_test(test_errors),
+             cmocka_unit_test(test_regex_and_choices),
+             cmocka_unit_test(test_shared_grammars_parse_and_walk),
+             cmocka_unit_test(test_schema_walks))
