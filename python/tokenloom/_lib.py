@@ -103,6 +103,8 @@ class Sampling(ctypes.Structure):
         ("frequency_penalty", ctypes.c_float),
         ("seed", ctypes.c_uint64),
         ("n_logprobs", ctypes.c_int32),
+        ("logit_bias", ctypes.c_void_p),  # const struct tl_logit_bias *
+        ("n_logit_bias", ctypes.c_int32),
     ]
 
 
@@ -154,6 +156,8 @@ class Request(ctypes.Structure):
         ("priority", ctypes.c_int32),
         ("timeout_ms", ctypes.c_int64),
         ("prompt_logprobs", ctypes.c_bool),
+        ("render_special", ctypes.c_bool),
+        ("grammar", ctypes.c_void_p),  # tl_grammar *, NULL = unconstrained
         ("on_event", EVENT_FN),
         ("user", ctypes.c_void_p),
         ("_reserved", ctypes.c_char * _RESERVED),

@@ -32,6 +32,7 @@ int main(void)
     F(tl_sampling, temperature), F(tl_sampling, top_k), F(tl_sampling, top_p);
     F(tl_sampling, min_p), F(tl_sampling, repetition_penalty), F(tl_sampling, presence_penalty);
     F(tl_sampling, frequency_penalty), F(tl_sampling, seed), F(tl_sampling, n_logprobs);
+    F(tl_sampling, logit_bias), F(tl_sampling, n_logit_bias);
     SZ(tl_token_logprob);
     F(tl_token_logprob, id), F(tl_token_logprob, logprob);
     SZ(tl_event);
@@ -46,7 +47,8 @@ int main(void)
     F(tl_request, sampling), F(tl_request, max_tokens), F(tl_request, stop_tokens);
     F(tl_request, n_stop_tokens), F(tl_request, stop), F(tl_request, n_stop);
     F(tl_request, ignore_eos), F(tl_request, priority), F(tl_request, timeout_ms);
-    F(tl_request, prompt_logprobs), F(tl_request, on_event), F(tl_request, user);
+    F(tl_request, prompt_logprobs), F(tl_request, render_special), F(tl_request, grammar);
+    F(tl_request, on_event), F(tl_request, user);
     SZ(tl_engine_stats);
     F(tl_engine_stats, n_running), F(tl_engine_stats, n_waiting);
     F(tl_engine_stats, kv_blocks_total), F(tl_engine_stats, kv_blocks_free);

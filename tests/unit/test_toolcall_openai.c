@@ -49,7 +49,7 @@ static void test_refused_fields_name_param(void **state)
         const char *key, *bad, *neutral; // neutral NULL: no neutral value
         unsigned kinds;                  // 1 completions, 2 chat
     } cases[] = {
-        {"response_format", "{\"type\":\"json_object\"}", "{\"type\":\"text\"}", 3},
+        {"response_format", "{\"type\":\"bogus\"}", "{\"type\":\"text\"}", 3},
         {"best_of", "2", "1", 3},
         {"suffix", "\"end\"", "\"\"", 1},
         {"audio", "{\"voice\":\"x\"}", NULL, 2},
