@@ -93,7 +93,12 @@ bool tl_oai_model_field(json_t *root, const char **model, struct tl_oai_error *e
 // The same on a body already parsed: root's reference is taken (freed on failure).
 bool tl_oai_parse_root(enum tl_oai_kind kind, json_t *root, const struct tl_oai_limits *lim,
                        struct tl_oai_params *p, struct tl_oai_error *err);
-// Parses a body as JSON (any value); NULL with *err filled (400 naming the syntax error).
+// Points jansson's allocations (process-wide) at tl_malloc, so that the JSON the server builds
+// fails like the rest under fault injection (parsing excepted: jansson's parser cannot survive
+// a failed allocation). The server calls it at creation.
+void tl_oai_use_tl_alloc(void);
+// Parses a body as JSON (any value); NULL with *err filled (400 naming the syntax error, 503
+// when memory ran out).
 json_t *tl_oai_load_body(const char *body, size_t len, struct tl_oai_error *err);
 void tl_oai_params_free(struct tl_oai_params *p);
 
