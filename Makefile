@@ -9,7 +9,7 @@ OPT      ?= -O2
 SAN      ?=
 ARCH     := $(shell uname -m)
 
-PKGS      := libpcre2-8 jansson libevent libevent_pthreads
+PKGS      := libpcre2-8 jansson libevent libevent_pthreads grpc libprotobuf-c
 
 # On a fresh machine, install the Debian packages first (scripts/install-deps.sh is idempotent;
 # as non-root it prints the one apt-get line needed and the build stops).
@@ -35,7 +35,7 @@ ifeq ($(WERROR),1)
 WARN     += -Werror
 endif
 CFLAGS   += -std=c11 -D_GNU_SOURCE $(OPT) -g $(WARN) -fno-strict-aliasing -pthread \
-            -Iinclude -Isrc $(PKG_CFLAGS) -MMD -MP $(SAN)
+            -Iinclude -Isrc -I$(BUILD)/gen $(PKG_CFLAGS) -MMD -MP $(SAN)
 LDFLAGS  += -pthread $(SAN)
 LDLIBS   := $(PKG_LIBS) -lm
 
@@ -48,7 +48,10 @@ CLI_SRC  := $(filter src/cli/%,$(ALL_SRC))
 # so that the server library carries no client code.
 LOADGEN_SRC := $(filter src/loadgen/%,$(ALL_SRC))
 LIB_SRC  := $(filter-out src/cli/% src/loadgen/%,$(ALL_SRC))
-LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/%.o)
+# The gRPC front's protobuf code is generated from proto/ at build time (never committed).
+PROTO_H  := $(BUILD)/gen/grpc_service.pb-c.h
+PROTO_OBJ := $(BUILD)/gen/grpc_service.pb-c.o
+LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/%.o) $(PROTO_OBJ)
 CLI_OBJ  := $(CLI_SRC:%.c=$(BUILD)/%.o)
 LOADGEN_OBJ := $(LOADGEN_SRC:%.c=$(BUILD)/%.o)
 LIBS_A   := $(BUILD)/libtlloadgen.a $(BUILD)/libtokenloom.a
@@ -83,6 +86,16 @@ $(BUILD)/src/kernels/x86/avx2%.o: src/kernels/x86/avx2%.c
 $(BUILD)/src/kernels/x86/avx512%.o: src/kernels/x86/avx512%.c
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) $(AVX512_FLAGS) -c $< -o $@
+
+$(BUILD)/gen/%.pb-c.c $(BUILD)/gen/%.pb-c.h: proto/%.proto
+	@mkdir -p $(@D)
+	protoc-c --c_out=$(@D) -Iproto $<
+
+$(PROTO_OBJ): $(BUILD)/gen/grpc_service.pb-c.c $(PROTO_H)
+	$(CC) $(CFLAGS) -w -c $< -o $@
+
+# Everything may include the generated header; -MMD tracks it after the first build.
+$(LIB_SRC:%.c=$(BUILD)/%.o) $(CLI_OBJ) $(TEST_BIN) $(BENCH_BIN): | $(PROTO_H)
 
 $(BUILD)/%.o: %.c
 	@mkdir -p $(@D)

@@ -308,6 +308,6 @@ int main(int argc, char **argv)
     free(best);
     free(gen_lo);
     free(reqs);
-    tl_model_free(m);
+    tl_model_destroy(m);
     return bad;
 }

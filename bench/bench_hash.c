@@ -89,7 +89,7 @@ static double time_hmap_prefix(const struct prefix_data *d, bool hits, int64_t *
     for (int32_t i = 0; i < d->n; i++) {
         parent[i] = parent_of(d, i);
         memcpy(stored + (size_t)i * BS, d->tokens + (size_t)i * BS, BS * sizeof(int32_t));
-        tl_hmap_put(&m, d->hash[i], (uint64_t)i);
+        if (tl_hmap_put(&m, d->hash[i], (uint64_t)i)) return -1;
     }
     double best = 1e30;
     for (int r = 0; r < ROUNDS; r++) {
@@ -199,7 +199,7 @@ static double time_hmap_index(const struct pieces *p, const int32_t *order, int6
     tl_hmap_init(&m);
     if (tl_hmap_reserve(&m, (size_t)p->n)) return -1;
     for (int32_t i = 0; i < p->n; i++)
-        tl_hmap_add(&m, tl_hash_bytes(p->blob + p->off[i], p->len[i]), (uint64_t)i);
+        if (tl_hmap_add(&m, tl_hash_bytes(p->blob + p->off[i], p->len[i]), (uint64_t)i)) return -1;
     double best = 1e30;
     for (int r = 0; r < ROUNDS; r++) {
         int64_t n_found = 0;

@@ -60,7 +60,12 @@ struct tl_model_params {
 // OUT: *out. The model is immutable afterwards and may be shared by engines and threads.
 tl_status tl_model_load(const char *path, const struct tl_model_params *params,
                         tl_model **out) TL_WARN_UNUSED;
-void tl_model_free(tl_model *m); // NULL is a no-op; engines using it must be destroyed first
+void tl_model_destroy(tl_model *m); // NULL is a no-op; engines using it must be destroyed first
+// Former name of tl_model_destroy, kept while branches that call it land; do not use.
+static inline void tl_model_free(tl_model *m)
+{
+    tl_model_destroy(m);
+}
 
 struct tl_model_info {
     const char *arch; // "llama", "qwen2"

@@ -5,6 +5,10 @@ set -eu
 PKGS="build-essential pkg-config libpcre2-dev libcmocka-dev libevent-dev libjansson-dev curl jq"
 # tests/chat/oracle.py: Jinja2 is the reference renderer for chat templates.
 PKGS="$PKGS python3 python3-jinja2"
+# The gRPC front: gRPC's C core and protobuf-c (C code generated from proto/ at build time).
+PKGS="$PKGS libgrpc-dev libprotobuf-c-dev protobuf-c-compiler"
+# tests/grpc: a Python client on Debian's grpcio, stubs generated at test time.
+PKGS="$PKGS python3-grpcio python3-grpc-tools"
 missing=""
 for p in $PKGS; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"

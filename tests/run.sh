@@ -1,7 +1,7 @@
 #!/bin/sh
 # Runs every test and prints "N passed, N failed". Each test program speaks TAP ("ok N - name",
 # "not ok N - name", a plan "1..N"): the unit binaries in $BUILD/tests (cmocka in TAP mode) and
-# the script tests tests/cli/*.sh and tests/http/run.sh. A program that dies before finishing its
+# the script tests tests/cli/*.sh, tests/http/run.sh and tests/grpc/run.sh. A program that dies before finishing its
 # plan counts its missing tests as failed. TL_TEST_ONLY=substring limits which programs run.
 BUILD=${BUILD:-build}
 export TL_SHARED=${TL_SHARED:-$(cd "$(dirname "$0")/../.." && pwd)/shared}
@@ -38,6 +38,7 @@ for t in tests/cli/*.sh; do
     run_one "$(basename "$t")" sh "$t"
 done
 if [ -f tests/http/run.sh ]; then run_one http sh tests/http/run.sh; fi
+if [ -f tests/grpc/run.sh ]; then run_one grpc sh tests/grpc/run.sh; fi
 [ -n "$failed_names" ] && echo "failed:$failed_names"
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ] && [ "$pass" -gt 0 ]

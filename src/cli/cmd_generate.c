@@ -342,7 +342,7 @@ int tl_cmd_generate(int argc, char **argv)
     tl_engine *e = NULL;
     if (tl_engine_create(m, &cfg, &e)) {
         fprintf(stderr, "tokenloom generate: %s\n", tl_last_error());
-        tl_model_free(m);
+        tl_model_destroy(m);
         return 1;
     }
     int rc;
@@ -367,6 +367,6 @@ int tl_cmd_generate(int argc, char **argv)
         rc = tl_cli_batch_job(e, &defaults, input, output, progress);
     }
     tl_engine_destroy(e);
-    tl_model_free(m);
+    tl_model_destroy(m);
     return rc;
 }

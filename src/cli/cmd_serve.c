@@ -5,6 +5,7 @@
  */
 #include "cli/cli.h"
 #include "cli/engine_flags.h"
+#include "grpc/grpc_front.h"
 #include "server/server.h"
 
 #include <errno.h>
@@ -34,6 +35,8 @@ static void usage(FILE *f)
                "  --http-timeout S          per-connection idle read/write timeout (default 60)\n"
                "  --max-unsent-bytes N      a stream whose client leaves more than N bytes unread\n"
                "                            is cancelled (default 8388608)\n"
+               "  --grpc-port[=N]           also serve the Open Inference Protocol over gRPC\n"
+               "                            (off by default; 8500 without a value; 0 = any)\n"
                "\n");
     tl_cli_engine_flags_help(f);
 }
@@ -81,6 +84,7 @@ int tl_cmd_serve(int argc, char **argv)
     tl_server_config_default(&c);
     c.handle_signals = true;
     c.model_path = NULL;
+    int grpc_port = -1; // off
     const char *env_key = getenv("TOKENLOOM_API_KEY");
     if (env_key && *env_key) c.api_key = env_key;
     for (int i = 1; i < argc; i++) {
@@ -91,7 +95,12 @@ int tl_cmd_serve(int argc, char **argv)
             usage(stdout);
             return 0;
         }
-        if ((m = flag("--model", "-m", argc, argv, &i, &v)) != 0) {
+        if (!strcmp(argv[i], "--grpc-port")) {
+            grpc_port = TL_GRPC_DEFAULT_PORT; // the value is optional: only --grpc-port=N
+        } else if (!strncmp(argv[i], "--grpc-port=", 12)) {
+            if (num("--grpc-port", argv[i] + 12, 0, 65535, &d)) return 2;
+            grpc_port = (int)d;
+        } else if ((m = flag("--model", "-m", argc, argv, &i, &v)) != 0) {
             if (m < 0) return 2;
             c.model_path = v;
         } else if ((m = flag("--tokenizer", NULL, argc, argv, &i, &v)) != 0) {
@@ -147,9 +156,25 @@ int tl_cmd_serve(int argc, char **argv)
         fprintf(stderr, "tokenloom serve: %s\n", tl_last_error());
         return 1;
     }
+    struct tl_grpc_front *g = NULL;
+    if (grpc_port >= 0) {
+        struct tl_grpc_config gc = {.host = c.host,
+                                    .port = grpc_port,
+                                    .max_message_bytes = c.max_body_bytes,
+                                    .api_key = c.api_key};
+        g = tl_grpc_start(s, &gc);
+        if (!g) {
+            fprintf(stderr, "tokenloom serve: %s\n", tl_last_error());
+            tl_server_destroy(s);
+            return 1;
+        }
+        fprintf(stderr, "tokenloom serve: gRPC (Open Inference Protocol) on %s:%d\n", c.host,
+                tl_grpc_port(g));
+    }
     fprintf(stderr, "tokenloom serve: listening on http://%s:%d, loading %s\n", c.host,
             tl_server_port(s), c.model_path);
     int rc = tl_server_run(s);
+    tl_grpc_stop(g);
     tl_server_destroy(s);
     return rc;
 }

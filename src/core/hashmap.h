@@ -45,14 +45,14 @@ void tl_hmap_init(struct tl_hmap *m);
 void tl_hmap_free(struct tl_hmap *m);
 
 // Makes room for n entries in all, so that the next inserts up to n do not allocate.
-tl_status tl_hmap_reserve(struct tl_hmap *m, size_t n);
+tl_status tl_hmap_reserve(struct tl_hmap *m, size_t n) TL_WARN_UNUSED;
 
 // Sets key's value, inserting the key if absent. TL_ERR_INVALID_ARG for key 0, TL_ERR_NOMEM when
 // growing fails (the table is unchanged then).
-tl_status tl_hmap_put(struct tl_hmap *m, uint64_t key, uint64_t val);
+tl_status tl_hmap_put(struct tl_hmap *m, uint64_t key, uint64_t val) TL_WARN_UNUSED;
 
 // Inserts another entry for key even when key is present (for string tables keyed by hash).
-tl_status tl_hmap_add(struct tl_hmap *m, uint64_t key, uint64_t val);
+tl_status tl_hmap_add(struct tl_hmap *m, uint64_t key, uint64_t val) TL_WARN_UNUSED;
 
 // True when key is present; *val (if not NULL) gets its value (the first one for added keys).
 static inline bool tl_hmap_get(const struct tl_hmap *m, uint64_t key, uint64_t *val);

@@ -116,14 +116,14 @@ struct tl_pool *tl_pool_create(int n_threads)
         n_threads = n > 0 ? (int)n : 1;
     }
     struct tl_pool *pool = tl_calloc_array(1, sizeof(*pool));
-    if (!pool) goto fail;
+    if (!pool) goto out_nomem;
     pool->n_threads = n_threads;
     pthread_mutex_init(&pool->mu, NULL);
     pthread_cond_init(&pool->wake, NULL);
     pthread_cond_init(&pool->done, NULL);
     if (n_threads > 1) {
         pool->workers = tl_calloc_array((size_t)n_threads - 1, sizeof(*pool->workers));
-        if (!pool->workers) goto fail_pool;
+        if (!pool->workers) goto out_free_pool;
         for (int i = 0; i < n_threads - 1; i++) {
             pool->workers[i].pool = pool;
             pool->workers[i].ith = i + 1;
@@ -136,9 +136,9 @@ struct tl_pool *tl_pool_create(int n_threads)
         }
     }
     return pool;
-fail_pool:
+out_free_pool:
     free(pool);
-fail:
+out_nomem:
     tl__errorf(TL_ERR_NOMEM, "out of memory creating a pool of %d threads", n_threads);
     return NULL;
 }

@@ -55,13 +55,14 @@ static void mb_detok_init(void *ctx, void *state)
     tl_detok_init(state, mb->m->vocab, false);
 }
 
-static bool mb_detok_push(void *ctx, void *state, int32_t id, char **out, size_t *len, size_t *cap)
+static tl_status mb_detok_push(void *ctx, void *state, int32_t id, char **out, size_t *len,
+                               size_t *cap)
 {
     (void)ctx;
     return tl_detok_push(state, id, out, len, cap);
 }
 
-static bool mb_detok_flush(void *ctx, void *state, char **out, size_t *len, size_t *cap)
+static tl_status mb_detok_flush(void *ctx, void *state, char **out, size_t *len, size_t *cap)
 {
     (void)ctx;
     return tl_detok_flush(state, out, len, cap);

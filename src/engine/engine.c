@@ -329,45 +329,42 @@ struct tl_kv_cache *tl__engine_kv(tl_engine *e)
     return e->kv;
 }
 
-bool tl__engine_check(const tl_engine *e)
+tl_status tl__engine_check(const tl_engine *e)
 {
     int64_t n = tl_kv_cache_n_blocks(e->kv);
     int32_t *refs = tl_calloc_array((size_t)n, sizeof(int32_t));
-    if (!refs) {
-        tl__errorf(TL_ERR_NOMEM, "check: out of memory");
-        return false;
-    }
-    bool ok = true;
-    for (int64_t i = 0; i < e->n_running && ok; i++) {
+    if (!refs) return tl__errorf(TL_ERR_NOMEM, "check: out of memory");
+    tl_status rc = TL_OK;
+    for (int64_t i = 0; i < e->n_running && !rc; i++) {
         const struct tl_seq *s = e->running[i];
         for (int32_t j = 0; j < s->n_blocks; j++)
             refs[s->block_table[j]]++;
         if (s->n_blocks != (s->n_computed + e->block_size - 1) / e->block_size) {
             tl__errorf(TL_ERR_STATE, "check: request %llu holds %d blocks for %lld positions",
                        (unsigned long long)s->id, s->n_blocks, (long long)s->n_computed);
-            ok = false;
+            rc = TL_ERR_STATE;
         }
         // Every computed prompt position's logits were used: the events up to the next
         // position's token went out (nothing computed is ever owed).
         int64_t due = s->n_computed + 1 < s->n_prompt ? s->n_computed + 1 : s->n_prompt;
-        if (ok && s->plp.wanted && s->n_computed > 0 && s->plp.n_done < due) {
+        if (!rc && s->plp.wanted && s->n_computed > 0 && s->plp.n_done < due) {
             tl__errorf(TL_ERR_STATE,
                        "check: request %llu computed %lld positions but delivered %lld prompt "
                        "logprobs",
                        (unsigned long long)s->id, (long long)s->n_computed,
                        (long long)s->plp.n_done);
-            ok = false;
+            rc = TL_ERR_STATE;
         }
     }
-    for (size_t i = 0; i < e->n_waiting && ok; i++)
+    for (size_t i = 0; i < e->n_waiting && !rc; i++)
         if (e->waiting[i]->n_blocks) {
             tl__errorf(TL_ERR_STATE, "check: waiting request %llu holds blocks",
                        (unsigned long long)e->waiting[i]->id);
-            ok = false;
+            rc = TL_ERR_STATE;
         }
-    if (ok) ok = tl_kv_cache_check(e->kv, refs);
+    if (!rc) rc = tl_kv_cache_check(e->kv, refs);
     free(refs);
-    return ok;
+    return rc;
 }
 
 // ---- submission, cancellation, waiting (any thread) -----------------------------------------

@@ -45,11 +45,12 @@ struct tl_engine_backend {
                           bool parse_special, int32_t **ids, int64_t *n_ids);
     bool (*is_eog)(void *ctx, int32_t id); // end-of-generation token
     // Incremental detokenizer with detok_bytes of state per sequence; push/flush append whole
-    // UTF-8 characters to a growable buffer and return false on allocation failure.
+    // UTF-8 characters to a growable buffer; TL_ERR_NOMEM (error set) on allocation failure.
     size_t detok_bytes;
     void (*detok_init)(void *ctx, void *state);
-    bool (*detok_push)(void *ctx, void *state, int32_t id, char **out, size_t *len, size_t *cap);
-    bool (*detok_flush)(void *ctx, void *state, char **out, size_t *len, size_t *cap);
+    tl_status (*detok_push)(void *ctx, void *state, int32_t id, char **out, size_t *len,
+                            size_t *cap);
+    tl_status (*detok_flush)(void *ctx, void *state, char **out, size_t *len, size_t *cap);
     // The compute pool after prepare (sampling fans out over it too); NULL = run serially.
     struct tl_pool *(*pool)(void *ctx);
     void (*destroy)(void *ctx);
@@ -63,8 +64,8 @@ tl_status tl__engine_backend_model(const tl_model *m, struct tl_engine_backend *
 
 // Checks the engine's block accounting: every block's refcount equals the number of live
 // sequences' block tables holding it, and free + used + cached == pool size. Engine thread.
-// Returns false with the error message set.
-bool tl__engine_check(const tl_engine *e);
+// Returns TL_ERR_STATE (TL_ERR_NOMEM) with the error message set, else TL_OK.
+tl_status tl__engine_check(const tl_engine *e) TL_WARN_UNUSED;
 // The KV cache (tests). Engine thread.
 struct tl_kv_cache *tl__engine_kv(tl_engine *e);
 

@@ -108,7 +108,7 @@ struct tl_kv_cache *tl_kv_cache_create(const struct tl_kv_cache_config *c)
         n_buckets *= 2;
     kv->bucket_mask = n_buckets - 1;
     kv->buckets = tl_malloc_array(n_buckets, sizeof(int32_t));
-    if (!kv->blocks || !kv->tokens || !kv->free_stack || !kv->buckets) goto out_free;
+    if (!kv->blocks || !kv->tokens || !kv->free_stack || !kv->buckets) goto out_nomem;
     for (uint64_t i = 0; i < n_buckets; i++)
         kv->buckets[i] = -1;
     // Stack order: block 0 on top, so allocation order is 0, 1, 2, ... on a fresh pool.
@@ -124,7 +124,7 @@ struct tl_kv_cache *tl_kv_cache_create(const struct tl_kv_cache_config *c)
         if (!kv->mem || !kv->layers) {
             tl__errorf(TL_ERR_NOMEM, "kv cache: cannot allocate %.1f MiB for %lld blocks",
                        (double)total / (1024.0 * 1024.0), (long long)c->n_blocks);
-            goto out_err;
+            goto out_destroy;
         }
         size_t half = total / (size_t)c->n_layer / 2; // one layer's K (or V) pool
         for (int32_t l = 0; l < c->n_layer; l++) {
@@ -141,10 +141,9 @@ struct tl_kv_cache *tl_kv_cache_create(const struct tl_kv_cache_config *c)
     kv->pages.layers = kv->layers;
     return kv;
 
-out_free:
 out_nomem:
     tl__errorf(TL_ERR_NOMEM, "kv cache: out of memory for block tables");
-out_err:
+out_destroy:
     tl_kv_cache_destroy(kv);
     return NULL;
 }
@@ -361,19 +360,19 @@ void tl_kv_prefix_clear(struct tl_kv_cache *kv)
 
 // ---- invariants -----------------------------------------------------------------------------
 
-bool tl_kv_cache_check(const struct tl_kv_cache *kv, const int32_t *expected_refs)
+tl_status tl_kv_cache_check(const struct tl_kv_cache *kv, const int32_t *expected_refs)
 {
     int64_t n = kv->cfg.n_blocks, n_free = 0, n_cached = 0, n_hashed = 0;
     for (int64_t i = 0; i < n; i++) {
         const struct kv_block *k = &kv->blocks[i];
         if (k->ref < 0) {
             tl__errorf(TL_ERR_STATE, "kv check: block %lld has refcount %d", (long long)i, k->ref);
-            return false;
+            return TL_ERR_STATE;
         }
         if (expected_refs && k->ref != expected_refs[i]) {
             tl__errorf(TL_ERR_STATE, "kv check: block %lld has refcount %d, holders say %d",
                        (long long)i, k->ref, expected_refs[i]);
-            return false;
+            return TL_ERR_STATE;
         }
         if (k->ref == 0 && !k->hashed) n_free++;
         if (k->ref == 0 && k->hashed) n_cached++;
@@ -383,13 +382,13 @@ bool tl_kv_cache_check(const struct tl_kv_cache *kv, const int32_t *expected_ref
         tl__errorf(TL_ERR_STATE, "kv check: counted %lld free / %lld cached, recorded %lld / %lld",
                    (long long)n_free, (long long)n_cached, (long long)kv->n_free,
                    (long long)kv->n_cached);
-        return false;
+        return TL_ERR_STATE;
     }
     // The free stack holds exactly the free blocks, once each.
     unsigned char *seen = tl_calloc_array((size_t)n, 1);
     if (!seen) {
         tl__errorf(TL_ERR_NOMEM, "kv check: out of memory");
-        return false;
+        return TL_ERR_STATE;
     }
     for (int64_t i = 0; i < kv->n_free; i++) {
         int32_t b = kv->free_stack[i];
@@ -399,7 +398,7 @@ bool tl_kv_cache_check(const struct tl_kv_cache *kv, const int32_t *expected_ref
                        "or is there twice",
                        (long long)i, b);
             free(seen);
-            return false;
+            return TL_ERR_STATE;
         }
         seen[b] = 1;
     }
@@ -411,14 +410,14 @@ bool tl_kv_cache_check(const struct tl_kv_cache *kv, const int32_t *expected_ref
         if (++n_lru > n || kv->blocks[b].ref != 0 || !kv->blocks[b].hashed ||
             kv->blocks[b].lru_prev != prev) {
             tl__errorf(TL_ERR_STATE, "kv check: LRU list broken at block %d", b);
-            return false;
+            return TL_ERR_STATE;
         }
         prev = b;
     }
     if (n_lru != n_cached || prev != kv->lru_tail) {
         tl__errorf(TL_ERR_STATE, "kv check: LRU list has %lld blocks, %lld are cached",
                    (long long)n_lru, (long long)n_cached);
-        return false;
+        return TL_ERR_STATE;
     }
     // The table holds exactly the hashed blocks, each in its own bucket, keys unique.
     int64_t n_table = 0;
@@ -427,18 +426,18 @@ bool tl_kv_cache_check(const struct tl_kv_cache *kv, const int32_t *expected_ref
             if (++n_table > n || !kv->blocks[b].hashed ||
                 (kv->blocks[b].hash & kv->bucket_mask) != bk) {
                 tl__errorf(TL_ERR_STATE, "kv check: prefix table broken at block %d", b);
-                return false;
+                return TL_ERR_STATE;
             }
             for (int32_t o = kv->blocks[b].hash_next; o >= 0; o = kv->blocks[o].hash_next)
                 if (kv->blocks[o].hash == kv->blocks[b].hash) {
                     tl__errorf(TL_ERR_STATE, "kv check: key held by blocks %d and %d", b, o);
-                    return false;
+                    return TL_ERR_STATE;
                 }
         }
     if (n_table != n_hashed) {
         tl__errorf(TL_ERR_STATE, "kv check: table has %lld blocks, %lld are hashed",
                    (long long)n_table, (long long)n_hashed);
-        return false;
+        return TL_ERR_STATE;
     }
-    return true;
+    return TL_OK;
 }

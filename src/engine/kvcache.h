@@ -90,7 +90,8 @@ void tl_kv_prefix_clear(struct tl_kv_cache *kv);
 
 // Checks every internal invariant (state counts add up, lists and table consistent); when
 // expected_refs is not NULL it also compares each block's refcount with expected_refs[b].
-// Returns false and sets the error message naming the first broken invariant.
-bool tl_kv_cache_check(const struct tl_kv_cache *kv, const int32_t *expected_refs);
+// Returns TL_ERR_STATE with the error message naming the first broken invariant, else TL_OK.
+tl_status tl_kv_cache_check(const struct tl_kv_cache *kv,
+                            const int32_t *expected_refs) TL_WARN_UNUSED;
 
 #endif

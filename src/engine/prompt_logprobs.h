@@ -61,7 +61,8 @@ struct tl_plp_step {
 
 // Sizes and allocates the step buffers for a vocabulary of n_vocab and steps of at most
 // max_tokens_per_step tokens. TL_ERR_NOMEM on failure (tl__plp_step_free still applies).
-tl_status tl__plp_step_init(struct tl_plp_step *p, int64_t n_vocab, int64_t max_tokens_per_step);
+tl_status tl__plp_step_init(struct tl_plp_step *p, int64_t n_vocab,
+                            int64_t max_tokens_per_step) TL_WARN_UNUSED;
 void tl__plp_step_free(struct tl_plp_step *p);
 
 // The first position whose logits s still needs; n_prompt - 1 (an empty range) when none are

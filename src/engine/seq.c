@@ -54,7 +54,7 @@ tl_status tl__seq_create(tl_engine *e, const struct tl_request *r, const int32_t
     s->deadline_us = r->timeout_ms > 0 ? s->t_submit_us + r->timeout_ms * 1000 : 0;
     s->out_row = -1;
     tl_status rc = tl_stop_set_init(&s->stop, r->stop, r->n_stop);
-    if (rc) goto out_free;
+    if (rc) goto out_destroy;
     int64_t cap = n_prompt + r->max_tokens;
     s->max_blocks = (int32_t)((cap + e->block_size - 1) / e->block_size);
     s->tokens = tl_malloc_array((size_t)cap, sizeof(int32_t));
@@ -68,7 +68,7 @@ tl_status tl__seq_create(tl_engine *e, const struct tl_request *r, const int32_t
     if (!s->tokens || !s->block_table || !s->block_key || !s->detok || !s->text ||
         (r->n_stop_tokens > 0 && !s->stop_tokens)) {
         rc = tl__errorf(TL_ERR_NOMEM, "submit: out of memory");
-        goto out_free;
+        goto out_destroy;
     }
     if (r->n_stop_tokens > 0)
         memcpy(s->stop_tokens, r->stop_tokens, (size_t)r->n_stop_tokens * sizeof(int32_t));
@@ -79,7 +79,7 @@ tl_status tl__seq_create(tl_engine *e, const struct tl_request *r, const int32_t
     tl_rng_seed(&s->rng, r->sampling.seed);
     *out = s;
     return TL_OK;
-out_free:
+out_destroy:
     tl__seq_destroy(s);
     return rc;
 }
@@ -155,7 +155,7 @@ enum tl_finish_reason tl__seq_accept_token(tl_engine *e, struct tl_seq *s,
         why = TL_FINISH_STOP; // its own text is not part of the output
     } else {
         if (!text_reserve(s, 64) ||
-            !e->be.detok_push(e->be.ctx, s->detok, t, &s->text, &s->text_len, &s->text_cap) ||
+            e->be.detok_push(e->be.ctx, s->detok, t, &s->text, &s->text_len, &s->text_cap) ||
             !text_reserve(s, 0))
             return TL_FINISH_ERROR;
         size_t end;

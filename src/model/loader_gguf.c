@@ -65,7 +65,8 @@ static tl_status load_vec(struct ctx *c, const char *name, int64_t n, bool requi
         *out = t->data;
         return TL_OK;
     }
-    float *buf = tl_aligned_alloc((size_t)n * sizeof(float));
+    size_t bytes;
+    float *buf = tl_mul_size((size_t)n, sizeof(float), &bytes) ? tl_aligned_alloc(bytes) : NULL;
     if (!buf) return tl__errorf(TL_ERR_NOMEM, "%s: out of memory", c->m->path);
     if (!tl_dequantize_row(t->type, t->data, buf, n)) {
         tl_aligned_free(buf);

@@ -97,14 +97,14 @@ tl_status tl_model_load(const char *path, const struct tl_model_params *params, 
     if (!rc) rc = tl__model_validate(m);
     if (!rc) rc = prepare_weights(m);
     if (rc) {
-        tl_model_free(m);
+        tl_model_destroy(m);
         return rc;
     }
     *out = m;
     return TL_OK;
 }
 
-void tl_model_free(tl_model *m)
+void tl_model_destroy(tl_model *m)
 {
     if (!m) return;
     for (int i = 0; i < m->n_owned; i++)

@@ -191,6 +191,11 @@ static void on_queue(evutil_socket_t fd, short what, void *arg)
 
 // ---- stopping --------------------------------------------------------------------------------
 
+static int64_t front_in_flight(struct tl_server *s)
+{
+    return s->front.in_flight ? s->front.in_flight(s->front.arg) : 0;
+}
+
 static void begin_drain(struct tl_server *s)
 {
     int st = atomic_load(&s->state);
@@ -203,15 +208,15 @@ static void begin_drain(struct tl_server *s)
     atomic_store(&s->state, TL_SRV_DRAINING);
     tl_http_stop_listening(&s->http);
     s->drain_deadline_us = tl_time_us() + (int64_t)(s->cfg.shutdown_timeout_s * 1e6);
-    TL_LOGI("serve: stopping: %d request(s) in flight, up to %.0f s to finish",
-            tl_srv_reqs_count(s), s->cfg.shutdown_timeout_s);
+    TL_LOGI("serve: stopping: %d request(s) in flight (+%lld gRPC), up to %.0f s to finish",
+            tl_srv_reqs_count(s), (long long)front_in_flight(s), s->cfg.shutdown_timeout_s);
 }
 
 static void check_drained(struct tl_server *s)
 {
     if (atomic_load(&s->state) != TL_SRV_DRAINING) return;
     int64_t now = tl_time_us();
-    if (!s->reqs) {
+    if (!s->reqs && front_in_flight(s) == 0) {
         // Done once every finished reply has left libevent's buffers (or time is up).
         if (tl_http_unflushed(&s->http) == 0 || now >= s->drain_deadline_us)
             event_base_loopbreak(s->base);
@@ -221,6 +226,7 @@ static void check_drained(struct tl_server *s)
     if (!s->drain_cancelled) {
         TL_LOGW("serve: shutdown timeout: cancelling the requests still running");
         tl_srv_reqs_cancel_all(s);
+        if (s->front.cancel_all) s->front.cancel_all(s->front.arg);
         s->drain_cancelled = true;
         s->drain_deadline_us = now + 2000000; // cancellations land within a step or two
         return;
@@ -338,6 +344,34 @@ fail:
 int tl_server_port(const struct tl_server *s)
 {
     return s->http.port;
+}
+
+void tl_server_set_front(struct tl_server *s, const struct tl_server_front *f)
+{
+    s->front = *f;
+}
+
+enum tl_server_phase tl_server_phase(const struct tl_server *s)
+{
+    return (enum tl_server_phase)atomic_load(&((struct tl_server *)s)->state);
+}
+
+bool tl_server_share(const struct tl_server *s, struct tl_server_share *out)
+{
+    int st = tl_server_phase(s);
+    // READY publishes the engine thread's writes; DRAINING follows READY unless the stop came
+    // while loading, which engine_up tells apart.
+    if (st == TL_SRV_LOADING || st == TL_SRV_FAILED ||
+        !atomic_load(&((struct tl_server *)s)->engine_up))
+        return false;
+    out->be = s->be;
+    out->engine = s->engine;
+    out->model = s->model;
+    out->model_name = s->model_name;
+    out->max_queued_requests = s->cfg.max_queued_requests;
+    out->max_seq_len = s->max_seq_len;
+    out->max_token_bytes = s->max_token_bytes;
+    return true;
 }
 
 // Stops and joins the engine thread, then handles the messages that arrived before the join.

@@ -78,4 +78,37 @@ void tl_server_stop(struct tl_server *s);
 // Frees everything (after tl_server_run returned, or instead of running). NULL is a no-op.
 void tl_server_destroy(struct tl_server *s);
 
+// ---- another front on the same engine (the gRPC server, src/grpc) ---------------------------
+// The HTTP server owns the engine and the shutdown. A front registers before tl_server_run;
+// a drain then also waits for its requests, and /metrics appends its counters.
+struct tl_sb;
+struct tl_server_front {
+    int64_t (*in_flight)(void *arg);               // its requests still running; thread-safe
+    void (*cancel_all)(void *arg);                 // the shutdown timeout passed; must not block
+    void (*metrics)(void *arg, struct tl_sb *out); // appends Prometheus text; must not block
+    void *arg;
+};
+void tl_server_set_front(struct tl_server *s, const struct tl_server_front *f);
+
+enum tl_server_phase {
+    TL_SERVER_LOADING = 0,
+    TL_SERVER_READY = 1,
+    TL_SERVER_DRAINING = 2,
+    TL_SERVER_FAILED = 3,
+};
+enum tl_server_phase tl_server_phase(const struct tl_server *s); // thread-safe
+
+// What a front needs to submit work, valid (and constant) once the phase has been READY.
+struct tl_server_share {
+    const struct tl_srv_backend *be;
+    tl_engine *engine;
+    const tl_model *model;
+    const char *model_name;  // the served id
+    int max_queued_requests; // the bound each front applies to its own queued requests
+    int32_t max_seq_len;
+    size_t max_token_bytes; // a prompt longer than max_seq_len * this cannot fit
+};
+// False while the model is loading or failed. Thread-safe.
+bool tl_server_share(const struct tl_server *s, struct tl_server_share *out);
+
 #endif

@@ -77,6 +77,7 @@ struct tl_server {
     uint64_t rng;      // seeds for requests without one
     int64_t started_s; // Unix seconds at start
     struct tl_metrics metrics;
+    struct tl_server_front front; // another front on the engine (gRPC); zeroed when none
 };
 
 #endif

@@ -29,6 +29,7 @@
 #include "tokenizer/vocab_impl.h"
 
 #include "core/alloc.h"
+#include "core/error.h"
 #include "core/utf8.h"
 
 #include <stdio.h>
@@ -195,14 +196,14 @@ static bool feed(struct tl_detok *d, const char *b, size_t n, char **out, size_t
     return out_put(out, len, cap, b + run, n - run);
 }
 
-bool tl_detok_push(struct tl_detok *d, int32_t id, char **out, size_t *len, size_t *cap)
+tl_status tl_detok_push(struct tl_detok *d, int32_t id, char **out, size_t *len, size_t *cap)
 {
     char small[256];
     size_t n = tl_token_to_text(d->vocab, id, d->render_special, small + 8, sizeof(small) - 8);
     char *buf = small;
     if (n > sizeof(small) - 8) {
         buf = tl_malloc(n + 8);
-        if (!buf) return false;
+        if (!buf) return tl__errorf(TL_ERR_NOMEM, "detokenize: out of memory");
         tl_token_to_text(d->vocab, id, d->render_special, buf + 8, n);
     }
     char *piece = buf + 8;
@@ -217,10 +218,10 @@ bool tl_detok_push(struct tl_detok *d, int32_t id, char **out, size_t *len, size
     d->n_pending = 0;
     bool ok = feed(d, piece, n, out, len, cap);
     if (buf != small) free(buf);
-    return ok;
+    return ok ? TL_OK : tl__errorf(TL_ERR_NOMEM, "detokenize: out of memory");
 }
 
-bool tl_detok_flush(struct tl_detok *d, char **out, size_t *len, size_t *cap)
+tl_status tl_detok_flush(struct tl_detok *d, char **out, size_t *len, size_t *cap)
 {
     bool ok = true;
     if (d->n_pending > 0)
@@ -228,7 +229,7 @@ bool tl_detok_flush(struct tl_detok *d, char **out, size_t *len, size_t *cap)
     else
         ok = tl_grow((void **)out, cap, *len + 1, 1) && ((*out)[*len] = '\0', true);
     d->n_pending = 0;
-    return ok;
+    return ok ? TL_OK : tl__errorf(TL_ERR_NOMEM, "detokenize: out of memory");
 }
 
 char *tl_detokenize(const struct tl_vocab *v, const int32_t *ids, int64_t n, bool render_special)
@@ -240,12 +241,12 @@ char *tl_detokenize(const struct tl_vocab *v, const int32_t *ids, int64_t n, boo
     char *out = NULL;
     size_t len = 0, cap = 0;
     for (int64_t i = 0; i < n; i++) {
-        if (!tl_detok_push(&d, ids[i], &out, &len, &cap)) {
+        if (tl_detok_push(&d, ids[i], &out, &len, &cap)) {
             free(out);
             return NULL;
         }
     }
-    if (!tl_detok_flush(&d, &out, &len, &cap)) {
+    if (tl_detok_flush(&d, &out, &len, &cap)) {
         free(out);
         return NULL;
     }

@@ -588,14 +588,14 @@ tl_status tl__pretok_split(const struct tl__pretok *p, const char *text, size_t 
     for (int md = 0; md < N_MODES; md++) {
         if (p->need_mode[md] && !subject_build(&subj[md], cps, n, (enum re_mode)md)) {
             rc = tl__errorf(TL_ERR_NOMEM, "pre-tokenizer: out of memory");
-            goto out;
+            goto out_free_scratch;
         }
     }
     m.md = pcre2_match_data_create(4, NULL);
     m.mctx = pcre2_match_context_create(NULL);
     if (!m.md || !m.mctx) {
         rc = tl__errorf(TL_ERR_NOMEM, "pre-tokenizer: out of memory");
-        goto out;
+        goto out_free_scratch;
     }
     // Deeply nested repeats can need a large backtracking stack on long inputs.
     m.jit_stack = pcre2_jit_stack_create(64 * 1024, 64 * 1024 * 1024, NULL);
@@ -605,7 +605,7 @@ tl_status tl__pretok_split(const struct tl__pretok *p, const char *text, size_t 
 
     if (n > 0 && !ranges_push(&cur, 0, n)) {
         rc = tl__errorf(TL_ERR_NOMEM, "pre-tokenizer: out of memory");
-        goto out;
+        goto out_free_scratch;
     }
     for (int r = 0; r < p->n; r++) {
         next.n = 0;
@@ -615,7 +615,7 @@ tl_status tl__pretok_split(const struct tl__pretok *p, const char *text, size_t 
             int64_t a = cur.v[2 * i], b = cur.v[2 * i + 1];
             rc = mode == MODE_AFMOE_DIGITS ? split_afmoe(&m, p->code[r], s, a, b, &next)
                                            : split_piece(&m, p->code[r], s, a, b, &next);
-            if (rc) goto out;
+            if (rc) goto out_free_scratch;
         }
         struct ranges t = cur;
         cur = next;
@@ -628,7 +628,7 @@ tl_status tl__pretok_split(const struct tl__pretok *p, const char *text, size_t 
     wstarts = tl_malloc_array(cur.n + 1, sizeof(int64_t));
     if (!wbuf || !wstarts) {
         rc = tl__errorf(TL_ERR_NOMEM, "pre-tokenizer: out of memory");
-        goto out;
+        goto out_free_scratch;
     }
     int64_t o = 0;
     for (size_t i = 0; i < cur.n; i++) {
@@ -653,7 +653,7 @@ tl_status tl__pretok_split(const struct tl__pretok *p, const char *text, size_t 
     *n_out = (int64_t)cur.n;
     wbuf = NULL;
     wstarts = NULL;
-out:
+out_free_scratch:
     free(wbuf);
     free(wstarts);
     if (m.jit_stack) pcre2_jit_stack_free(m.jit_stack);

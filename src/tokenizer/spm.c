@@ -131,10 +131,10 @@ tl_status tl__spm_encode(const struct tl_vocab *v, const char *text, size_t len,
             if (id >= 0 && !tl__ids_push(out, id)) goto out_nomem;
         }
     }
-    goto out;
+    goto out_free_scratch;
 out_nomem:
     rc = tl__errorf(TL_ERR_NOMEM, "tokenize: out of memory");
-out:
+out_free_scratch:
     free(h.v);
     free(syms);
     return rc;

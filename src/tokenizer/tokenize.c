@@ -104,7 +104,7 @@ static tl_status partition(const struct tl_vocab *v, const char *text, size_t le
     tl_status rc = TL_OK;
     uint64_t *pairs = NULL; // bitmap of byte pairs present in the text
     uint8_t bytes[32] = {0};
-    if (len == 0) goto out;
+    if (len == 0) goto out_free_scratch;
     if (!frags_push(&a, -1, 0, len)) goto out_nomem;
     pairs = calloc(65536 / 64, sizeof(uint64_t));
     if (!pairs) goto out_nomem;
@@ -135,10 +135,10 @@ static tl_status partition(const struct tl_vocab *v, const char *text, size_t le
         a = b;
         b = t2;
     }
-    goto out;
+    goto out_free_scratch;
 out_nomem:
     rc = tl__errorf(TL_ERR_NOMEM, "tokenize: out of memory");
-out:
+out_free_scratch:
     free(pairs);
     free(b.v);
     if (rc) {
@@ -214,15 +214,15 @@ tl_status tl_tokenize(const struct tl_vocab *v, const char *text, size_t len, bo
         }
         prev_special = false;
     }
-    if (rc) goto out;
+    if (rc) goto out_free_scratch;
     if (add_special && v->add_eos && v->eos >= 0 && !tl__ids_push(&ids, v->eos)) goto out_nomem;
     *out = ids.ids;
     *n_out = ids.n;
     ids.ids = NULL;
-    goto out;
+    goto out_free_scratch;
 out_nomem:
     rc = tl__errorf(TL_ERR_NOMEM, "tokenize: out of memory");
-out:
+out_free_scratch:
     free(ids.ids);
     free(buf);
     free(fr.v);

@@ -86,11 +86,12 @@ struct tl_detok {
     int n_pending;
 };
 void tl_detok_init(struct tl_detok *d, const struct tl_vocab *v, bool render_special);
-// Appends the complete text produced by token id to out (a growable buffer: *out, *len, *cap),
-// returns false on allocation failure.
-bool tl_detok_push(struct tl_detok *d, int32_t id, char **out, size_t *len, size_t *cap);
+// Appends the complete text produced by token id to out (a growable buffer: *out, *len, *cap);
+// TL_ERR_NOMEM (error set) on allocation failure.
+tl_status tl_detok_push(struct tl_detok *d, int32_t id, char **out, size_t *len,
+                        size_t *cap) TL_WARN_UNUSED;
 // Flushes held bytes at the end of a sequence (invalid leftovers become U+FFFD).
-bool tl_detok_flush(struct tl_detok *d, char **out, size_t *len, size_t *cap);
+tl_status tl_detok_flush(struct tl_detok *d, char **out, size_t *len, size_t *cap) TL_WARN_UNUSED;
 
 // Detokenizes a whole token list into a NUL-terminated malloc'd string (NULL on failure).
 char *tl_detokenize(const struct tl_vocab *v, const int32_t *ids, int64_t n, bool render_special);

@@ -168,8 +168,8 @@ static inline size_t fake_sanitize(const char *buf, size_t n, char **out, size_t
     return keep;
 }
 
-static inline bool fake_detok_push(void *ctx, void *st, int32_t id, char **out, size_t *len,
-                            size_t *cap)
+static inline tl_status fake_detok_push(void *ctx, void *st, int32_t id, char **out, size_t *len,
+                                        size_t *cap)
 {
     (void)ctx;
     struct fake_detok *d = st;
@@ -177,22 +177,24 @@ static inline bool fake_detok_push(void *ctx, void *st, int32_t id, char **out, 
     memcpy(buf, d->pending, (size_t)d->n);
     size_t n = (size_t)d->n + fake_text(id, buf + d->n);
     size_t used = fake_sanitize(buf, n, out, len, cap);
-    if (used == (size_t)-1) return false;
+    if (used == (size_t)-1) return tl__errorf(TL_ERR_NOMEM, "fake detok: out of memory");
     memcpy(d->pending, buf + used, n - used);
     d->n = (int)(n - used);
-    return true;
+    return TL_OK;
 }
 
-static inline bool fake_detok_flush(void *ctx, void *st, char **out, size_t *len, size_t *cap)
+static inline tl_status fake_detok_flush(void *ctx, void *st, char **out, size_t *len,
+                                         size_t *cap)
 {
     (void)ctx;
     struct fake_detok *d = st;
-    if (!d->n) return true;
-    if (!tl_grow((void **)out, cap, *len + 4, 1)) return false;
+    if (!d->n) return TL_OK;
+    if (!tl_grow((void **)out, cap, *len + 4, 1))
+        return tl__errorf(TL_ERR_NOMEM, "fake detok: out of memory");
     memcpy(*out + *len, "\xEF\xBF\xBD", 3); // U+FFFD for the unfinished character
     *len += 3;
     d->n = 0;
-    return true;
+    return TL_OK;
 }
 
 // A backend over f (borrowed: the test owns it; destroy is a no-op).
@@ -286,7 +288,7 @@ static inline int64_t fake_run(tl_engine *e)
     int64_t n_pending = 0, steps = 0;
     do {
         if (tl_engine_step(e, &n_pending) != TL_OK) fail_msg("step: %s", tl_last_error());
-        if (!tl__engine_check(e)) fail_msg("after step %lld: %s", (long long)steps, tl_last_error());
+        if (tl__engine_check(e)) fail_msg("after step %lld: %s", (long long)steps, tl_last_error());
         if (++steps > 1000000) fail_msg("engine does not finish");
     } while (n_pending > 0);
     return steps;

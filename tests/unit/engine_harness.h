@@ -27,7 +27,7 @@ static inline void harness_run_all(tl_engine *e)
     int64_t n = 1;
     while (n > 0) {
         if (tl_engine_step(e, &n)) fail_msg("step: %s", tl_last_error());
-        if (!tl__engine_check(e)) fail_msg("%s", tl_last_error());
+        if (tl__engine_check(e)) fail_msg("%s", tl_last_error());
     }
 }
 

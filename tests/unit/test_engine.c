@@ -302,7 +302,7 @@ static void test_cancel(void **state)
     assert_int_equal(c[0].done.finish, TL_FINISH_CANCELLED);
     assert_int_equal(c[0].n_tokens, 6);
     assert_int_equal(n, 0);
-    assert_true(tl__engine_check(e));
+    assert_int_equal(tl__engine_check(e), TL_OK);
     struct tl_kv_counts kc;
     tl_kv_cache_counts(tl__engine_kv(e), &kc);
     assert_int_equal(kc.n_used, 0);
@@ -357,7 +357,7 @@ static void test_deadlines(void **state)
     while (n > 0) {
         assert_int_equal(tl_engine_step(e, &n), TL_OK);
         if (!first_step_end_us) first_step_end_us = tl_time_us();
-        assert_true(tl__engine_check(e));
+        assert_int_equal(tl__engine_check(e), TL_OK);
         usleep(1000);
         assert_true(tl_time_us() - t0 < 60000000);
     }
@@ -611,7 +611,7 @@ static void test_submit_from_threads(void **state)
     int64_t n_pending = 0;
     while (atomic_load(&threads_done) < T || n_pending > 0) {
         assert_int_equal(tl_engine_step(e, &n_pending), TL_OK);
-        assert_true(tl__engine_check(e));
+        assert_int_equal(tl__engine_check(e), TL_OK);
         if (n_pending == 0) tl_engine_wait(e, 2);
     }
     for (int t = 0; t < T; t++) pthread_join(th[t], NULL);
@@ -707,7 +707,7 @@ static void test_allocation_failures(void **state)
         tl_status rc = tl_engine_step(e, &n_pending);
         tl_alloc_fail_after(0);
         assert_int_equal(rc, TL_OK);
-        if (!tl__engine_check(e)) fail_msg("%s", tl_last_error());
+        if (tl__engine_check(e)) fail_msg("%s", tl_last_error());
         assert_true(k < 100000);
     }
     for (int n = 1; n < N; n++) {

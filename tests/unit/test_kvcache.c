@@ -14,7 +14,7 @@ static struct tl_kv_cache *make(int64_t n_blocks, int32_t bs)
 
 static void check(const struct tl_kv_cache *kv, const int32_t *refs)
 {
-    if (!tl_kv_cache_check(kv, refs)) fail_msg("%s", tl_last_error());
+    if (tl_kv_cache_check(kv, refs)) fail_msg("%s", tl_last_error());
     struct tl_kv_counts c;
     tl_kv_cache_counts(kv, &c);
     assert_int_equal(c.n_free + c.n_used + c.n_cached, tl_kv_cache_n_blocks(kv));

@@ -223,7 +223,7 @@ static void test_stories_hparams(void **state)
     tl_model_get_info(m, &info);
     assert_string_equal(info.arch, "llama");
     assert_int_equal(info.bos, 1);
-    tl_model_free(m);
+    tl_model_destroy(m);
 }
 
 // Prefill of all 21 positions at once, decode one at a time and odd chunks all match llama2.c's
@@ -256,7 +256,7 @@ static void check_ref_logits(const char *rel, enum tl_dtype kv_type, double tol)
     kv_free(&kv);
     tl_forward_destroy(f);
     tl_pool_destroy(pool);
-    tl_model_free(m);
+    tl_model_destroy(m);
     free(ref), free(all), free(one), free(chunked);
 }
 
@@ -298,7 +298,7 @@ static void greedy_reference(const char *rel, enum tl_dtype kv_type)
     }
     kv_free(&kv);
     tl_forward_destroy(f);
-    tl_model_free(m);
+    tl_model_destroy(m);
 }
 
 static void test_greedy_reference_sequence(void **state)
@@ -347,7 +347,7 @@ static void test_mixed_batch_is_bit_identical(void **state)
     kv_free(&kv);
     tl_forward_destroy(f);
     tl_pool_destroy(pool);
-    tl_model_free(m);
+    tl_model_destroy(m);
 }
 
 static void test_tiny_random_f16_model_runs(void **state)
@@ -370,7 +370,7 @@ static void test_tiny_random_f16_model_runs(void **state)
     free(logits), free(one);
     kv_free(&kv);
     tl_forward_destroy(f);
-    tl_model_free(m);
+    tl_model_destroy(m);
 }
 
 static void test_bad_batch_rejected(void **state)
@@ -391,7 +391,7 @@ static void test_bad_batch_rejected(void **state)
     assert_int_equal(tl_forward_run(f, &b, &kv.pages, logits), TL_ERR_INVALID_ARG);
     kv_free(&kv);
     tl_forward_destroy(f);
-    tl_model_free(m);
+    tl_model_destroy(m);
 }
 
 static void test_missing_file_error(void **state)

@@ -509,7 +509,7 @@ static void run_engine(const char *path, float *chunk, float *single)
     kv_free(&kv);
     tl_forward_destroy(f);
     tl_pool_destroy(pool);
-    tl_model_free(m);
+    tl_model_destroy(m);
 }
 
 static void check_case(const struct arch_case *c)

@@ -681,7 +681,7 @@ static void model_logits(const char *path, float *logits)
     tl_forward_destroy(f);
     for (int l = 0; l < M_LAYERS; l++)
         free(layers[l].k), free(layers[l].v);
-    tl_model_free(m);
+    tl_model_destroy(m);
 }
 
 // For each type: RMS(logits - f32 logits) / std(f32 logits) below a bound that grows as the bits

@@ -235,7 +235,7 @@ static void test_determinism_after_preemption(void **state)
         while (n_pending > 0) {
             if (next < 41 && steps % 3 == 0) submit_other(e, &c[next++], 0, 40);
             assert_int_equal(tl_engine_step(e, &n_pending), TL_OK);
-            if (!tl__engine_check(e)) fail_msg("%s", tl_last_error());
+            if (tl__engine_check(e)) fail_msg("%s", tl_last_error());
             steps++;
             if (next < 41) n_pending = 1;
         }
@@ -293,7 +293,7 @@ static void run_stamped(tl_engine *e)
     while (n > 0) {
         step_no++;
         assert_int_equal(tl_engine_step(e, &n), TL_OK);
-        if (!tl__engine_check(e)) fail_msg("%s", tl_last_error());
+        if (tl__engine_check(e)) fail_msg("%s", tl_last_error());
     }
 }
 
@@ -405,7 +405,7 @@ static void test_whole_pool_request_finishes(void **state)
         }
         step_no++;
         assert_int_equal(tl_engine_step(e, &n), TL_OK);
-        if (!tl__engine_check(e)) fail_msg("%s", tl_last_error());
+        if (tl__engine_check(e)) fail_msg("%s", tl_last_error());
         assert_true(step_no < 100000);
     }
     assert_int_equal(big->c.n_done, 1);
@@ -440,7 +440,7 @@ static void test_prefix_cache_sharing_and_eviction(void **state)
     fake_submit(e, q, 18, NULL, 3, &c[2]);
     int64_t n;
     assert_int_equal(tl_engine_step(e, &n), TL_OK);
-    assert_true(tl__engine_check(e));
+    assert_int_equal(tl__engine_check(e), TL_OK);
     struct tl_kv_cache *kv = tl__engine_kv(e);
     int shared = 0;
     for (int b = 0; b < 40; b++) shared += tl_kv_block_refcount(kv, b) == 2;

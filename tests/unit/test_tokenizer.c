@@ -362,7 +362,7 @@ static void push_expect(struct tl_detok *d, int32_t id, const char *want)
 {
     char *out = NULL;
     size_t len = 0, cap = 0;
-    assert_true(tl_detok_push(d, id, &out, &len, &cap));
+    assert_int_equal(tl_detok_push(d, id, &out, &len, &cap), TL_OK);
     assert_int_equal(len, strlen(want));
     if (len) assert_memory_equal(out, want, len);
     free(out);
@@ -372,7 +372,7 @@ static void flush_expect(struct tl_detok *d, const char *want)
 {
     char *out = NULL;
     size_t len = 0, cap = 0;
-    assert_true(tl_detok_flush(d, &out, &len, &cap));
+    assert_int_equal(tl_detok_flush(d, &out, &len, &cap), TL_OK);
     assert_int_equal(len, strlen(want));
     if (len) assert_memory_equal(out, want, len);
     free(out);
@@ -444,11 +444,11 @@ static void test_incremental_detok_split_characters(void **state)
     tl_detok_init(&d, v, false);
     for (int64_t i = 0; i < n; i++) {
         size_t before = len;
-        assert_true(tl_detok_push(&d, ids[i], &all, &len, &cap));
+        assert_int_equal(tl_detok_push(&d, ids[i], &all, &len, &cap), TL_OK);
         // Whatever came out is whole characters.
         assert_true(tl_utf8_is_valid(all + before, len - before));
     }
-    assert_true(tl_detok_flush(&d, &all, &len, &cap));
+    assert_int_equal(tl_detok_flush(&d, &all, &len, &cap), TL_OK);
     assert_int_equal(len, 5);
     assert_memory_equal(all, " \xf0\x9f\x98\x81", 5);
     free(all);

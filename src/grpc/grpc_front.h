@@ -1,0 +1,38 @@
+/*
+ * The gRPC front of `tokenloom serve --grpc-port`: the Open Inference Protocol's
+ * inference.GRPCInferenceService (proto/grpc_service.proto) with Triton's ModelStreamInfer,
+ * served on its own thread over the HTTP server's engine (src/server/server.h,
+ * tl_server_share). See docs/server.md ("gRPC") and docs/internals/server.md.
+ *
+ * Usage: tl_grpc_start after tl_server_create (binds now; answers UNAVAILABLE while the
+ * model loads), then tl_server_run (whose drain waits for gRPC requests too), then
+ * tl_grpc_stop before tl_server_destroy.
+ */
+#ifndef TL_GRPC_FRONT_H
+#define TL_GRPC_FRONT_H
+
+#include "server/server.h"
+
+#include <stddef.h>
+
+#define TL_GRPC_DEFAULT_PORT 8500 // TensorFlow Serving's gRPC port
+
+struct tl_grpc_config {
+    const char *host;         // listen address
+    int port;                 // 0 = any free port (see tl_grpc_port)
+    size_t max_message_bytes; // larger requests get RESOURCE_EXHAUSTED from gRPC itself
+    const char *api_key;      // when set, every RPC but ServerLive needs the metadata
+                              // 'authorization: Bearer <key>'
+};
+
+struct tl_grpc_front;
+
+// Binds host:port, registers with the server and starts the gRPC thread. NULL on failure
+// (message in tl_last_error()).
+struct tl_grpc_front *tl_grpc_start(struct tl_server *srv, const struct tl_grpc_config *c);
+int tl_grpc_port(const struct tl_grpc_front *g);
+// After tl_server_run returned (the engine thread is joined): ends the calls still open,
+// stops the thread and frees everything. NULL is a no-op.
+void tl_grpc_stop(struct tl_grpc_front *g);
+
+#endif
