@@ -65,6 +65,7 @@ struct tl_oai_params {
     int n_stop;
     bool stream;
     bool include_usage;   // stream_options.include_usage
+    bool kserve;          // set by kserve.c: reply in the generate extension's shape
     bool echo;            // completions: prepend the prompt to the text
     bool logprobs;        // report logprobs (completions: logprobs given; chat:
                           // logprobs true)
@@ -164,5 +165,13 @@ json_t *tl_oai_envelope(const char *id, const char *object, int64_t created, con
 // The OpenAI name of a finish reason: "stop", "length"; the ends OpenAI has no name for are
 // "abort" (cancelled, as vLLM), "timeout" (the request's deadline) and "error".
 const char *tl_oai_finish_str(enum tl_finish_reason r);
+
+// ---- the KServe v2 generate extension (kserve.c), built here with the other replies ----------
+
+// The generate extension's JSON: {"model_name", "model_version", "text_output"} plus, when
+// finish is set (the whole reply or the last stream event), "finish_reason", "prompt_tokens"
+// and "completion_tokens". NULL when memory runs out.
+json_t *tl_kserve_output_json(const char *model, const char *text, size_t len, const char *finish,
+                              int64_t n_prompt, int64_t n_generated);
 
 #endif

@@ -324,6 +324,15 @@ static json_t *whole_reply(struct tl_srv_req *q, int64_t np, int64_t nc, int64_t
     return with_usage(o, tl_oai_usage_json(np, nc, ncached));
 }
 
+// The /v2 generate reply (one prompt, one choice). NULL when memory ran out.
+static json_t *kserve_reply(struct tl_srv_req *q)
+{
+    const struct tl_srv_choice *c = &q->choices[0];
+    if (!tl_sb_ok(&c->text) || c->lost) return NULL;
+    return tl_kserve_output_json(q->srv->model_name, c->text.buf, c->text.len,
+                                 tl_oai_finish_str(c->finish), c->n_prompt, c->n_generated);
+}
+
 static void finish_request(struct tl_srv_req *q)
 {
     struct tl_server *s = q->srv;
@@ -337,14 +346,16 @@ static void finish_request(struct tl_srv_req *q)
                                             json_array());
                 sse_send(q, NULL, with_usage(o, tl_oai_usage_json(np, nc, ncached)));
             }
-            sse_send_raw(q, sse_done, sizeof(sse_done) - 1);
+            if (!q->params.kserve) sse_send_raw(q, sse_done, sizeof(sse_done) - 1);
             tl_http_access_log(q->http, 200, q->t_start_us, np, nc);
             tl_http_stream_end(&s->http, q->http); // also frees an orphaned request
         } else {
             const struct tl_srv_choice *failed = NULL;
             for (int i = 0; i < q->n_choices; i++)
                 if (q->choices[i].finish == TL_FINISH_ERROR) failed = &q->choices[i];
-            json_t *o = failed ? NULL : whole_reply(q, np, nc, ncached);
+            json_t *o = failed             ? NULL
+                        : q->params.kserve ? kserve_reply(q)
+                                           : whole_reply(q, np, nc, ncached);
             if (o) {
                 tl_http_send_json(&s->http, q->http, 200, o, q->t_start_us, np, nc);
             } else {
@@ -396,6 +407,12 @@ static void on_token(struct tl_server *s, struct tl_srv_req *q, struct tl_srv_ch
             }
         } else if (ev->text_len == 0) {
             return; // text held back (possible stop string or partial character)
+        }
+        if (q->params.kserve) { // /v2 generate_stream: no logprobs there
+            json_decref(lp);
+            sse_send(q, c,
+                     tl_kserve_output_json(s->model_name, ev->text, ev->text_len, NULL, 0, 0));
+            return;
         }
         json_t *choice = chat ? tl_oai_chat_delta(c->index, false, ev->text, ev->text_len, lp, NULL)
                               : tl_oai_text_choice(c->index, ev->text, ev->text_len, lp, NULL);
@@ -455,7 +472,13 @@ static void on_done(struct tl_server *s, struct tl_srv_req *q, struct tl_srv_cho
     }
     tl_metrics_observe_done(&s->metrics, ev->queue_us, ev->ttft_us, ev->total_us,
                             ev->n_prompt_tokens, ev->n_generated);
-    if (q->http && !q->client_gone && q->streaming) {
+    if (q->http && !q->client_gone && q->streaming && q->params.kserve) {
+        if (!sse_send(q, NULL,
+                      tl_kserve_output_json(s->model_name, ev->text, ev->text_len,
+                                            tl_oai_finish_str(c->finish), c->n_prompt,
+                                            c->n_generated)))
+            sse_send_raw(q, sse_oom, sizeof(sse_oom) - 1);
+    } else if (q->http && !q->client_gone && q->streaming) {
         bool chat = q->params.kind == TL_OAI_CHAT;
         const char *fin = tl_oai_finish_str(c->finish);
         json_t *choice =

@@ -15,6 +15,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.error
 import urllib.request
 
 import grpc
@@ -366,6 +367,65 @@ def test_bad_input(s, model):
     ok(st.ServerLive(pb.ServerLiveRequest()).live, "alive after the bad inputs")
 
 
+def http_call(s, method, path, body=None, headers=None):
+    """(status, parsed JSON or raw text) of one HTTP request."""
+    data = json.dumps(body).encode() if body is not None else None
+    req = urllib.request.Request(f"http://127.0.0.1:{s.http}{path}", data=data, method=method,
+                                 headers={"Content-Type": "application/json", **(headers or {})})
+    try:
+        with urllib.request.urlopen(req, timeout=60) as r:
+            status, raw = r.status, r.read().decode()
+    except urllib.error.HTTPError as e:
+        status, raw = e.code, e.read().decode()
+    try:
+        return status, json.loads(raw)
+    except ValueError:
+        return status, raw
+
+
+def sse_events(raw):
+    return [json.loads(l[6:]) for l in raw.splitlines() if l.startswith("data: ")]
+
+
+def test_http_v2(s, model, refs):
+    """The protocol's HTTP side on the OpenAI server, against the gRPC answers and /v1."""
+    st, b = http_call(s, "GET", "/v2/health/live")
+    ok(st == 200 and b == {"live": True}, "HTTP GET /v2/health/live", b)
+    st, b = http_call(s, "GET", "/v2/health/ready")
+    ok(st == 200 and b == {"ready": True}, "HTTP GET /v2/health/ready", b)
+    st, b = http_call(s, "GET", f"/v2/models/{model}/ready")
+    ok(st == 200 and b["ready"] is True, "HTTP GET /v2/models/NAME/ready", b)
+    st, b = http_call(s, "GET", f"/v2/models/{model}")
+    mm = s.stub.ModelMetadata(pb.ModelMetadataRequest(name=model))
+    ok(st == 200 and [(t["name"], t["datatype"]) for t in b["inputs"]] ==
+       [(t.name, t.datatype) for t in mm.inputs] and b["outputs"][0]["name"] == "text_output",
+       "HTTP GET /v2/models/NAME == gRPC ModelMetadata", b)
+    st, b = http_call(s, "GET", "/v2/models/nope")
+    ok(st == 404, "HTTP /v2/models of an unknown model: 404", b)
+    p = PROMPTS[1]
+    st, b = http_call(s, "POST", f"/v2/models/{model}/generate",
+                      {"text_input": p, "parameters": {"max_tokens": 24, "temperature": 0}})
+    ok(st == 200 and b["text_output"] == refs[p][0] and
+       b["completion_tokens"] == refs[p][1]["completion_tokens"],
+       "HTTP generate == /v1/completions (greedy)", b)
+    st, raw = http_call(s, "POST", f"/v2/models/{model}/generate_stream",
+                        {"text_input": p, "max_tokens": 24, "temperature": 0})
+    ev = sse_events(raw) if isinstance(raw, str) else []
+    ok(st == 200 and len(ev) > 2 and "".join(e["text_output"] for e in ev) == refs[p][0] and
+       ev[-1].get("finish_reason") == refs[p][2] and "finish_reason" not in ev[0],
+       "HTTP generate_stream: SSE deltas == /v1/completions text, last with finish_reason", raw)
+    st, b = http_call(s, "POST", f"/v2/models/{model}/generate",
+                      {"text_input": p, "parameters": {"beams": 2}})
+    ok(st == 400 and "beams" in json.dumps(b), "HTTP generate with an unknown field: 400", b)
+    st, b = http_call(s, "POST", f"/v2/models/{model}/generate", {"max_tokens": 2})
+    ok(st == 400 and "text_input" in json.dumps(b), "HTTP generate without text_input: 400", b)
+    st, b = http_call(s, "POST", f"/v2/models/{model}/generate",
+                      {"text_input": p, "temperature": 9})
+    ok(st == 400 and "temperature" in json.dumps(b), "HTTP generate with temperature 9: 400", b)
+    st, b = http_call(s, "GET", f"/v2/models/{model}/generate")
+    ok(st == 405, "HTTP GET on generate: 405", b)
+
+
 def test_limits(model):
     s = Server("--api-key", "sekret", "--max-queued-requests", "1", "--max-batch-size", "1",
                "--max-body-bytes", "65536")
@@ -378,6 +438,12 @@ def test_limits(model):
     ok(s.stub.ServerLive(pb.ServerLiveRequest()).live, "ServerLive needs no key")
     r = s.stub.ModelInfer(infer_req(model, "hi", max_tokens=2), metadata=md)
     ok(param(r, "completion_tokens") == 2, "right API key: served")
+    st, _ = http_call(s, "POST", f"/v2/models/{model}/generate", {"text_input": "hi"})
+    st2, b = http_call(s, "POST", f"/v2/models/{model}/generate",
+                       {"text_input": "hi", "max_tokens": 2}, {"Authorization": "Bearer sekret"})
+    st3, _ = http_call(s, "GET", "/v2/health/ready")
+    ok(st == 401 and st2 == 200 and st3 == 200, "HTTP generate needs the API key, health does not",
+       (st, st2, st3))
     big = infer_req(model, "x" * 100000, max_tokens=2)
     c, d = code_of(lambda: s.stub.ModelInfer(big, metadata=md))
     ok(c == grpc.StatusCode.RESOURCE_EXHAUSTED, "oversized message: RESOURCE_EXHAUSTED", f"{c} {d}")
@@ -452,6 +518,7 @@ def main():
         test_rpcs(s, model)
         test_generation(s, model, refs)
         test_concurrent(s, model, refs)
+        test_http_v2(s, model, refs)
         test_cancel_deadline(s, model)
         test_bad_input(s, model)
         test_limits(model)
