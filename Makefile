@@ -14,7 +14,7 @@ PKGS      := libpcre2-8 jansson libevent libevent_pthreads grpc libprotobuf-c
 # On a fresh machine, install the Debian packages first (scripts/install-deps.sh is idempotent;
 # as non-root it prints the one apt-get line needed and the build stops).
 ifneq ($(MAKECMDGOALS),clean)
-ifneq ($(shell pkg-config --exists $(PKGS) cmocka 2>/dev/null && echo ok),ok)
+ifneq ($(shell pkg-config --exists $(PKGS) cmocka 2>/dev/null && command -v protoc-c >/dev/null && echo ok),ok)
 $(info tokenloom: installing missing Debian packages (scripts/install-deps.sh))
 DEPS_RC := $(shell sh scripts/install-deps.sh >&2; echo $$?)
 ifneq ($(DEPS_RC),0)

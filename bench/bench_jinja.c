@@ -10,6 +10,7 @@
  */
 #include "chat/chat_render.h"
 
+#include <stdbool.h>
 #include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,7 +24,10 @@ static double thread_cpu_us(void)
     return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec * 1e-3;
 }
 
-static json_t *conversation(int turns)
+// turns user turns; with_calls: each answered by a tool call, its result and a text reply (vLLM
+// passes the call's arguments parsed, which Functionary and DeepSeek templates refuse), else by
+// a text reply only.
+static json_t *conversation(int turns, bool with_calls)
 {
     json_t *msgs = json_array();
     json_array_append_new(msgs, json_pack("{s:s,s:s}", "role", "system", "content",
@@ -33,6 +37,11 @@ static json_t *conversation(int turns)
         snprintf(text, sizeof(text), "Turn %d: what is the weather in city number %d, and %d+%d?",
                  i, i, i, i + 1);
         json_array_append_new(msgs, json_pack("{s:s,s:s}", "role", "user", "content", text));
+        if (!with_calls) {
+            json_array_append_new(msgs, json_pack("{s:s,s:s}", "role", "assistant", "content",
+                                                  "I would need a tool for that; it is sunny."));
+            continue;
+        }
         snprintf(id, sizeof(id), "call%05d", i);
         snprintf(args, sizeof(args), "{\"city\": \"City %d\", \"unit\": \"celsius\"}", i);
         json_array_append_new(
@@ -105,16 +114,14 @@ int main(int argc, char **argv)
         if (strstr(e->d_name, ".jinja")) names[n_names++] = strdup(e->d_name);
     closedir(d);
     qsort(names, (size_t)n_names, sizeof(names[0]), by_name);
-    json_t *msgs = conversation(20), *tl = tools();
-    struct tl_chat_vars v = {.messages = msgs,
-                             .tools = tl,
-                             .bos_token = "<s>",
-                             .eos_token = "</s>",
-                             .add_generation_prompt = true};
-    printf("20-turn conversation with tools (%zu messages), best of 5 x %d renders, thread CPU "
-           "time\n",
-           json_array_size(msgs), iters);
-    printf("%-55s %8s %10s %10s %s\n", "template", "bytes", "parse_us", "render_us", "output");
+    json_t *tl = tools();
+    json_t *convs[2] = {conversation(20, true), conversation(20, false)};
+    printf("20 user turns with 2 tools: A = each answered by a tool call + result + reply (%zu "
+           "messages), B = text replies (%zu messages)\nbest of 5 x %d renders, thread CPU time "
+           "(microseconds)\n",
+           json_array_size(convs[0]), json_array_size(convs[1]), iters);
+    printf("%-52s %6s %8s %9s %-14s %9s %s\n", "template", "bytes", "parse", "render A", "",
+           "render B", "");
     for (int k = 0; k < n_names; k++) {
         char path[1024];
         snprintf(path, sizeof(path), "%s/%s", dir, names[k]);
@@ -127,32 +134,43 @@ int main(int argc, char **argv)
         tl_status st = tl_jinja_parse(src, len, &t, err, sizeof(err));
         double parse_us = thread_cpu_us() - p0;
         if (st) {
-            printf("%-55s parse error: %s\n", names[k], err);
+            printf("%-52s parse error: %s\n", names[k], err);
             free(src);
             continue;
         }
-        double best = 1e30;
-        size_t out_len = 0;
-        const char *result = "ok";
-        for (int rep = 0; rep < 5; rep++) {
-            double t0 = thread_cpu_us();
-            for (int i = 0; i < iters; i++) {
-                char *out = NULL;
-                enum tl_jinja_error_kind kind;
-                if (tl_chat_render_vars(t, &v, &out, &out_len, &kind, err, sizeof(err)))
-                    result = kind == TL_JINJA_RAISED ? "raised" : "error";
-                free(out);
+        printf("%-52s %6zu %8.1f", names[k], len, parse_us);
+        for (int cv = 0; cv < 2; cv++) {
+            struct tl_chat_vars v = {.messages = convs[cv],
+                                     .tools = tl,
+                                     .bos_token = "<s>",
+                                     .eos_token = "</s>",
+                                     .add_generation_prompt = true};
+            double best = 1e30;
+            size_t out_len = 0;
+            const char *result = "ok";
+            for (int rep = 0; rep < 5; rep++) {
+                double t0 = thread_cpu_us();
+                for (int i = 0; i < iters; i++) {
+                    char *out = NULL;
+                    enum tl_jinja_error_kind kind;
+                    if (tl_chat_render_vars(t, &v, &out, &out_len, &kind, err, sizeof(err)))
+                        result = kind == TL_JINJA_RAISED ? "raised" : "error";
+                    free(out);
+                }
+                double us = (thread_cpu_us() - t0) / iters;
+                if (us < best) best = us;
             }
-            double us = (thread_cpu_us() - t0) / iters;
-            if (us < best) best = us;
+            char what[32];
+            snprintf(what, sizeof(what), "%s %zuB", result, out_len);
+            printf(" %9.1f %-14s", best, what);
         }
-        printf("%-55s %8zu %10.1f %10.1f %s (%zu bytes)\n", names[k], len, parse_us, best,
-               result, out_len);
+        printf("\n");
         tl_jinja_free(t);
         free(src);
         free(names[k]);
     }
-    json_decref(msgs);
+    json_decref(convs[0]);
+    json_decref(convs[1]);
     json_decref(tl);
     return 0;
 }

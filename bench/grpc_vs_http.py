@@ -37,7 +37,7 @@ def gen_stubs():
 
 
 def start_server(binary, model, extra):
-    p = subprocess.Popen([binary, "serve", "-m", model, "--port", "0", "--grpc-port=0", *extra],
+    p = subprocess.Popen([binary, "serve", "-m", model, "--port", "0", "--grpc-port", "0", *extra],
                          stderr=subprocess.PIPE, text=True)
     hp = gp = None
     while hp is None or gp is None:

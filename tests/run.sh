@@ -1,7 +1,8 @@
 #!/bin/sh
 # Runs every test and prints "N passed, N failed". Each test program speaks TAP ("ok N - name",
 # "not ok N - name", a plan "1..N"): the unit binaries in $BUILD/tests (cmocka in TAP mode) and
-# the script tests tests/cli/*.sh, tests/http/run.sh and tests/grpc/run.sh. A program that dies before finishing its
+# the script tests tests/cli/*.sh, tests/http/run.sh, tests/grpc/run.sh and tests/chat/e2e_tokenize.py.
+# A program that dies before finishing its
 # plan counts its missing tests as failed. TL_TEST_ONLY=substring limits which programs run.
 BUILD=${BUILD:-build}
 export TL_SHARED=${TL_SHARED:-$(cd "$(dirname "$0")/../.." && pwd)/shared}
@@ -39,6 +40,8 @@ for t in tests/cli/*.sh; do
 done
 if [ -f tests/http/run.sh ]; then run_one http sh tests/http/run.sh; fi
 if [ -f tests/grpc/run.sh ]; then run_one grpc sh tests/grpc/run.sh; fi
+# Chat templates end to end: a server per real template vs Jinja2 (tests/chat/oracle.py).
+if [ -f tests/chat/e2e_tokenize.py ]; then run_one chat_e2e python3 tests/chat/e2e_tokenize.py; fi
 [ -n "$failed_names" ] && echo "failed:$failed_names"
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ] && [ "$pass" -gt 0 ]

@@ -51,7 +51,7 @@ static void emit(struct jctx *c, const char *s, size_t n)
         size_t cap = c->out_cap ? c->out_cap * 2 : 1024;
         while (cap < c->out_len + n)
             cap *= 2;
-        char *p = jarena_alloc(&c->arena, cap);
+        char *p = jarena_alloc_raw(&c->arena, cap);
         if (c->out_len) memcpy(p, c->out, c->out_len);
         c->out = p;
         c->out_cap = cap;

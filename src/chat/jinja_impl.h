@@ -34,7 +34,8 @@ struct jarena {
 
 void jarena_init(struct jarena *a, size_t max_bytes);
 void jarena_free(struct jarena *a);
-void *jarena_alloc(struct jarena *a, size_t n); // zeroed; longjmps on failure
+void *jarena_alloc(struct jarena *a, size_t n);     // zeroed; longjmps on failure
+void *jarena_alloc_raw(struct jarena *a, size_t n); // not zeroed
 
 // ---- values
 

@@ -26,8 +26,9 @@ static void usage(FILE *f)
                "  --api-key KEY             require 'Authorization: Bearer KEY' (also\n"
                "                            $TOKENLOOM_API_KEY)\n"
                "  --served-model-name NAME  the model id clients send (default: the model's name)\n"
-               "  --chat-template FAMILY    chatml, llama2, llama3, mistral, zephyr, gemma, phi3\n"
-               "                            (default: detected from the model)\n"
+               "  --chat-template NAME      a built-in chat template instead of the model's:\n"
+               "                            chatml, llama2, llama3, mistral, zephyr, gemma, phi3\n"
+               "  --chat-template-file PATH a Jinja chat template file instead of the model's\n"
                "  --max-body-bytes N        larger request bodies get 413 (default 8388608)\n"
                "  --max-queued-requests N   queued engine requests before 429 (default 256)\n"
                "  --shutdown-timeout S      seconds in-flight requests get on SIGINT/SIGTERM\n"
@@ -35,7 +36,7 @@ static void usage(FILE *f)
                "  --http-timeout S          per-connection idle read/write timeout (default 60)\n"
                "  --max-unsent-bytes N      a stream whose client leaves more than N bytes unread\n"
                "                            is cancelled (default 8388608)\n"
-               "  --grpc-port[=N]           also serve the Open Inference Protocol over gRPC\n"
+               "  --grpc-port [N]           also serve the Open Inference Protocol over gRPC\n"
                "                            (off by default; 8500 without a value; 0 = any)\n"
                "\n");
     tl_cli_engine_flags_help(f);
@@ -96,7 +97,12 @@ int tl_cmd_serve(int argc, char **argv)
             return 0;
         }
         if (!strcmp(argv[i], "--grpc-port")) {
-            grpc_port = TL_GRPC_DEFAULT_PORT; // the value is optional: only --grpc-port=N
+            // The value is optional: a number may follow (serve takes no positional arguments).
+            grpc_port = TL_GRPC_DEFAULT_PORT;
+            if (i + 1 < argc && argv[i + 1][0] >= '0' && argv[i + 1][0] <= '9') {
+                if (num("--grpc-port", argv[++i], 0, 65535, &d)) return 2;
+                grpc_port = (int)d;
+            }
         } else if (!strncmp(argv[i], "--grpc-port=", 12)) {
             if (num("--grpc-port", argv[i] + 12, 0, 65535, &d)) return 2;
             grpc_port = (int)d;
@@ -118,6 +124,9 @@ int tl_cmd_serve(int argc, char **argv)
         } else if ((m = flag("--served-model-name", NULL, argc, argv, &i, &v)) != 0) {
             if (m < 0) return 2;
             c.served_model_name = v;
+        } else if ((m = flag("--chat-template-file", NULL, argc, argv, &i, &v)) != 0) {
+            if (m < 0) return 2;
+            c.chat_template_file = v;
         } else if ((m = flag("--chat-template", NULL, argc, argv, &i, &v)) != 0) {
             if (m < 0) return 2;
             c.chat_template = v;

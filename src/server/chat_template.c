@@ -1,23 +1,22 @@
 /*
- * Chat template detection and rendering (see chat_template.h).
+ * The server's chat template (see chat_template.h): choosing the template at startup, the family
+ * detection that picks the stop texts, and rendering a request body through src/chat.
  *
  * Detection looks for each family's turn markers in the Jinja source, most specific first
  * (Llama 3's header ids, Gemma's turns, ChatML's im_start, Phi-3's <|end|>, Zephyr's <|user|>,
  * then [INST] split into Llama 2 when the template mentions <<SYS>> and Mistral otherwise).
  *
- * Rendering follows each family's published format. Families without a system role (Llama 2
- * puts it inside the first [INST] block; Mistral and Gemma have none) fold system messages into
- * the next user turn, separated by a blank line. Llama 2, Llama 3 and Mistral strip the
- * surrounding whitespace of each message as their reference templates do. The BOS token is
- * never written here: the tokenizer adds it (add_special), so it is never doubled.
- *
- * Pure functions over caller-owned input; thread-safe.
+ * Ownership: struct tl_chat_template owns its parsed template and strings. Built once, then
+ * read-only: tl_chat_template_apply is thread-safe.
  */
 #include "server/chat_template.h"
 
+#include "chat/chat_render.h"
 #include "core/error.h"
-#include "core/strbuf.h"
 
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 static const char *const family_names[TL_CHAT_COUNT] = {
@@ -93,151 +92,182 @@ int tl_chat_stop_texts(enum tl_chat_family f, const char *out[2])
     return 0;
 }
 
-// Adds content with leading and trailing ASCII whitespace removed (as Jinja's `| trim`).
-static void add_trimmed(struct tl_sb *sb, const char *s, size_t n)
-{
-    while (n && (*s == ' ' || *s == '\n' || *s == '\t' || *s == '\r'))
-        s++, n--;
-    while (n && (s[n - 1] == ' ' || s[n - 1] == '\n' || s[n - 1] == '\t' || s[n - 1] == '\r'))
-        n--;
-    tl_sb_add(sb, s, n);
-}
+// ---- choosing and parsing
 
-static const char *role_name(enum tl_chat_role r)
+static char *read_text_file(const char *path, size_t *len)
 {
-    return r == TL_CHAT_SYSTEM ? "system" : r == TL_CHAT_USER ? "user" : "assistant";
-}
-
-// ChatML, Llama 3, Zephyr and Phi-3: every message is its own turn with a role header.
-static void render_turns(struct tl_sb *sb, enum tl_chat_family f, const struct tl_chat_msg *m,
-                         int n)
-{
-    for (int i = 0; i < n; i++) {
-        const char *role = role_name(m[i].role);
-        switch (f) {
-        case TL_CHAT_LLAMA3:
-            tl_sb_printf(sb, "<|start_header_id|>%s<|end_header_id|>\n\n", role);
-            add_trimmed(sb, m[i].content, m[i].content_len);
-            tl_sb_adds(sb, "<|eot_id|>");
-            break;
-        case TL_CHAT_ZEPHYR:
-            tl_sb_printf(sb, "<|%s|>\n", role);
-            tl_sb_add(sb, m[i].content, m[i].content_len);
-            tl_sb_adds(sb, "</s>\n");
-            break;
-        case TL_CHAT_PHI3:
-            tl_sb_printf(sb, "<|%s|>\n", role);
-            tl_sb_add(sb, m[i].content, m[i].content_len);
-            tl_sb_adds(sb, "<|end|>\n");
-            break;
-        default: // ChatML
-            tl_sb_printf(sb, "<|im_start|>%s\n", role);
-            tl_sb_add(sb, m[i].content, m[i].content_len);
-            tl_sb_adds(sb, "<|im_end|>\n");
-            break;
-        }
-    }
-    switch (f) {
-    case TL_CHAT_LLAMA3:
-        tl_sb_adds(sb, "<|start_header_id|>assistant<|end_header_id|>\n\n");
-        break;
-    case TL_CHAT_ZEPHYR:
-    case TL_CHAT_PHI3:
-        tl_sb_adds(sb, "<|assistant|>\n");
-        break;
-    default:
-        tl_sb_adds(sb, "<|im_start|>assistant\n");
-        break;
-    }
-}
-
-// Llama 2, Mistral and Gemma: user/assistant alternate; system text joins the next user turn.
-static void render_inst(struct tl_sb *sb, enum tl_chat_family f, const struct tl_chat_msg *m, int n)
-{
-    struct tl_sb sys;
-    tl_sb_init(&sys);
-    for (int i = 0; i < n; i++) {
-        if (m[i].role == TL_CHAT_SYSTEM) {
-            if (sys.len) tl_sb_adds(&sys, "\n\n");
-            add_trimmed(&sys, m[i].content, m[i].content_len);
-            continue;
-        }
-        if (m[i].role == TL_CHAT_USER) {
-            if (f == TL_CHAT_GEMMA) {
-                tl_sb_adds(sb, "<start_of_turn>user\n");
-                if (sys.len) {
-                    tl_sb_add(sb, sys.buf, sys.len);
-                    tl_sb_adds(sb, "\n\n");
-                }
-                add_trimmed(sb, m[i].content, m[i].content_len);
-                tl_sb_adds(sb, "<end_of_turn>\n");
-            } else {
-                tl_sb_adds(sb, "[INST] ");
-                if (sys.len && f == TL_CHAT_LLAMA2) {
-                    tl_sb_adds(sb, "<<SYS>>\n");
-                    tl_sb_add(sb, sys.buf, sys.len);
-                    tl_sb_adds(sb, "\n<</SYS>>\n\n");
-                } else if (sys.len) {
-                    tl_sb_add(sb, sys.buf, sys.len);
-                    tl_sb_adds(sb, "\n\n");
-                }
-                add_trimmed(sb, m[i].content, m[i].content_len);
-                tl_sb_adds(sb, " [/INST]");
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    char *buf = NULL;
+    size_t cap = 0, n = 0;
+    for (;;) {
+        if (n + 4096 + 1 > cap) {
+            cap = cap ? cap * 2 : 8192;
+            char *grown = cap <= ((size_t)4 << 20) ? realloc(buf, cap) : NULL;
+            if (!grown) {
+                free(buf);
+                fclose(f);
+                errno = EFBIG;
+                return NULL;
             }
-            sys.len = 0;
-            continue;
+            buf = grown;
         }
-        // assistant
-        if (f == TL_CHAT_GEMMA) {
-            tl_sb_adds(sb, "<start_of_turn>model\n");
-            add_trimmed(sb, m[i].content, m[i].content_len);
-            tl_sb_adds(sb, "<end_of_turn>\n");
-        } else if (f == TL_CHAT_LLAMA2) {
-            tl_sb_adds(sb, " ");
-            add_trimmed(sb, m[i].content, m[i].content_len);
-            tl_sb_adds(sb, " </s><s>");
-        } else {
-            add_trimmed(sb, m[i].content, m[i].content_len);
-            tl_sb_adds(sb, "</s>");
-        }
+        size_t got = fread(buf + n, 1, 4096, f);
+        n += got;
+        if (got < 4096) break;
     }
-    if (sys.failed) sb->failed = true;
-    // A system message with no user turn after it still has to reach the model.
-    if (sys.len) {
-        if (f == TL_CHAT_GEMMA) {
-            tl_sb_adds(sb, "<start_of_turn>user\n");
-            tl_sb_add(sb, sys.buf, sys.len);
-            tl_sb_adds(sb, "<end_of_turn>\n");
-        } else if (f == TL_CHAT_LLAMA2) {
-            tl_sb_adds(sb, "[INST] <<SYS>>\n");
-            tl_sb_add(sb, sys.buf, sys.len);
-            tl_sb_adds(sb, "\n<</SYS>>\n\n [/INST]");
-        } else {
-            tl_sb_adds(sb, "[INST] ");
-            tl_sb_add(sb, sys.buf, sys.len);
-            tl_sb_adds(sb, " [/INST]");
-        }
+    bool bad = ferror(f);
+    fclose(f);
+    if (bad) {
+        free(buf);
+        return NULL;
     }
-    if (f == TL_CHAT_GEMMA) tl_sb_adds(sb, "<start_of_turn>model\n");
-    tl_sb_free(&sys);
+    buf[n] = 0;
+    *len = n;
+    return buf;
 }
 
-tl_status tl_chat_render(enum tl_chat_family f, const struct tl_chat_msg *msgs, int n_msgs,
-                         char **out, size_t *out_len)
+static tl_status parse_into(struct tl_chat_template *t, const char *src, size_t len,
+                            const char *what)
+{
+    char err[512];
+    if (tl_jinja_parse(src, len, &t->jinja, err, sizeof(err)))
+        return tl__errorf(TL_ERR_FORMAT, "chat template (%s): %s", what, err);
+    return TL_OK;
+}
+
+tl_status tl_chat_template_init(struct tl_chat_template *t, const char *name, const char *file,
+                                const char *gguf_src, const char *bos, const char *eos)
+{
+    memset(t, 0, sizeof(*t));
+    t->bos_token = strdup(bos ? bos : "");
+    t->eos_token = strdup(eos ? eos : "");
+    if (!t->bos_token || !t->eos_token) goto nomem;
+    tl_status st;
+    char label[1024];
+    if (file && *file) {
+        size_t len = 0;
+        char *src = read_text_file(file, &len);
+        if (!src) {
+            tl_chat_template_free(t);
+            return tl__errorf(TL_ERR_IO, "--chat-template-file %s: %s", file, strerror(errno));
+        }
+        snprintf(label, sizeof(label), "file:%s", file);
+        st = parse_into(t, src, len, label);
+        t->family = tl_chat_detect(src, NULL);
+        free(src);
+    } else if (name && *name) {
+        const char *src = tl_chat_builtin_source(name);
+        if (!src || !tl_chat_family_from_name(name, &t->family)) {
+            tl_chat_template_free(t);
+            return tl__errorf(TL_ERR_INVALID_ARG,
+                              "unknown chat template '%s' (chatml, llama2, llama3, mistral, "
+                              "zephyr, gemma, phi3; --chat-template-file loads a Jinja file)",
+                              name);
+        }
+        snprintf(label, sizeof(label), "%s", name);
+        st = parse_into(t, src, strlen(src), label);
+    } else if (gguf_src && *gguf_src) {
+        snprintf(label, sizeof(label), "gguf");
+        st = parse_into(t, gguf_src, strlen(gguf_src),
+                        "the GGUF's tokenizer.chat_template; "
+                        "--chat-template NAME or "
+                        "--chat-template-file PATH overrides it");
+        t->family = tl_chat_detect(gguf_src, NULL);
+    } else {
+        snprintf(label, sizeof(label), "chatml");
+        t->fallback = true;
+        t->family = TL_CHAT_CHATML;
+        const char *src = tl_chat_builtin_source("chatml");
+        st = parse_into(t, src, strlen(src), label);
+    }
+    if (st) {
+        tl_chat_template_free(t);
+        return st;
+    }
+    if (!(t->source_name = strdup(label))) goto nomem;
+    return TL_OK;
+nomem:
+    tl_chat_template_free(t);
+    return tl__errorf(TL_ERR_NOMEM, "out of memory");
+}
+
+void tl_chat_template_free(struct tl_chat_template *t)
+{
+    tl_jinja_free(t->jinja);
+    free(t->source_name);
+    free(t->bos_token);
+    free(t->eos_token);
+    memset(t, 0, sizeof(*t));
+}
+
+// ---- rendering a request
+
+static tl_status bad_field(const char **param, const char *name, const char *msg)
+{
+    if (param) *param = name;
+    return tl__errorf(TL_ERR_INVALID_ARG, "'%s' %s", name, msg);
+}
+
+// Legacy "functions" as the tools list ([{"type": "function", "function": f}, ...]).
+static json_t *functions_as_tools(const json_t *functions)
+{
+    json_t *tools = json_array();
+    size_t i;
+    json_t *f;
+    json_array_foreach(functions, i, f)
+    {
+        json_array_append_new(tools, json_pack("{s:s,s:O}", "type", "function", "function", f));
+    }
+    return tools;
+}
+
+tl_status tl_chat_template_apply(const struct tl_chat_template *t, const json_t *body, char **out,
+                                 size_t *out_len, const char **param)
 {
     *out = NULL;
     *out_len = 0;
-    if ((unsigned)f >= TL_CHAT_COUNT)
-        return tl__errorf(TL_ERR_INVALID_ARG, "chat template: unknown family %d", (int)f);
-    if (n_msgs <= 0) return tl__errorf(TL_ERR_INVALID_ARG, "messages: at least one is needed");
-    struct tl_sb sb;
-    tl_sb_init(&sb);
-    if (f == TL_CHAT_LLAMA2 || f == TL_CHAT_MISTRAL || f == TL_CHAT_GEMMA)
-        render_inst(&sb, f, msgs, n_msgs);
-    else
-        render_turns(&sb, f, msgs, n_msgs);
-    char *s = tl_sb_take(&sb, out_len);
-    if (!s) return tl__errorf(TL_ERR_NOMEM, "chat template: out of memory");
-    *out = s;
-    return TL_OK;
+    if (param) *param = NULL;
+    json_t *agp = json_object_get(body, "add_generation_prompt");
+    json_t *cont = json_object_get(body, "continue_final_message");
+    json_t *kwargs = json_object_get(body, "chat_template_kwargs");
+    json_t *tools = json_object_get(body, "tools");
+    json_t *functions = json_object_get(body, "functions");
+    json_t *documents = json_object_get(body, "documents");
+    if (agp && !json_is_null(agp) && !json_is_boolean(agp))
+        return bad_field(param, "add_generation_prompt", "must be a boolean");
+    if (cont && !json_is_null(cont) && !json_is_boolean(cont))
+        return bad_field(param, "continue_final_message", "must be a boolean");
+    if (kwargs && !json_is_null(kwargs) && !json_is_object(kwargs))
+        return bad_field(param, "chat_template_kwargs", "must be an object");
+    if (tools && !json_is_null(tools) && !json_is_array(tools))
+        return bad_field(param, "tools", "must be a list");
+    if (functions && !json_is_null(functions) && !json_is_array(functions))
+        return bad_field(param, "functions", "must be a list");
+    if (documents && !json_is_null(documents) && !json_is_array(documents))
+        return bad_field(param, "documents", "must be a list");
+    json_t *legacy = NULL;
+    if ((!tools || json_is_null(tools)) && json_is_array(functions))
+        tools = legacy = functions_as_tools(functions);
+    struct tl_chat_vars v = {
+        .messages = json_object_get(body, "messages"),
+        .tools = json_is_array(tools) ? tools : NULL,
+        .documents = json_is_array(documents) ? documents : NULL,
+        .kwargs = json_is_object(kwargs) ? kwargs : NULL,
+        .bos_token = t->bos_token,
+        .eos_token = t->eos_token,
+        .add_generation_prompt = !agp || json_is_null(agp) || json_is_true(agp),
+        .continue_final_message = json_is_true(cont),
+    };
+    // vLLM: continue_final_message replaces the generation prompt unless both are asked for.
+    if (v.continue_final_message && (!agp || json_is_null(agp))) v.add_generation_prompt = false;
+    char err[512];
+    enum tl_jinja_error_kind kind;
+    tl_status st = tl_chat_render_vars(t->jinja, &v, out, out_len, &kind, err, sizeof(err));
+    json_decref(legacy);
+    if (st == TL_OK) return TL_OK;
+    if (param) *param = "messages";
+    if (st == TL_ERR_NOMEM) return tl__errorf(TL_ERR_NOMEM, "%s", err);
+    if (kind == TL_JINJA_RAISED) return tl__errorf(TL_ERR_INVALID_ARG, "%s", err);
+    return tl__errorf(TL_ERR_INVALID_ARG, "chat template error: %s", err);
 }

@@ -292,10 +292,10 @@ static bool parse_messages(json_t *root, struct tl_oai_params *p, struct tl_oai_
             p->msgs[i].role = TL_CHAT_USER;
         else if (str_is(role, "assistant"))
             p->msgs[i].role = TL_CHAT_ASSISTANT;
+        else if (str_is(role, "tool"))
+            p->msgs[i].role = TL_CHAT_TOOL;
         else
-            return bad(err, param,
-                       "'%s' must be one of system, developer, user, assistant (tool messages "
-                       "are not supported)",
+            return bad(err, param, "'%s' must be one of system, developer, user, assistant, tool",
                        param);
         if (!parse_content(json_object_get(m, "content"), (int)i, &p->msgs[i], p, err))
             return false;

@@ -68,9 +68,11 @@ static bool prepare_one(struct tl_server *s, struct tl_oai_params *p, struct tl_
     size_t len = 0;
     char *rendered = NULL;
     if (p->kind == TL_OAI_CHAT) {
-        tl_status st = tl_chat_render(s->chat_family, p->msgs, p->n_msgs, &rendered, &len);
+        const char *bad = NULL;
+        tl_status st = tl_chat_template_apply(&s->chat, p->root, &rendered, &len, &bad);
         if (st) {
             tl_oai_error_from_status(err, st, tl_last_error());
+            if (bad) snprintf(err->param, sizeof(err->param), "%s", bad);
             return false;
         }
         text = rendered;
@@ -95,8 +97,10 @@ static bool prepare_one(struct tl_server *s, struct tl_oai_params *p, struct tl_
         free(rendered);
         return false;
     }
-    tl_status st =
-        s->be->tokenize(s->model, text, len, true, true, &pr->tokens[i], &pr->n_tokens[i]);
+    // A rendered chat carries its own special tokens (the template writes BOS where the model
+    // wants one), so only plain prompts get the vocabulary's automatic BOS (vLLM does the same).
+    tl_status st = s->be->tokenize(s->model, text, len, p->kind != TL_OAI_CHAT, true,
+                                   &pr->tokens[i], &pr->n_tokens[i]);
     if (!st && p->echo) {
         pr->text[i] = tl_strndup(text, len);
         pr->text_len[i] = len;

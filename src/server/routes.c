@@ -61,19 +61,19 @@ static void h_metrics(struct tl_server *s, struct evhttp_request *r, int64_t t0,
 
 static void h_models(struct tl_server *s, struct evhttp_request *r, int64_t t0, json_t *body)
 {
-    json_t *m =
-        json_pack("{ss ss sI ss sI sI ss sb ss}", "id", s->model_name, "object", "model", "created",
-                  (json_int_t)s->started_s, "owned_by", "tokenloom", "max_model_len",
-                  (json_int_t)s->max_seq_len, "vocab_size", (json_int_t)s->info.n_vocab,
-                  "chat_template", tl_chat_family_name(s->chat_family), "chat_template_fallback",
-                  s->chat_fallback, "root", s->model_base);
+    json_t *m = json_pack("{ss ss sI ss sI sI ss sb ss}", "id", s->model_name, "object", "model",
+                          "created", (json_int_t)s->started_s, "owned_by", "tokenloom",
+                          "max_model_len", (json_int_t)s->max_seq_len, "vocab_size",
+                          (json_int_t)s->info.n_vocab, "chat_template", s->chat.source_name,
+                          "chat_template_fallback", s->chat.fallback, "root", s->model_base);
     tl_http_send_json(&s->http, r, 200,
                       m ? json_pack("{ss s[o]}", "object", "list", "data", m) : NULL, t0, 0, 0);
 }
 
 // ---- POST endpoints --------------------------------------------------------------------------
 
-// POST /tokenize {"prompt": "..."} or {"messages": [...]}, "add_special_tokens" (default true)
+// POST /tokenize {"prompt": "..."} or {"messages": [...], "tools": [...], ...} (rendered through
+// the chat template), "add_special_tokens" (default true for a prompt, false for messages)
 // -> {"tokens": [...], "count": N, "max_model_len": M}
 static void h_tokenize(struct tl_server *s, struct evhttp_request *r, int64_t t0, json_t *root)
 {
@@ -96,13 +96,19 @@ static void h_tokenize(struct tl_server *s, struct evhttp_request *r, int64_t t0
             tl_srv_send_error(s, r, &err, t0);
             return;
         }
-        tl_status st = tl_chat_render(s->chat_family, p.msgs, p.n_msgs, &rendered, &len);
+        const char *param = NULL;
+        tl_status st = tl_chat_template_apply(&s->chat, p.root, &rendered, &len, &param);
         tl_oai_params_free(&p);
         if (st) {
-            tl_srv_reply_status(s, r, t0, st, tl_last_error());
+            struct tl_oai_error e2;
+            tl_oai_error_from_status(&e2, st, tl_last_error());
+            if (param) snprintf(e2.param, sizeof(e2.param), "%s", param);
+            tl_srv_send_error(s, r, &e2, t0);
             return;
         }
         text = rendered;
+        // A rendered chat carries its own special tokens (vLLM's default for chat).
+        if (!add || json_is_null(add)) add_special = false;
     } else if (json_is_string(prompt)) {
         text = json_string_value(prompt);
         len = json_string_length(prompt);

@@ -94,22 +94,18 @@ static bool model_ready(struct tl_server *s)
         size_t n = s->be->token_text(s->model, id, buf, sizeof(buf));
         if (n > s->max_token_bytes) s->max_token_bytes = n;
     }
-    if (s->cfg.chat_template && *s->cfg.chat_template) {
-        if (!tl_chat_family_from_name(s->cfg.chat_template, &s->chat_family)) {
-            tl__errorf(TL_ERR_INVALID_ARG,
-                       "unknown chat template '%s' (chatml, llama2, llama3, mistral, zephyr, "
-                       "gemma, phi3)",
-                       s->cfg.chat_template);
-            return false;
-        }
-        s->chat_fallback = false;
-    } else {
-        s->chat_family = tl_chat_detect(s->info.chat_template, &s->chat_fallback);
-    }
+    // The chat template (src/chat renders it) sees the vocabulary's BOS and EOS texts.
+    char *bos = s->info.bos >= 0 ? s->be->detokenize(s->model, &s->info.bos, 1, true) : NULL;
+    char *eos = s->info.eos >= 0 ? s->be->detokenize(s->model, &s->info.eos, 1, true) : NULL;
+    tl_status cst = tl_chat_template_init(&s->chat, s->cfg.chat_template, s->cfg.chat_template_file,
+                                          s->info.chat_template, bos, eos);
+    free(bos);
+    free(eos);
+    if (cst) return false;
     // The family's end-of-turn texts: a stop token when the vocabulary has it as one token,
     // else a stop string.
     const char *texts[2];
-    int n = tl_chat_stop_texts(s->chat_family, texts);
+    int n = tl_chat_stop_texts(s->chat.family, texts);
     for (int i = 0; i < n; i++) {
         int32_t *ids = NULL;
         int64_t n_ids = 0;
@@ -158,8 +154,8 @@ static void *engine_main(void *arg)
     int expected = TL_SRV_LOADING;
     if (atomic_compare_exchange_strong(&s->state, &expected, TL_SRV_READY))
         TL_LOGI("serve: ready: model '%s' on http://%s:%d (chat template %s%s)", s->model_name,
-                s->cfg.host, s->http.port, tl_chat_family_name(s->chat_family),
-                s->chat_fallback ? ", fallback" : "");
+                s->cfg.host, s->http.port, s->chat.source_name,
+                s->chat.fallback ? ": the model has none" : "");
     int64_t last_err_us = 0;
     while (!atomic_load(&s->engine_quit)) {
         int64_t pending = 0;
@@ -426,6 +422,7 @@ void tl_server_destroy(struct tl_server *s)
         tl_engine_destroy(s->engine);
         tl_model_free(s->model);
     }
+    tl_chat_template_free(&s->chat);
     free(s->model_name);
     free(s->model_base);
     free(s);

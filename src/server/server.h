@@ -34,21 +34,22 @@ struct tl_srv_backend {
 extern const struct tl_srv_backend tl_srv_backend_default;
 
 struct tl_server_config {
-    const char *host;              // listen address (default "127.0.0.1")
-    int port;                      // 0 = any free port (see tl_server_port)
-    const char *api_key;           // when set, /v1/* and /tokenize, /detokenize need
-                                   // "Authorization: Bearer <key>"
-    size_t max_body_bytes;         // larger bodies get 413 (default 8 MiB)
-    int max_queued_requests;       // engine requests submitted but not started; past it 429
-                                   // (default 256)
-    double shutdown_timeout_s;     // on stop, how long in-flight requests may finish (default 30)
-    int http_timeout_s;            // per-connection read/write idle timeout (default 60)
-    size_t max_unsent_bytes;       // a stream whose client lets more than this pile up unread
-                                   // is cancelled (default 8 MiB): memory per connection stays
-                                   // bounded even for a client that reads a byte a minute
-    const char *served_model_name; // the model id clients use (default: the model's name)
-    const char *chat_template;     // a family name overriding detection ("chatml", ...), or NULL
-    bool handle_signals;           // stop on SIGINT/SIGTERM (the CLI sets it)
+    const char *host;               // listen address (default "127.0.0.1")
+    int port;                       // 0 = any free port (see tl_server_port)
+    const char *api_key;            // when set, /v1/* and /tokenize, /detokenize need
+                                    // "Authorization: Bearer <key>"
+    size_t max_body_bytes;          // larger bodies get 413 (default 8 MiB)
+    int max_queued_requests;        // engine requests submitted but not started; past it 429
+                                    // (default 256)
+    double shutdown_timeout_s;      // on stop, how long in-flight requests may finish (default 30)
+    int http_timeout_s;             // per-connection read/write idle timeout (default 60)
+    size_t max_unsent_bytes;        // a stream whose client lets more than this pile up unread
+                                    // is cancelled (default 8 MiB): memory per connection stays
+                                    // bounded even for a client that reads a byte a minute
+    const char *served_model_name;  // the model id clients use (default: the model's name)
+    const char *chat_template;      // a built-in template overriding the GGUF's ("chatml", ...)
+    const char *chat_template_file; // a Jinja file overriding both, or NULL
+    bool handle_signals;            // stop on SIGINT/SIGTERM (the CLI sets it)
 
     // Loading (on the engine thread, while /health says 503):
     const char *model_path;

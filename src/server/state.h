@@ -58,14 +58,13 @@ struct tl_server {
 
     // Model facts (valid once READY):
     struct tl_model_info info;
-    char *model_name;       // owned: the served id
-    char *model_base;       // owned: the file's base name (also accepted)
-    int32_t max_seq_len;    // prompt + generated tokens per request
-    size_t max_token_bytes; // longest text of one token (at least 64): a prompt longer
-                            // than max_seq_len * this cannot fit and is refused
-                            // before tokenizing (which would stall the loop)
-    enum tl_chat_family chat_family;
-    bool chat_fallback;
+    char *model_name;             // owned: the served id
+    char *model_base;             // owned: the file's base name (also accepted)
+    int32_t max_seq_len;          // prompt + generated tokens per request
+    size_t max_token_bytes;       // longest text of one token (at least 64): a prompt longer
+                                  // than max_seq_len * this cannot fit and is refused
+                                  // before tokenizing (which would stall the loop)
+    struct tl_chat_template chat; // the template chat requests are rendered with
     int32_t chat_stop_tokens[4];
     int n_chat_stop_tokens;
     const char *chat_stop_strings[4]; // static strings (not single tokens)

@@ -54,7 +54,10 @@ def gguf_string(b):
 
 
 def main():
-    src, tmpl, dst = sys.argv[1:4]
+    copy_with_template(*sys.argv[1:4])
+
+
+def copy_with_template(src, tmpl, dst):
     data = open(src, "rb").read()
     r = Reader(data)
     if r.take(4) != b"GGUF":

@@ -190,14 +190,28 @@ static const char *fuzz_check_accepted(const struct tl_oai_params *p, enum tl_oa
         }
     } else {
         if (p->n_msgs < 1 || p->n_msgs > TL_OAI_MAX_MESSAGES) return "message count";
-        for (int f = 0; f < TL_CHAT_COUNT; f++) {
-            char *out = NULL;
-            size_t out_len = 0;
-            if (tl_chat_render((enum tl_chat_family)f, p->msgs, p->n_msgs, &out, &out_len))
-                return "chat render failed on accepted messages";
-            if (!out || out[out_len] != '\0') return "chat render output";
-            free(out);
-        }
+        // One built-in template per body (rotating): accepted messages always render.
+        static struct tl_chat_template tmpl[TL_CHAT_COUNT];
+        int f = (int)(len % TL_CHAT_COUNT);
+        if (!tmpl[f].jinja &&
+            tl_chat_template_init(&tmpl[f], tl_chat_family_name((enum tl_chat_family)f), NULL,
+                                  NULL, "<s>", "</s>"))
+            return "built-in chat template failed to load";
+        char *out = NULL;
+        size_t out_len = 0;
+        const char *param = NULL;
+        json_t *tools = json_object_get(p->root, "tools");
+        json_t *kw = json_object_get(p->root, "chat_template_kwargs");
+        bool odd_fields = (tools && !json_is_array(tools) && !json_is_null(tools)) ||
+                          (kw && !json_is_object(kw) && !json_is_null(kw)) ||
+                          json_object_get(p->root, "add_generation_prompt") ||
+                          json_object_get(p->root, "continue_final_message") ||
+                          json_object_get(p->root, "functions") ||
+                          json_object_get(p->root, "documents");
+        if (tl_chat_template_apply(&tmpl[f], p->root, &out, &out_len, &param) && !odd_fields)
+            return "chat render failed on accepted messages";
+        if (out && out[out_len] != '\0') return "chat render output";
+        free(out);
     }
     // Response builders on hostile bytes: the body itself as generated text and tokens.
     struct tl_oai_logprobs lp;

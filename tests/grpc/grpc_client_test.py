@@ -45,7 +45,7 @@ class Server:
     def __init__(self, *extra):
         self.log = open(os.devnull, "w")
         self.proc = subprocess.Popen(
-            [TL_BIN, "serve", "-m", MODEL, "--port", "0", "--grpc-port=0", *extra],
+            [TL_BIN, "serve", "-m", MODEL, "--port", "0", "--grpc-port", "0", *extra],
             stderr=subprocess.PIPE, text=True)
         SERVERS.append(self)
         self.http = self.grpc = None

@@ -1,34 +1,41 @@
 /*
  * Tests for src/server/chat_template.c: family detection from real templates' marker strings
- * and the rendered text of each family, compared with the formats the model authors publish
- * (the expected strings are written out by hand from those formats, not produced by our code).
+ * (it picks the stop texts), choosing the template (file > built-in name > GGUF > ChatML
+ * fallback; parse errors name line and column), and the built-in templates' rendering of a
+ * request body, compared with the formats the model authors publish (the expected strings are
+ * written out by hand from those formats, not produced by our code; test_jinja_oracle also
+ * checks every built-in against Jinja2).
  */
 #include "tl_test.h"
 
 #include "server/chat_template.h"
 
-#define MSG(r, s)                                                                                  \
-    {                                                                                              \
-        r, s, sizeof(s) - 1                                                                        \
-    }
+#include <jansson.h>
 
-static const struct tl_chat_msg convo[] = {
-    MSG(TL_CHAT_SYSTEM, "You are terse."),
-    MSG(TL_CHAT_USER, "Hi"),
-    MSG(TL_CHAT_ASSISTANT, "Hello."),
-    MSG(TL_CHAT_USER, "Bye"),
-};
-#define N_CONVO ((int)(sizeof(convo) / sizeof(convo[0])))
+static const char *convo_json = "[{\"role\": \"system\", \"content\": \"You are terse.\"},"
+                                "{\"role\": \"user\", \"content\": \"Hi\"},"
+                                "{\"role\": \"assistant\", \"content\": \"Hello.\"},"
+                                "{\"role\": \"user\", \"content\": \"Bye\"}]";
 
-static void expect_render(enum tl_chat_family f, const struct tl_chat_msg *m, int n,
-                          const char *want)
+// Renders {"messages": messages[from:from+n]} with the built-in `name`; compares with want.
+static void expect_render_n(const char *name, int from, int n, const char *want)
 {
+    struct tl_chat_template t;
+    assert_int_equal(tl_chat_template_init(&t, name, NULL, NULL, "<s>", "</s>"), TL_OK);
+    json_t *all = json_loads(convo_json, 0, NULL);
+    json_t *msgs = json_array();
+    for (int i = from; i < from + n; i++)
+        json_array_append(msgs, json_array_get(all, (size_t)i));
+    json_t *body = json_pack("{so}", "messages", msgs);
     char *out = NULL;
     size_t len = 0;
-    assert_int_equal(tl_chat_render(f, m, n, &out, &len), TL_OK);
+    assert_int_equal(tl_chat_template_apply(&t, body, &out, &len, NULL), TL_OK);
     assert_string_equal(out, want);
     assert_int_equal(len, strlen(want));
     free(out);
+    json_decref(body);
+    json_decref(all);
+    tl_chat_template_free(&t);
 }
 
 static void test_detect_families(void **state)
@@ -99,7 +106,7 @@ static void test_family_names_roundtrip(void **state)
 static void test_render_chatml(void **state)
 {
     (void)state;
-    expect_render(TL_CHAT_CHATML, convo, N_CONVO,
+    expect_render_n("chatml", 0, 4,
                   "<|im_start|>system\nYou are terse.<|im_end|>\n"
                   "<|im_start|>user\nHi<|im_end|>\n"
                   "<|im_start|>assistant\nHello.<|im_end|>\n"
@@ -110,19 +117,17 @@ static void test_render_chatml(void **state)
 static void test_render_llama2(void **state)
 {
     (void)state;
-    expect_render(TL_CHAT_LLAMA2, convo, N_CONVO,
-                  "[INST] <<SYS>>\nYou are terse.\n<</SYS>>\n\nHi [/INST] Hello. </s><s>"
-                  "[INST] Bye [/INST]");
-    expect_render(TL_CHAT_LLAMA2, convo + 1, 1, "[INST] Hi [/INST]");
+    expect_render_n("llama2", 0, 4,
+                    "<s>[INST] <<SYS>>\nYou are terse.\n<</SYS>>\n\nHi [/INST] Hello. </s><s>"
+                    "[INST] Bye [/INST]");
+    expect_render_n("llama2", 1, 1, "<s>[INST] Hi [/INST]");
 }
 
 static void test_render_llama3(void **state)
 {
     (void)state;
-    const struct tl_chat_msg m[] = {MSG(TL_CHAT_SYSTEM, " You are terse.\n"),
-                                    MSG(TL_CHAT_USER, "Hi")};
-    expect_render(TL_CHAT_LLAMA3, m, 2,
-                  "<|start_header_id|>system<|end_header_id|>\n\nYou are terse.<|eot_id|>"
+    expect_render_n("llama3", 0, 2,
+                  "<s><|start_header_id|>system<|end_header_id|>\n\nYou are terse.<|eot_id|>"
                   "<|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>"
                   "<|start_header_id|>assistant<|end_header_id|>\n\n");
 }
@@ -130,22 +135,22 @@ static void test_render_llama3(void **state)
 static void test_render_mistral(void **state)
 {
     (void)state;
-    expect_render(TL_CHAT_MISTRAL, convo, N_CONVO,
-                  "[INST] You are terse.\n\nHi [/INST]Hello.</s>[INST] Bye [/INST]");
+    expect_render_n("mistral", 0, 4,
+                  "<s>[INST] You are terse.\n\nHi [/INST]Hello.</s>[INST] Bye [/INST]");
 }
 
 static void test_render_zephyr(void **state)
 {
     (void)state;
-    expect_render(TL_CHAT_ZEPHYR, convo, 2,
+    expect_render_n("zephyr", 0, 2,
                   "<|system|>\nYou are terse.</s>\n<|user|>\nHi</s>\n<|assistant|>\n");
 }
 
 static void test_render_gemma(void **state)
 {
     (void)state;
-    expect_render(TL_CHAT_GEMMA, convo, N_CONVO,
-                  "<start_of_turn>user\nYou are terse.\n\nHi<end_of_turn>\n"
+    expect_render_n("gemma", 0, 4,
+                  "<s><start_of_turn>user\nYou are terse.\n\nHi<end_of_turn>\n"
                   "<start_of_turn>model\nHello.<end_of_turn>\n"
                   "<start_of_turn>user\nBye<end_of_turn>\n"
                   "<start_of_turn>model\n");
@@ -154,27 +159,100 @@ static void test_render_gemma(void **state)
 static void test_render_phi3(void **state)
 {
     (void)state;
-    expect_render(TL_CHAT_PHI3, convo + 1, 3,
+    expect_render_n("phi3", 1, 3,
                   "<|user|>\nHi<|end|>\n<|assistant|>\nHello.<|end|>\n<|user|>\nBye<|end|>\n"
                   "<|assistant|>\n");
 }
 
-static void test_render_errors_and_binary_content(void **state)
+// Renders body (JSON text) with t; returns the status, the output and the param.
+static tl_status apply(const struct tl_chat_template *t, const char *body_text, char **out,
+                       size_t *len, const char **param)
+{
+    json_t *body = json_loads(body_text, JSON_ALLOW_NUL, NULL);
+    assert_non_null(body);
+    tl_status st = tl_chat_template_apply(t, body, out, len, param);
+    json_decref(body);
+    return st;
+}
+
+static void test_choice_and_errors(void **state)
 {
     (void)state;
-    char *out = (char *)1;
-    size_t len = 7;
-    assert_int_equal(tl_chat_render(TL_CHAT_CHATML, convo, 0, &out, &len), TL_ERR_INVALID_ARG);
-    assert_null(out);
-    assert_int_equal(tl_chat_render((enum tl_chat_family)99, convo, 1, &out, &len),
-                     TL_ERR_INVALID_ARG);
+    struct tl_chat_template t;
+    // No template anywhere: ChatML, reported as a fallback.
+    assert_int_equal(tl_chat_template_init(&t, NULL, NULL, NULL, "<s>", "</s>"), TL_OK);
+    assert_true(t.fallback);
+    assert_string_equal(t.source_name, "chatml");
     // Content with an embedded NUL is carried through byte for byte.
-    const struct tl_chat_msg m[] = {{TL_CHAT_USER, "a\0b", 3}};
-    assert_int_equal(tl_chat_render(TL_CHAT_CHATML, m, 1, &out, &len), TL_OK);
+    char *out = NULL;
+    size_t len = 0;
+    assert_int_equal(apply(&t, "{\"messages\": [{\"role\": \"user\", \"content\": \"a\\u0000b\"}]}",
+                           &out, &len, NULL),
+                     TL_OK);
     const char want[] = "<|im_start|>user\na\0b<|im_end|>\n<|im_start|>assistant\n";
     assert_int_equal(len, sizeof(want) - 1);
     assert_memory_equal(out, want, len);
     free(out);
+    const char *param = NULL;
+    assert_int_equal(apply(&t, "{\"messages\": [], \"add_generation_prompt\": 1}", &out, &len,
+                           &param),
+                     TL_ERR_INVALID_ARG);
+    assert_string_equal(param, "add_generation_prompt");
+    assert_int_equal(apply(&t, "{\"messages\": [], \"chat_template_kwargs\": []}", &out, &len,
+                           &param),
+                     TL_ERR_INVALID_ARG);
+    assert_string_equal(param, "chat_template_kwargs");
+    tl_chat_template_free(&t);
+
+    // The GGUF's template is used and reported as such; a raise_exception is a 400 carrying
+    // exactly its message; a name overrides the GGUF's template.
+    const char *gguf = "{% if messages[0].role != 'user' %}{{ raise_exception('Users first!') }}"
+                       "{% endif %}{% for m in messages %}[{{ m.role }}]{{ m.content }}"
+                       "{% endfor %}{{ enable_thinking is defined and enable_thinking }}";
+    assert_int_equal(tl_chat_template_init(&t, NULL, NULL, gguf, "<s>", "</s>"), TL_OK);
+    assert_false(t.fallback);
+    assert_string_equal(t.source_name, "gguf");
+    assert_int_equal(apply(&t,
+                           "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], "
+                           "\"chat_template_kwargs\": {\"enable_thinking\": true}}",
+                           &out, &len, NULL),
+                     TL_OK);
+    assert_string_equal(out, "[user]xTrue");
+    free(out);
+    assert_int_equal(apply(&t, "{\"messages\": [{\"role\": \"assistant\", \"content\": \"x\"}]}",
+                           &out, &len, &param),
+                     TL_ERR_INVALID_ARG);
+    assert_string_equal(tl_last_error(), "Users first!");
+    assert_string_equal(param, "messages");
+    tl_chat_template_free(&t);
+    assert_int_equal(tl_chat_template_init(&t, "zephyr", NULL, gguf, "<s>", "</s>"), TL_OK);
+    assert_string_equal(t.source_name, "zephyr");
+    assert_int_equal(t.family, TL_CHAT_ZEPHYR);
+    tl_chat_template_free(&t);
+
+    // A GGUF template that does not parse: a startup error naming line and column.
+    assert_int_equal(tl_chat_template_init(&t, NULL, NULL, "ok\n{% for x in %}", NULL, NULL),
+                     TL_ERR_FORMAT);
+    if (!strstr(tl_last_error(), "line 2, column 13"))
+        fail_msg("message lacks the position: %s", tl_last_error());
+    assert_int_equal(tl_chat_template_init(&t, "nope", NULL, NULL, NULL, NULL),
+                     TL_ERR_INVALID_ARG);
+    assert_int_equal(tl_chat_template_init(&t, NULL, "/nonexistent/t.jinja", NULL, NULL, NULL),
+                     TL_ERR_IO);
+    // A file overrides everything.
+    const char *path = tl_test_tmpfile("tmpl.jinja");
+    FILE *f = fopen(path, "w");
+    fputs("{{ bos_token }}{% for m in messages %}<{{ m.role }}>{% endfor %}", f);
+    fclose(f);
+    assert_int_equal(tl_chat_template_init(&t, "chatml", path, gguf, "<s>", "</s>"), TL_OK);
+    assert_int_equal(strncmp(t.source_name, "file:", 5), 0);
+    assert_int_equal(apply(&t, "{\"messages\": [{\"role\": \"tool\", \"content\": \"r\"}]}",
+                           &out, &len, NULL),
+                     TL_OK);
+    assert_string_equal(out, "<s><tool>");
+    free(out);
+    tl_chat_template_free(&t);
+    unlink(path);
 }
 
 static void test_stop_texts(void **state)
@@ -198,5 +276,5 @@ TL_TEST_MAIN(cmocka_unit_test(test_detect_families), cmocka_unit_test(test_detec
              cmocka_unit_test(test_render_llama2), cmocka_unit_test(test_render_llama3),
              cmocka_unit_test(test_render_mistral), cmocka_unit_test(test_render_zephyr),
              cmocka_unit_test(test_render_gemma), cmocka_unit_test(test_render_phi3),
-             cmocka_unit_test(test_render_errors_and_binary_content),
+             cmocka_unit_test(test_choice_and_errors),
              cmocka_unit_test(test_stop_texts))
