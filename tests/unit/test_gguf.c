@@ -16,8 +16,7 @@
 #include <math.h>
 #include <sys/stat.h>
 
-// ---- helpers
-// -------------------------------------------------------------------------------------
+// ---- helpers ------------------------------------------------------------------------------------
 
 // Asserts a failure with `code` whose message is one line "<name>: ...<needle>...".
 static void check_error(tl_status rc, tl_status code, const char *name, const char *needle)
@@ -59,8 +58,7 @@ static bool str_is(struct tl_gguf_str s, const char *c)
     return tl_gguf_str_eq(s, c);
 }
 
-// ---- a tiny independent GGUF byte builder for handcrafted files
-// -----------------------------------
+// ---- a tiny independent GGUF byte builder for handcrafted files ---------------------------------
 
 struct fb {
     uint8_t buf[1 << 14];
@@ -323,8 +321,7 @@ static void test_read_vocab_files(void **state)
     tl_gguf_close(g);
 }
 
-// ---- writer round trip
-// -------------------------------------------------------------------------------
+// ---- writer round trip --------------------------------------------------------------------------
 
 static bool value_equal(const struct tl_gguf_value *a, const struct tl_gguf_value *b)
 {
@@ -721,8 +718,7 @@ static void test_writer_alignment_64(void **state)
     unlink(path);
 }
 
-// ---- getters
-// -----------------------------------------------------------------------------------------
+// ---- getters ------------------------------------------------------------------------------------
 
 static void test_getter_conversions(void **state)
 {
@@ -815,8 +811,7 @@ static void test_getter_conversions(void **state)
     unlink(path);
 }
 
-// ---- handcrafted bad files
-// -----------------------------------------------------------------------------
+// ---- handcrafted bad files ----------------------------------------------------------------------
 
 static void test_bad_header(void **state)
 {
@@ -1032,8 +1027,7 @@ static void test_open_path_errors(void **state)
     tl_gguf_close(NULL);
 }
 
-// ---- truncation, byte flips, allocation failures
-// ---------------------------------------------------------
+// ---- truncation, byte flips, allocation failures ------------------------------------------------
 
 static size_t make_roundtrip_bytes(uint8_t **out, char *path)
 {

@@ -42,8 +42,7 @@
 
 static const int32_t tokens[N_TOK] = {1, 403, 407, 261, 378, 432, 383, 286, 17, 511, 0, 376};
 
-// ---- seeded weights, exact in every storage type
-// -------------------------------------------------
+// ---- seeded weights, exact in every storage type ------------------------------------------------
 
 // x[i] = offset + k * 2^-shift, k uniform in [-255, 255]: 8 significant bits (bf16-exact).
 static void fill_uniform(uint64_t *s, float *x, int64_t n, float offset, int shift)
@@ -157,8 +156,7 @@ static void ref_free(struct ref_model *m)
     m->n_bufs = 0;
 }
 
-// ---- the scalar reference forward (double)
-// --------------------------------------------------------
+// ---- the scalar reference forward (double) ------------------------------------------------------
 
 static void ref_rmsnorm(const double *x, const float *w, int n, double eps, double *y)
 {
@@ -558,8 +556,7 @@ static void check_case(const struct arch_case *c)
     free(ref), free(wrong), free(chunk), free(single);
 }
 
-// ---- cases
-// ---------------------------------------------------------------------------------------
+// ---- cases --------------------------------------------------------------------------------------
 
 // Every case is a 64-wide model with 4 query heads and a 96-wide FFN; it picks the KV heads and
 // layers. Weights, norms and biases are F32 unless a case sets wtype / vtype (F32 is 0).
@@ -733,8 +730,7 @@ static void test_llama_f16_and_bf16_weights(void **state)
     check_case(&c);
 }
 
-// ---- what the loader rejects, with a clear error
-// --------------------------------------------------
+// ---- what the loader rejects, with a clear error ------------------------------------------------
 
 static void expect_load_error(const struct arch_case *c, int drop_bias_of_layer, tl_status want,
                               const char *needle)
