@@ -223,7 +223,8 @@ static struct jv arith(struct jctx *c, enum jop op, struct jv a, struct jv b)
     static const char *const sym[] = {"", "+", "-", "*", "/", "//", "%", "**"};
     bool nums = jv_is_num(a) && jv_is_num(b);
     bool ints = nums && a.kind != JV_FLOAT && b.kind != JV_FLOAT;
-    int64_t x = a.kind == JV_INT ? a.i : a.b, y = b.kind == JV_INT ? b.i : b.b, r;
+    int64_t x = a.kind == JV_INT ? a.i : a.kind == JV_BOOL ? a.b : 0;
+    int64_t y = b.kind == JV_INT ? b.i : b.kind == JV_BOOL ? b.b : 0, r;
     double fx = jv_as_double(a), fy = jv_as_double(b);
     switch (op) {
     case JOP_ADD:
@@ -282,6 +283,7 @@ static struct jv arith(struct jctx *c, enum jop op, struct jv a, struct jv b)
         break;
     case JOP_FLOORDIV:
     case JOP_MOD:
+        if (op == JOP_MOD && a.kind == JV_STR) return jstr_percent(c, a, b);
         if (nums) {
             if (fy == 0) jfail(c, "%s by zero", op == JOP_MOD ? "modulo" : "division");
             if (ints) {

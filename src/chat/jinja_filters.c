@@ -61,67 +61,9 @@ struct jv jiterable_to_list(struct jctx *c, struct jv v)
     }
 }
 
-// ---- string helpers shared with the methods
-
 static bool is_ws(char ch)
 {
     return ch == ' ' || ch == '\t' || ch == '\n' || ch == '\r' || ch == '\v' || ch == '\f';
-}
-
-struct jv jstr_strip(struct jctx *c, struct jv s, struct jv chars, bool left, bool right)
-{
-    const char *p = s.s->p;
-    size_t b = 0, e = s.s->len;
-    const char *set = chars.kind == JV_STR ? chars.s->p : NULL;
-    size_t set_len = chars.kind == JV_STR ? chars.s->len : 0;
-#define IN_SET(ch) (set ? memchr(set, (ch), set_len) != NULL : is_ws(ch))
-    while (left && b < e && IN_SET(p[b]))
-        b++;
-    while (right && e > b && IN_SET(p[e - 1]))
-        e--;
-#undef IN_SET
-    return jv_str(&c->arena, p + b, e - b);
-}
-
-struct jv jstr_case(struct jctx *c, struct jv s, int mode) // 0 lower, 1 upper, 2 capitalize
-{
-    struct jv out = jv_str(&c->arena, s.s->p, s.s->len);
-    char *p = ((struct jstr *)out.s)->p;
-    for (size_t i = 0; i < s.s->len; i++) {
-        bool up = mode == 1 || (mode == 2 && i == 0);
-        if (up && p[i] >= 'a' && p[i] <= 'z') p[i] = (char)(p[i] - 32);
-        if (!up && p[i] >= 'A' && p[i] <= 'Z') p[i] = (char)(p[i] + 32);
-    }
-    return out;
-}
-
-struct jv jstr_replace(struct jctx *c, struct jv s, struct jv old, struct jv new, int64_t count)
-{
-    if (old.kind != JV_STR || new.kind != JV_STR) jfail(c, "replace() arguments must be strings");
-    struct jbuf b = {.arena = &c->arena};
-    const char *p = s.s->p, *end = p + s.s->len;
-    if (old.s->len == 0) { // Python inserts new between every character
-        int64_t n = 0;
-        for (size_t i = 0; i <= s.s->len; i++) {
-            if (count < 0 || n < count) {
-                jbuf_add(&b, new.s->p, new.s->len);
-                n++;
-            }
-            if (i < s.s->len) jbuf_add(&b, p + i, 1);
-        }
-        return jbuf_value(&b);
-    }
-    int64_t n = 0;
-    while (p < end && (count < 0 || n < count)) {
-        const char *hit = memmem(p, (size_t)(end - p), old.s->p, old.s->len);
-        if (!hit) break;
-        jbuf_add(&b, p, (size_t)(hit - p));
-        jbuf_add(&b, new.s->p, new.s->len);
-        p = hit + old.s->len;
-        n++;
-    }
-    jbuf_add(&b, p, (size_t)(end - p));
-    return jbuf_value(&b);
 }
 
 // ---- sorting (stable merge sort: Python's sort is stable; the comparison may fail the render)
@@ -310,15 +252,26 @@ static struct jv do_float(struct jctx *c, struct jv v, const struct jcall *a)
 
 static struct jv do_round(struct jctx *c, struct jv v, const struct jcall *a)
 {
-    int64_t prec = arg_or(c, a, 0, "precision", jv_int(0)).i;
+    struct jv pv = arg_or(c, a, 0, "precision", jv_int(0));
+    int64_t prec = pv.kind == JV_INT ? pv.i : 0;
     struct jv method = arg_or(c, a, 1, "method", jv_none());
     if (!jv_is_num(v)) jfail(c, "round() needs a number, not %s", jv_type_name(v));
-    double f = jv_as_double(v), scale = pow(10.0, (double)prec);
+    if (prec < -300 || prec > 300) jfail(c, "round() precision out of range");
     const char *m = method.kind == JV_STR ? method.s->p : "common";
-    double r = !strcmp(m, "floor")  ? floor(f * scale) / scale
-               : !strcmp(m, "ceil") ? ceil(f * scale) / scale
-                                    : nearbyint(f * scale) / scale; // Python rounds half to even
-    return jv_float(r);
+    double f = jv_as_double(v), scale = pow(10.0, (double)prec);
+    if (!strcmp(m, "floor")) return jv_float(floor(f * scale) / scale);
+    if (!strcmp(m, "ceil")) return jv_float(ceil(f * scale) / scale);
+    if (strcmp(m, "common")) jfail(c, "method must be common, ceil or floor");
+    // Python's round(x, n): an int stays an int; a float is rounded correctly from its exact
+    // binary value, half to even (glibc's %.*f does the same).
+    if (v.kind != JV_FLOAT && prec >= 0) return jv_int(v.kind == JV_INT ? v.i : v.b);
+    if (prec >= 0 && prec <= 40 && isfinite(f)) {
+        char buf[400];
+        snprintf(buf, sizeof(buf), "%.*f", (int)prec, f);
+        return jv_float(strtod(buf, NULL));
+    }
+    double r = nearbyint(f * scale) / scale;
+    return v.kind == JV_FLOAT ? jv_float(r) : jv_int((int64_t)r);
 }
 
 // select / reject / selectattr / rejectattr: keep items whose test (or truthiness) is `want`.
@@ -564,6 +517,21 @@ struct jv jfilter(struct jctx *c, const char *name, struct jv in, const struct j
             return l.l->n ? l.l->v[0] : jv_undef(NULL);
         }
         if (!strcmp(name, "float")) return do_float(c, in, a);
+        if (!strcmp(name, "format")) {
+            if (a->n_pos && a->n_kw) jfail(c, "can't handle positional and keyword arguments");
+            struct jv args;
+            if (a->n_kw) {
+                args = jv_map(&c->arena, a->n_kw);
+                for (int i = 0; i < a->n_kw; i++)
+                    jv_map_set(&c->arena, args, jv_cstr(&c->arena, a->kw[i]), a->kwv[i]);
+            } else {
+                args = jv_list(&c->arena, a->n_pos);
+                args.l->is_tuple = true;
+                for (int i = 0; i < a->n_pos; i++)
+                    jv_list_push(&c->arena, args, a->pos[i]);
+            }
+            return jstr_percent(c, need_str(c, in), args);
+        }
         break;
     case 'i':
         if (!strcmp(name, "indent")) return do_indent(c, need_str(c, in), a);

@@ -295,11 +295,13 @@ struct jv jfilter(struct jctx *c, const char *name, struct jv in, const struct j
 bool jtest(struct jctx *c, const char *name, struct jv in, const struct jcall *a);
 bool jtest_exists(const char *name);
 struct jv jescape(struct jctx *c, struct jv v); // Markup escape (|escape)
-// String helpers shared by filters and methods: strip (chars JV_STR or whitespace), ASCII case
-// (mode 0 lower, 1 upper, 2 capitalize), replace (count < 0 = all).
+// String helpers (jinja_text.c) shared by filters and methods: strip (chars JV_STR or whitespace),
+// ASCII case and beyond (mode 0 lower, 1 upper, 2 capitalize), replace (count < 0 = all).
 struct jv jstr_strip(struct jctx *c, struct jv s, struct jv chars, bool left, bool right);
 struct jv jstr_case(struct jctx *c, struct jv s, int mode);
 struct jv jstr_replace(struct jctx *c, struct jv s, struct jv old, struct jv new, int64_t count);
+// Python's fmt % args (args a tuple, a mapping for %(name)s, or one value).
+struct jv jstr_percent(struct jctx *c, struct jv fmt, struct jv args);
 bool jfilter_exists(const char *name);
 // A method bound to obj (str, map methods) or JV_UNDEF when obj has no such method.
 struct jv jmethod_bind(struct jctx *c, struct jv obj, const char *name);

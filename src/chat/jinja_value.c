@@ -282,7 +282,10 @@ bool jv_is_num(struct jv v)
 
 double jv_as_double(struct jv v)
 {
-    return v.kind == JV_FLOAT ? v.f : v.kind == JV_INT ? (double)v.i : (double)v.b;
+    return v.kind == JV_FLOAT  ? v.f
+           : v.kind == JV_INT  ? (double)v.i
+           : v.kind == JV_BOOL ? (double)v.b
+                               : 0.0;
 }
 
 bool jv_truthy(struct jv v)
