@@ -6,7 +6,10 @@ the test sends a little load, and then asks Prometheus' HTTP query API:
   - both targets are up;
   - sum(tokenloom:generation_tokens_total) equals the completion tokens the responses reported
     (and each replica's share equals what was sent to it);
-  - sum(tokenloom:num_requests_running) is back to 0.
+  - sum(tokenloom:num_requests_running) is back to 0;
+  - every query of the Grafana dashboard (deploy/grafana/tokenloom.json) is valid PromQL
+    (`promtool check rules` on them as recording rules), names only metrics /metrics exports,
+    and answers with data from the live Prometheus.
 
 `promtool check metrics` must be clean on each replica's /metrics, idle and after load (but for
 the naming advice listed in ALLOWED_LINTS), and the vLLM-named gauges the inference gateway's
@@ -16,6 +19,7 @@ still loading (its model path is a FIFO nobody writes yet) answers /health and /
 
 import json
 import os
+import re
 import tempfile
 import subprocess
 import sys
@@ -104,6 +108,41 @@ def start_prometheus(tmp, replicas):
             return proc, url
         time.sleep(0.1)
     return proc, None
+
+
+def dashboard_queries():
+    with open(os.path.join(dl.ROOT, "deploy", "grafana", "tokenloom.json")) as f:
+        dash = json.load(f)
+    return [(p["title"], t["expr"]) for p in dash["panels"] for t in p["targets"]]
+
+
+def check_dashboard(tmp, prom_url, replica):
+    queries = dashboard_queries()
+    rules = os.path.join(tmp, "dashboard_rules.yml")
+    with open(rules, "w") as f:
+        f.write("groups:\n  - name: dashboard\n    rules:\n")
+        for i, (_, expr) in enumerate(queries):
+            f.write("      - record: dashboard:q%d\n        expr: %s\n" % (i, json.dumps(expr)))
+    p = subprocess.run(["promtool", "check", "rules", rules], capture_output=True, text=True)
+    tap.check(p.returncode == 0 and len(queries) >= 10,
+              "Grafana dashboard: its %d queries are valid PromQL (promtool check rules)" %
+              len(queries), p.stdout + p.stderr)
+    exported = set()
+    for line in dl.http_get(replica.url + "/metrics")[1].decode().splitlines():
+        if line and not line.startswith("#"):
+            exported.add(line.split("{")[0].split(" ")[0])
+    used = {m for _, e in queries for m in re.findall(r"tokenloom:[a-z0-9_]+", e)}
+    tap.check(used and used <= exported, "Grafana dashboard: every metric it uses is exported",
+              sorted(used - exported))
+    empty = []
+    for title, expr in queries:
+        status, body = dl.http_get(prom_url + "/api/v1/query?" +
+                                   urllib.parse.urlencode({"query": expr}))
+        data = json.loads(body) if status == 200 else {}
+        if data.get("status") != "success" or not data["data"]["result"]:
+            empty.append("%s: %s -> %d %s" % (title, expr, status, body[:200]))
+    tap.check(not empty, "Grafana dashboard: every query answers with data after the load",
+              "\n".join(empty))
 
 
 def check_vllm_names(replica):
@@ -225,6 +264,7 @@ def main():
         for r in c.replicas:
             clean, out = promtool(r)
             tap.check(clean, "promtool check metrics is clean on %s after load" % r.name, out)
+        check_dashboard(c.tmp, prom_url, c.replicas[0])
         check_loading()
     finally:
         if prom and prom.poll() is None:
