@@ -116,7 +116,15 @@ static void release_held(struct tl_reasoning_split *s, struct out_buf *o, const 
 
 void tl_reasoning_feed(struct tl_reasoning_split *s, const char *text, size_t len)
 {
-    struct out_buf o = {.s = s, .is_reasoning = s->inside};
+    // Once no tag can matter any more (no syntax, or after the block), the text passes whole.
+    if (!current_tag(s) && !s->n_held && !s->after_close) {
+        if (len) s->sink(s->user, s->inside, text, len);
+        return;
+    }
+    struct out_buf o; // not zero-initialized: b[] is written before it is read
+    o.s = s;
+    o.is_reasoning = s->inside;
+    o.n = 0;
     for (size_t i = 0; i < len; i++) {
         char c = text[i];
         if (s->after_close) {
@@ -154,7 +162,10 @@ void tl_reasoning_feed(struct tl_reasoning_split *s, const char *text, size_t le
 
 void tl_reasoning_finish(struct tl_reasoning_split *s)
 {
-    struct out_buf o = {.s = s, .is_reasoning = s->inside};
+    struct out_buf o;
+    o.s = s;
+    o.is_reasoning = s->inside;
+    o.n = 0;
     out_put(&o, s->inside, s->held, s->n_held);
     s->n_held = 0;
     out_flush(&o);

@@ -99,6 +99,7 @@ static bool name_offered(const tl_toolcall_parser *p, const char *name)
 // *nomem on allocation failure.
 static bool report_calls(tl_toolcall_parser *p, struct tl__tc_list *l, bool *nomem)
 {
+    if (!p->cfg.parse_calls && l->n > 0) return false; // calls not asked for: text
     for (int i = 0; i < l->n; i++)
         if (!name_offered(p, l->v[i].name)) return false;
     if (p->n_calls + l->n > p->cap_calls) {
@@ -226,8 +227,9 @@ static tl_status scan(tl_toolcall_parser *p, bool eos)
         if (p->len == 0) return TL_OK;
         const struct tl__tc_trigger *t = NULL;
         size_t tail;
-        size_t at = p->cfg.parse_calls ? find_trigger(p, &t, &tail) : SIZE_MAX;
-        if (!p->cfg.parse_calls) tail = 0;
+        bool scan_markup = p->cfg.parse_calls || p->sx->prefix;
+        size_t at = scan_markup ? find_trigger(p, &t, &tail) : SIZE_MAX;
+        if (!scan_markup) tail = 0;
         if (at != SIZE_MAX) {
             size_t n = at;
             while (n && is_space(p->buf[n - 1]))
@@ -284,7 +286,7 @@ static void on_split(void *user, bool is_reasoning, const char *text, size_t len
 static bool buf_prepend_prefix(tl_toolcall_parser *p)
 {
     const char *pre = p->sx->prefix;
-    if (!pre || !p->cfg.parse_calls) return true;
+    if (!pre) return true;
     on_split(p, false, pre, strlen(pre));
     p->inject_left = strlen(pre);
     return !p->failed;

@@ -44,6 +44,9 @@ enum tl_tool_syntax tl_tool_syntax_detect(const char *tmpl);
 // "functionary-v3.2", "deepseek-r1", "firefunction-v2".
 const char *tl_tool_syntax_name(enum tl_tool_syntax s);
 bool tl_tool_syntax_from_name(const char *name, enum tl_tool_syntax *out);
+// Whether replies in this syntax carry markup even without tools (Functionary v3.2 writes its
+// recipient line, "all\n", before plain text): such replies are parsed in any case.
+bool tl_tool_syntax_always_parsed(enum tl_tool_syntax s);
 
 // One parsed call, as OpenAI's message.tool_calls[i].
 struct tl_tool_call {
@@ -70,8 +73,8 @@ typedef void (*tl_toolcall_cb)(void *user, const struct tl_toolcall_event *ev);
 
 struct tl_toolcall_config {
     enum tl_tool_syntax syntax;
-    bool parse_calls;                   // false: only reasoning is split out (no tools offered,
-                                        // tool_choice "none")
+    bool parse_calls;                   // false: no calls (no tools offered, tool_choice
+                                        // "none"); reasoning and always-parsed markup still go
     const char *const *tool_names;      // borrowed: the functions offered; a call of any other
     int n_tool_names;                   // name is content
     struct tl_reasoning_tags reasoning; // .open NULL: no reasoning split

@@ -600,6 +600,11 @@ const char *tl_tool_syntax_name(enum tl_tool_syntax s)
     return tl__tc_syntax_get(s)->name;
 }
 
+bool tl_tool_syntax_always_parsed(enum tl_tool_syntax s)
+{
+    return tl__tc_syntax_get(s)->prefix != NULL;
+}
+
 bool tl_tool_syntax_from_name(const char *name, enum tl_tool_syntax *out)
 {
     for (int i = 0; i < TL_TOOL_SYNTAX_COUNT; i++) {

@@ -141,7 +141,9 @@ bool tl_srv_chat_replies_setup(struct tl_server *s, struct tl_srv_req *q)
 {
     const struct tl_oai_params *p = &q->params;
     bool calls = p->kind == TL_OAI_CHAT && p->tool_choice_auto && p->n_tool_names > 0;
-    if (p->kind != TL_OAI_CHAT || (!calls && !s->reasoning.open)) return true;
+    if (p->kind != TL_OAI_CHAT ||
+        (!calls && !s->reasoning.open && !tl_tool_syntax_always_parsed(s->tool_syntax)))
+        return true;
     // Did the prompt open the reasoning block? Its last tokens, with control tokens' text.
     bool inside = false;
     if (s->reasoning.open && q->prompts.n_tokens[0] > 0) {

@@ -28,7 +28,7 @@ void tl_srv_reply_status(struct tl_server *s, struct evhttp_request *r, int64_t 
 }
 
 // The served id, the file's base name or that name without its extension.
-static bool model_matches(const struct tl_server *s, const char *name)
+bool tl_srv_model_matches(const struct tl_server *s, const char *name)
 {
     if (!strcmp(name, s->model_name) || !strcmp(name, s->model_base)) return true;
     const char *dot = strrchr(s->model_base, '.');
@@ -47,7 +47,7 @@ static bool check_model_field(struct tl_server *s, struct evhttp_request *r, int
         tl_srv_send_error(s, r, &err, t0);
         return false;
     }
-    if (!name || model_matches(s, name)) return true;
+    if (!name || tl_srv_model_matches(s, name)) return true;
     tl_oai_error_set(&err, 404, "invalid_request_error", "model_not_found", "model",
                      "The model '%.200s' does not exist; this server serves '%.150s'", name,
                      s->model_name);

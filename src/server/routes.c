@@ -82,13 +82,13 @@ static void h_model(struct tl_server *s, struct evhttp_request *r, int64_t t0, j
 {
     const struct evhttp_uri *uri = evhttp_request_get_evhttp_uri(r);
     char *id = evhttp_uridecode(evhttp_uri_get_path(uri) + strlen("/v1/models/"), 0, NULL);
-    if (id && model_matches(s, id)) {
+    if (id && tl_srv_model_matches(s, id)) {
         tl_http_send_json(&s->http, r, 200, model_object(s), t0, 0, 0);
     } else {
         char msg[400];
         snprintf(msg, sizeof(msg), "The model '%.200s' does not exist; this server serves '%.150s'",
                  id ? id : "", s->model_name);
-        send_err(s, r, t0, 404, "invalid_request_error", "model_not_found", NULL, msg);
+        tl_srv_reply_error(s, r, t0, 404, "invalid_request_error", "model_not_found", NULL, msg);
     }
     free(id);
 }

@@ -332,6 +332,12 @@ static void test_functionary(void **state)
           &(struct expect_call){"python", "{\"code\": \"print(3)\"}"}, 1);
     // a recipient nobody offered: content, without the '>>>' the prompt wrote
     check(&v2, "launch\n{}", "launch\n{}", "", NULL, 0);
+    // no tools offered: the recipient line of text still goes, calls stay text
+    v2.parse_calls = false;
+    assert_true(tl_tool_syntax_always_parsed(TL_TOOL_FUNCTIONARY_V32));
+    assert_false(tl_tool_syntax_always_parsed(TL_TOOL_HERMES));
+    check(&v2, "all\nHello there", "Hello there", "", NULL, 0);
+    check(&v2, "get_time\n{\"tz\": \"UTC\"}", "get_time\n{\"tz\": \"UTC\"}", "", NULL, 0);
 }
 
 #define DS(x) "<\xef\xbd\x9ctool\xe2\x96\x81" x "\xef\xbd\x9c>"
