@@ -170,6 +170,7 @@ int tl_cmd_serve(int argc, char **argv)
         struct tl_grpc_config gc = {.host = c.host,
                                     .port = grpc_port,
                                     .max_message_bytes = c.max_body_bytes,
+                                    .max_unsent_bytes = c.max_unsent_bytes,
                                     .api_key = c.api_key};
         g = tl_grpc_start(s, &gc);
         if (!g) {

@@ -21,6 +21,8 @@ struct tl_grpc_config {
     const char *host;         // listen address
     int port;                 // 0 = any free port (see tl_grpc_port)
     size_t max_message_bytes; // larger requests get RESOURCE_EXHAUSTED from gRPC itself
+    size_t max_unsent_bytes;  // a call whose client leaves more than this unread is cancelled
+                              // with RESOURCE_EXHAUSTED (0 = no bound)
     const char *api_key;      // when set, every RPC but ServerLive needs the metadata
                               // 'authorization: Bearer <key>'
 };

@@ -87,6 +87,7 @@ struct tl_grpc_call {
     bool sent_md;
     grpc_byte_buffer *send_buf;
     struct tl_grpc_out *out_head, *out_tail;
+    size_t out_bytes; // queued, not yet handed to gRPC
     bool want_status, status_sent;
     grpc_status_code status;
     char status_msg[256];

@@ -88,6 +88,7 @@ static void start_batch(struct tl_grpc_call *c, const grpc_op *ops, size_t n,
 
 static void drop_output(struct tl_grpc_call *c)
 {
+    c->out_bytes = 0;
     while (c->out_head) {
         struct tl_grpc_out *o = c->out_head;
         c->out_head = o->next;
@@ -116,6 +117,7 @@ static void pump_send(struct tl_grpc_call *c)
         struct tl_grpc_out *o = c->out_head;
         c->out_head = o->next;
         if (!c->out_head) c->out_tail = NULL;
+        c->out_bytes -= o->len;
         grpc_slice s = grpc_slice_new(o->data, o->len, free); // takes o->data
         c->send_buf = grpc_raw_byte_buffer_create(&s, 1);
         grpc_slice_unref(s);
@@ -156,7 +158,26 @@ void tl__grpc_send(struct tl_grpc_call *c, uint8_t *data, size_t len)
     else
         c->out_head = o;
     c->out_tail = o;
+    c->out_bytes += len;
     pump_send(c);
+    size_t cap = c->g->cfg.max_unsent_bytes;
+    if (cap && c->out_bytes > cap && !c->closed) {
+        // The client stopped reading (gRPC flow control holds our sends): memory per call stays
+        // bounded, as on HTTP (--max-unsent-bytes). The close operation then completes.
+        TL_LOGW("grpc: a %s client left %zu bytes unread; cancelling", method_names[c->method],
+                c->out_bytes);
+        tl__grpc_cancel_gens(c);
+        drop_output(c);
+        if (!c->want_status) {
+            c->want_status = true; // counted here; the status goes out with the cancel
+            atomic_fetch_add(&c->g->counts[c->method][GRPC_STATUS_RESOURCE_EXHAUSTED], 1);
+        }
+        c->status_sent = true;
+        grpc_call_cancel_with_status(c->call, GRPC_STATUS_RESOURCE_EXHAUSTED,
+                                     "the client left too many responses unread "
+                                     "(--max-unsent-bytes)",
+                                     NULL);
+    }
 }
 
 void tl__grpc_finish(struct tl_grpc_call *c, grpc_status_code code, const char *fmt, ...)
