@@ -59,7 +59,15 @@ static json_t *adapt_tool_calls(const json_t *calls)
     return out;
 }
 
-static json_t *adapt_messages(const json_t *messages)
+// Content as a list of parts, for templates that iterate over it: a string becomes one text
+// part. New reference.
+static json_t *as_parts(const json_t *content)
+{
+    if (!json_is_string(content)) return json_incref((json_t *)content);
+    return json_pack("[{s:s,s:O}]", "type", "text", "text", content);
+}
+
+static json_t *adapt_messages(const json_t *messages, bool parts)
 {
     json_t *out = json_array();
     if (!out) return NULL;
@@ -71,7 +79,11 @@ static json_t *adapt_messages(const json_t *messages)
         if (!copy || json_array_append_new(out, copy)) goto fail;
         if (!json_is_object(m)) continue;
         json_t *content = json_object_get(m, "content");
-        if (json_is_array(content) && json_object_set_new(copy, "content", join_parts(content)))
+        if (parts && json_is_string(content) &&
+            json_object_set_new(copy, "content", as_parts(content)))
+            goto fail;
+        if (!parts && json_is_array(content) &&
+            json_object_set_new(copy, "content", join_parts(content)))
             goto fail;
         json_t *calls = json_object_get(m, "tool_calls");
         if (json_is_array(calls) &&
@@ -135,7 +147,7 @@ tl_status tl_chat_render_vars(const tl_jinja_template *t, const struct tl_chat_v
     }
     json_t *vars = json_object();
     json_t *extra = NULL;
-    json_t *msgs = adapt_messages(v->messages);
+    json_t *msgs = adapt_messages(v->messages, tl_jinja_iterates_content(t));
     tl_status st = TL_ERR_NOMEM;
     if (!vars || !msgs) goto out;
     // transformers: render(messages, tools, documents, add_generation_prompt, **kwargs) where

@@ -5,9 +5,11 @@
  * enable_thinking) on top, and vLLM's continue_final_message (the output is cut right after the
  * final message's content, so the model continues it).
  *
- * Messages arrive in the OpenAI form and are adapted as vLLM adapts them for templates that
- * expect string content: a content list of text parts becomes the parts' texts joined with
- * "\n", and each tool call's function.arguments (a JSON string in the API) becomes the parsed
+ * Messages arrive in the OpenAI form and are adapted as vLLM adapts them: for templates that
+ * expect string content a content list of text parts becomes the parts' texts joined with
+ * "\n"; for templates that loop over a message's content (vLLM's "openai" content format,
+ * detected on the parsed template) string content becomes one text part. Each tool call's
+ * function.arguments (a JSON string in the API) becomes the parsed
  * JSON value (templates apply tojson to it or iterate over it). Arguments that are not valid
  * JSON stay strings.
  *

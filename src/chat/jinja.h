@@ -30,6 +30,11 @@ tl_status tl_jinja_parse(const char *src, size_t len, tl_jinja_template **out, c
                          size_t err_size) TL_WARN_UNUSED;
 void tl_jinja_free(tl_jinja_template *t);
 
+// Whether the template loops over a message's content (for x in message['content'], also through
+// a variable set from it): such templates take content as a list of parts, as vLLM detects
+// (its "openai" content format); others take a string. Thread-safe.
+bool tl_jinja_iterates_content(const tl_jinja_template *t);
+
 struct tl_jinja_limits {
     size_t max_output_bytes; // rendered text (and captured blocks) in all
     size_t max_memory_bytes; // the render's working memory

@@ -324,3 +324,47 @@ void tl_jinja_free(tl_jinja_template *t)
     jarena_free(&t->arena);
     free(t);
 }
+
+// ---- content format detection
+
+static bool is_content_access(const struct jnode *n)
+{
+    if (!n) return false;
+    if (n->kind == JN_GETATTR) return !strcmp(n->name, "content");
+    if (n->kind == JN_GETITEM)
+        return n->b->kind == JN_CONST && n->b->value.kind == JV_STR &&
+               !strcmp(n->b->value.s->p, "content");
+    return false;
+}
+
+// Walks statements: collects names set from a content access into vars (pass 0), then looks
+// for a for loop over a content access or one of those names (pass 1).
+static bool scan_content(const struct jnode *n, int pass, const char **vars, int *n_vars)
+{
+    if (!n) return false;
+    if (pass == 0 && n->kind == JN_SET && n->n_names == 1 && is_content_access(n->b) &&
+        *n_vars < 16)
+        vars[(*n_vars)++] = n->names[0];
+    if (pass == 1 && n->kind == JN_FOR) {
+        if (is_content_access(n->a)) return true;
+        for (int i = 0; n->a->kind == JN_NAME && i < *n_vars; i++)
+            if (!strcmp(n->a->name, vars[i])) return true;
+    }
+    if (n->kind == JN_BODY) {
+        for (int i = 0; i < n->n_items; i++)
+            if (scan_content(n->items[i], pass, vars, n_vars)) return true;
+        return false;
+    }
+    if (n->kind == JN_IF || n->kind == JN_FOR || n->kind == JN_MACRO || n->kind == JN_CALLBLK ||
+        n->kind == JN_FILTBLK || n->kind == JN_SETBLK)
+        return scan_content(n->b, pass, vars, n_vars) || scan_content(n->c, pass, vars, n_vars);
+    return false;
+}
+
+bool tl_jinja_iterates_content(const tl_jinja_template *t)
+{
+    const char *vars[16];
+    int n_vars = 0;
+    scan_content(t->root, 0, vars, &n_vars);
+    return scan_content(t->root, 1, vars, &n_vars);
+}

@@ -2,8 +2,9 @@
 """The reference renderer for tokenloom's chat templates: Jinja2 configured as Hugging Face
 transformers configures it (ImmutableSandboxedEnvironment, trim_blocks, lstrip_blocks,
 loopcontrols, tojson with ensure_ascii=False and its indent/separators/sort_keys options,
-raise_exception, strftime_now), with messages adapted as vLLM adapts them for string-content
-templates (text parts joined with newlines, tool call arguments parsed from JSON), and
+raise_exception, strftime_now), with messages adapted as vLLM adapts them (text parts joined
+with newlines for string-content templates, string content as one text part for templates that
+loop over content, tool call arguments parsed from JSON), and
 continue_final_message applied as transformers applies it.
 
 Writes a JSON list of cases: every conversation of conversations.json through every template
@@ -20,6 +21,7 @@ import sys
 
 import jinja2
 import jinja2.ext
+from jinja2 import nodes
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -49,11 +51,29 @@ def make_env():
     return env
 
 
-def adapt(messages):
+def iterates_content(env, source):
+    """vLLM's content-format detection, on Jinja2's own AST: does the template loop over a
+    message's content (directly or through a variable assigned from it)?"""
+    ast = env.parse(source)
+
+    def is_content(n):
+        return ((isinstance(n, nodes.Getattr) and n.attr == "content") or
+                (isinstance(n, nodes.Getitem) and isinstance(n.arg, nodes.Const) and
+                 n.arg.value == "content"))
+
+    names = {a.target.name for a in ast.find_all(nodes.Assign)
+             if isinstance(a.target, nodes.Name) and is_content(a.node)}
+    return any(is_content(f.iter) or (isinstance(f.iter, nodes.Name) and f.iter.name in names)
+               for f in ast.find_all(nodes.For))
+
+
+def adapt(messages, parts=False):
     out = []
     for m in messages:
         m = dict(m)
-        if isinstance(m.get("content"), list):
+        if parts and isinstance(m.get("content"), str):
+            m["content"] = [{"type": "text", "text": m["content"]}]
+        elif not parts and isinstance(m.get("content"), list):
             m["content"] = "\n".join(p["text"] for p in m["content"] if p.get("type") == "text")
         if isinstance(m.get("tool_calls"), list):
             calls = json.loads(json.dumps(m["tool_calls"]))
@@ -75,7 +95,8 @@ def render(env, source, req):
     kwargs.update(req.get("chat_template_kwargs") or {})
     for k in ("messages", "tools", "documents", "add_generation_prompt"):
         kwargs.pop(k, None)
-    out = tmpl.render(messages=adapt(req["messages"]), tools=req.get("tools"), documents=None,
+    parts = iterates_content(env, source)
+    out = tmpl.render(messages=adapt(req["messages"], parts), tools=req.get("tools"), documents=None,
                       add_generation_prompt=req.get("add_generation_prompt", False), **kwargs)
     if req.get("continue_final_message"):
         final = req["messages"][-1]["content"]
