@@ -78,6 +78,8 @@ static json_t *adapt_messages(const json_t *messages, bool parts)
         json_t *copy = json_is_object(m) ? json_copy(m) : json_deep_copy(m);
         if (!copy || json_array_append_new(out, copy)) goto fail;
         if (!json_is_object(m)) continue;
+        // jansson's json_copy skips a key it cannot insert (out of memory) and still succeeds.
+        if (json_object_size(copy) != json_object_size(m)) goto fail;
         json_t *content = json_object_get(m, "content");
         if (parts && json_is_string(content) &&
             json_object_set_new(copy, "content", as_parts(content)))

@@ -299,10 +299,31 @@ void tl_http_send_text(struct tl_http *h, struct evhttp_request *r, int status,
     tl_metrics_count_http(h->metrics, status);
 }
 
+static int dump_to_sb(const char *buf, size_t size, void *data)
+{
+    struct tl_sb *sb = data;
+    tl_sb_add(sb, buf, size);
+    return tl_sb_ok(sb) ? 0 : -1;
+}
+
+// The compact text of j (NULL when memory ran out). Not json_dumps: when one of its appends
+// fails while writing an object key, jansson goes on and returns text with the key missing;
+// the sticky buffer here notices any failed append.
+static char *dump_json(const json_t *j)
+{
+    struct tl_sb sb;
+    tl_sb_init(&sb);
+    if (!j || json_dump_callback(j, dump_to_sb, &sb, JSON_COMPACT) != 0) {
+        tl_sb_free(&sb);
+        return NULL;
+    }
+    return tl_sb_take(&sb, NULL);
+}
+
 void tl_http_send_json(struct tl_http *h, struct evhttp_request *r, int status, json_t *body,
                        int64_t t_start_us, int64_t n_in, int64_t n_out)
 {
-    char *text = body ? json_dumps(body, JSON_COMPACT) : NULL;
+    char *text = dump_json(body);
     json_decref(body);
     static const char oom[] = "{\"error\":{\"message\":\"out of memory\",\"type\":\"server_error\","
                               "\"param\":null,\"code\":null}}";
@@ -325,6 +346,16 @@ void tl_http_stream_start(struct tl_http *h, struct evhttp_request *r)
     tl_metrics_count_http(h->metrics, 200);
 }
 
+bool tl_http_stream_json(struct evhttp_request *r, json_t *obj, size_t *unsent)
+{
+    char *text = dump_json(obj);
+    json_decref(obj);
+    bool ok = text && tl_http_stream_event(r, text, strlen(text), unsent);
+    free(text);
+    if (!ok) *unsent = conn_unsent(evhttp_request_get_connection(r));
+    return ok;
+}
+
 bool tl_http_stream_event(struct evhttp_request *r, const char *data, size_t len, size_t *unsent)
 {
     *unsent = 0;
@@ -338,6 +369,14 @@ bool tl_http_stream_event(struct evhttp_request *r, const char *data, size_t len
     tl_sb_free(&sb);
     *unsent = conn_unsent(evhttp_request_get_connection(r));
     return ok;
+}
+
+size_t tl_http_stream_raw(struct evhttp_request *r, const char *framed, size_t len)
+{
+    struct evbuffer *b = evbuffer_new();
+    if (b && evbuffer_add_reference(b, framed, len, NULL, NULL) == 0) evhttp_send_reply_chunk(r, b);
+    if (b) evbuffer_free(b);
+    return conn_unsent(evhttp_request_get_connection(r));
 }
 
 void tl_http_stream_end(struct tl_http *h, struct evhttp_request *r)

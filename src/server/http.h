@@ -67,6 +67,10 @@ void tl_http_stream_start(struct tl_http *h, struct evhttp_request *r);
 // Sends one SSE event with data text; returns the bytes the connection holds unsent (0 when
 // it is gone). False when memory ran out (nothing was sent).
 bool tl_http_stream_event(struct evhttp_request *r, const char *data, size_t len, size_t *unsent);
+// Sends one SSE event with the compact JSON of obj (stolen); as tl_http_stream_event.
+bool tl_http_stream_json(struct evhttp_request *r, json_t *obj, size_t *unsent);
+// Sends bytes already framed as SSE (no allocation of ours); returns the bytes unsent.
+size_t tl_http_stream_raw(struct evhttp_request *r, const char *framed, size_t len);
 // Ends a streamed reply (frees r, also an orphaned one).
 void tl_http_stream_end(struct tl_http *h, struct evhttp_request *r);
 

@@ -17,26 +17,9 @@
 
 #include "grpc/grpc_infer.h"
 #include "server/request.h"
-#include "server/routes.h"
+#include "server/route_checks.h"
 
 #include <string.h>
-
-json_t *tl_kserve_output_json(const char *model, const char *text, size_t len, const char *finish,
-                              int64_t n_prompt, int64_t n_generated)
-{
-    json_t *t = tl_oai_string(text ? text : "", len);
-    json_t *o =
-        t ? json_pack("{ss ss so}", "model_name", model, "model_version", "1", "text_output", t)
-          : NULL;
-    if (o && finish &&
-        (json_object_set_new(o, "finish_reason", json_string(finish)) ||
-         json_object_set_new(o, "prompt_tokens", json_integer(n_prompt)) ||
-         json_object_set_new(o, "completion_tokens", json_integer(n_generated)))) {
-        json_decref(o);
-        return NULL;
-    }
-    return o;
-}
 
 static void send_json(struct tl_server *s, struct evhttp_request *r, int64_t t0, int status,
                       json_t *o)

@@ -18,10 +18,4 @@
 void tl_srv_kserve_route(struct tl_server *s, struct evhttp_request *r, int64_t t0,
                          const char *path);
 
-// The generate extension's JSON: {"model_name", "model_version", "text_output"} plus, when
-// finish is set (the whole reply or the last stream event), "finish_reason", "prompt_tokens"
-// and "completion_tokens". NULL when memory runs out.
-json_t *tl_kserve_output_json(const char *model, const char *text, size_t len, const char *finish,
-                              int64_t n_prompt, int64_t n_generated);
-
 #endif

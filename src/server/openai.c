@@ -67,6 +67,13 @@ void tl_oai_error_from_status(struct tl_oai_error *err, tl_status st, const char
     }
 }
 
+// Memory ran out while parsing: 503, not the client's fault.
+static bool no_memory(struct tl_oai_error *err)
+{
+    tl_oai_error_from_status(err, TL_ERR_NOMEM, "out of memory parsing the request");
+    return false;
+}
+
 static bool bad(struct tl_oai_error *err, const char *param, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 static bool bad(struct tl_oai_error *err, const char *param, const char *fmt, ...)
@@ -139,7 +146,7 @@ static bool token_array(json_t *arr, const char *param, const struct tl_oai_limi
     size_t n = json_array_size(arr);
     if (n == 0) return bad(err, param, "'%s' must not be an empty token list", param);
     out->tokens = tl_malloc_array(n, sizeof(int32_t));
-    if (!out->tokens) return bad(err, param, "'%s': out of memory", param);
+    if (!out->tokens) return no_memory(err);
     out->n_tokens = (int64_t)n;
     for (size_t i = 0; i < n; i++) {
         json_t *t = json_array_get(arr, i);
@@ -160,8 +167,8 @@ static bool parse_prompt(json_t *root, const struct tl_oai_limits *lim, struct t
     json_t *v = json_object_get(root, "prompt");
     if (!v || json_is_null(v)) return bad(err, "prompt", "'prompt' is required");
     if (json_is_string(v)) {
-        p->prompts = calloc(1, sizeof(*p->prompts));
-        if (!p->prompts) return bad(err, "prompt", "out of memory");
+        p->prompts = tl_calloc_array(1, sizeof(*p->prompts));
+        if (!p->prompts) return no_memory(err);
         p->n_prompts = 1;
         p->prompts[0].text = json_string_value(v);
         p->prompts[0].text_len = json_string_length(v);
@@ -175,16 +182,16 @@ static bool parse_prompt(json_t *root, const struct tl_oai_limits *lim, struct t
     if (n == 0) return bad(err, "prompt", "'prompt' must not be empty");
     json_t *first = json_array_get(v, 0);
     if (json_is_integer(first)) { // one prompt of token ids
-        p->prompts = calloc(1, sizeof(*p->prompts));
-        if (!p->prompts) return bad(err, "prompt", "out of memory");
+        p->prompts = tl_calloc_array(1, sizeof(*p->prompts));
+        if (!p->prompts) return no_memory(err);
         p->n_prompts = 1;
         return token_array(v, "prompt", lim, &p->prompts[0], err);
     }
     if (n > TL_OAI_MAX_PROMPTS)
         return bad(err, "prompt", "'prompt' has %zu entries; at most %d are allowed", n,
                    TL_OAI_MAX_PROMPTS);
-    p->prompts = calloc(n, sizeof(*p->prompts));
-    if (!p->prompts) return bad(err, "prompt", "out of memory");
+    p->prompts = tl_calloc_array(n, sizeof(*p->prompts));
+    if (!p->prompts) return no_memory(err);
     p->n_prompts = (int)n;
     bool strings = json_is_string(first);
     for (size_t i = 0; i < n; i++) {
@@ -253,7 +260,7 @@ static bool parse_content(json_t *c, int i, struct tl_chat_msg *m, struct tl_oai
     }
     size_t len;
     char *s = tl_sb_take(&sb, &len);
-    if (!s || !own_string(p, s)) return bad(err, param, "out of memory");
+    if (!s || !own_string(p, s)) return no_memory(err);
     m->content = s;
     m->content_len = len;
     return true;
@@ -270,7 +277,7 @@ static bool parse_messages(json_t *root, struct tl_oai_params *p, struct tl_oai_
         return bad(err, "messages", "'messages' has %zu entries; at most %d are allowed", n,
                    TL_OAI_MAX_MESSAGES);
     p->msgs = tl_calloc_array(n, sizeof(*p->msgs));
-    if (!p->msgs) return bad(err, "messages", "out of memory");
+    if (!p->msgs) return no_memory(err);
     p->n_msgs = (int)n;
     for (size_t i = 0; i < n; i++) {
         json_t *m = json_array_get(v, i);
@@ -447,10 +454,27 @@ bool tl_oai_parse_root(enum tl_oai_kind kind, json_t *root, const struct tl_oai_
     return true;
 }
 
+// jansson's parser does not survive a failed allocation (2.14 asserts in lex_scan_string, or
+// reports a syntax error), so while parsing on this thread its allocations bypass fault
+// injection; everything it builds or dumps for us goes through tl_malloc.
+static _Thread_local bool json_parsing;
+
+static void *json_alloc(size_t n)
+{
+    return json_parsing ? malloc(n) : tl_malloc(n);
+}
+
+void tl_oai_use_tl_alloc(void)
+{
+    json_set_alloc_funcs(json_alloc, free);
+}
+
 json_t *tl_oai_load_body(const char *body, size_t len, struct tl_oai_error *err)
 {
     json_error_t jerr;
+    json_parsing = true;
     json_t *root = json_loadb(body ? body : "", len, JSON_ALLOW_NUL, &jerr);
+    json_parsing = false;
     if (!root && json_error_code(&jerr) == json_error_out_of_memory)
         tl_oai_error_from_status(err, TL_ERR_NOMEM, "out of memory reading the body");
     else if (!root)

@@ -95,7 +95,12 @@ bool tl_oai_model_field(json_t *root, const char **model, struct tl_oai_error *e
 // The same on a body already parsed: root's reference is taken (freed on failure).
 bool tl_oai_parse_root(enum tl_oai_kind kind, json_t *root, const struct tl_oai_limits *lim,
                        struct tl_oai_params *p, struct tl_oai_error *err);
-// Parses a body as JSON (any value); NULL with *err filled (400 naming the syntax error).
+// Points jansson's allocations (process-wide) at tl_malloc, so that the JSON the server builds
+// fails like the rest under fault injection (parsing excepted: jansson's parser cannot survive
+// a failed allocation). The server calls it at creation.
+void tl_oai_use_tl_alloc(void);
+// Parses a body as JSON (any value); NULL with *err filled (400 naming the syntax error, 503
+// when memory ran out).
 json_t *tl_oai_load_body(const char *body, size_t len, struct tl_oai_error *err);
 void tl_oai_params_free(struct tl_oai_params *p);
 
@@ -161,5 +166,13 @@ json_t *tl_oai_envelope(const char *id, const char *object, int64_t created, con
 // The OpenAI name of a finish reason: "stop", "length"; the ends OpenAI has no name for are
 // "abort" (cancelled, as vLLM), "timeout" (the request's deadline) and "error".
 const char *tl_oai_finish_str(enum tl_finish_reason r);
+
+// ---- the KServe v2 generate extension (kserve.c), built here with the other replies ----------
+
+// The generate extension's JSON: {"model_name", "model_version", "text_output"} plus, when
+// finish is set (the whole reply or the last stream event), "finish_reason", "prompt_tokens"
+// and "completion_tokens". NULL when memory runs out.
+json_t *tl_kserve_output_json(const char *model, const char *text, size_t len, const char *finish,
+                              int64_t n_prompt, int64_t n_generated);
 
 #endif

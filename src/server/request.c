@@ -26,8 +26,6 @@
  */
 #include "server/request.h"
 
-#include "server/kserve.h"
-
 #include "core/alloc.h"
 #include "core/clock.h"
 #include "core/error.h"
@@ -43,60 +41,7 @@
 void tl_srv_on_event(void *user, const struct tl_event *ev)
 {
     struct tl_srv_choice *c = user;
-    struct tl_server *s = c->req->srv;
-    size_t text_len = ev->text ? ev->text_len : 0;
-    if (ev->type == TL_EVENT_DONE) {
-        // The preallocated message: delivery cannot fail. Nothing of c is touched after the
-        // push, since the loop may free it at once.
-        struct tl_srv_msg *m = c->done_msg;
-        m->ev = *ev;
-        m->ev.top = NULL;
-        m->ev.n_top = 0;
-        m->ev.text = NULL;
-        m->ev.text_len = 0;
-        m->ev.error = NULL;
-        m->t_us = tl_time_us();
-        if (text_len) {
-            m->text_heap = tl_malloc(text_len);
-            if (m->text_heap) {
-                memcpy(m->text_heap, ev->text, text_len);
-                m->ev.text = m->text_heap;
-                m->ev.text_len = text_len;
-            } else {
-                atomic_store(&c->dropped, true);
-            }
-        }
-        if (ev->error) snprintf(m->error, sizeof(m->error), "%s", ev->error);
-        tl_srv_queue_push(&s->queue, m);
-        return;
-    }
-    int n_top = ev->n_top > 0 && ev->top ? ev->n_top : 0;
-    size_t size =
-        sizeof(struct tl_srv_msg) + (size_t)n_top * sizeof(struct tl_token_logprob) + text_len + 1;
-    struct tl_srv_msg *m = tl_malloc(size);
-    if (!m) {
-        atomic_store(&c->dropped, true); // the request ends with an error at DONE
-        return;
-    }
-    memset(m, 0, sizeof(*m));
-    m->choice = c;
-    m->ev = *ev;
-    m->t_us = tl_time_us();
-    char *p = (char *)(m + 1);
-    if (n_top) {
-        memcpy(p, ev->top, (size_t)n_top * sizeof(struct tl_token_logprob));
-        m->ev.top = (const struct tl_token_logprob *)p;
-        p += (size_t)n_top * sizeof(struct tl_token_logprob);
-    } else {
-        m->ev.top = NULL;
-    }
-    m->ev.n_top = n_top;
-    if (text_len) memcpy(p, ev->text, text_len);
-    p[text_len] = '\0';
-    m->ev.text = p;
-    m->ev.text_len = text_len;
-    m->ev.error = NULL;
-    tl_srv_queue_push(&s->queue, m);
+    tl_srv_queue_post(&c->req->srv->queue, c, c->done_msg, &c->dropped, ev);
 }
 
 // ---- small helpers ---------------------------------------------------------------------------
@@ -265,30 +210,55 @@ static void unwatch(struct tl_srv_req *q)
 
 // ---- output ----------------------------------------------------------------------------------
 
-// Writes one SSE event: the compact JSON of obj (stolen), or raw when obj is NULL and raw is
-// set. A NULL obj without raw means memory ran out building it: the choice is marked lost.
-static void sse_send(struct tl_srv_req *q, struct tl_srv_choice *c, json_t *obj, const char *raw)
+// Pre-framed events that need no allocation of ours: the end of every stream, and the error
+// event a stream gets when memory ran out for its last chunk.
+static const char sse_done[] = "data: [DONE]\n\n";
+static const char sse_oom[] = "data: {\"error\":{\"message\":\"out of memory while streaming\","
+                              "\"type\":\"server_error\",\"param\":null,\"code\":"
+                              "\"internal_error\"}}\n\n";
+
+// Memory ran out building choice c's output. A stream with a hole is worth nothing more: the
+// choice is cancelled and ends with finish_reason "error"; a whole reply becomes a 500.
+static void lose(struct tl_srv_req *q, struct tl_srv_choice *c)
 {
-    if (!q->http || q->conn_closed) {
-        json_decref(obj);
-        return;
-    }
-    char *text = obj ? json_dumps(obj, JSON_COMPACT) : NULL;
-    json_decref(obj);
-    const char *payload = obj ? text : raw;
-    size_t unsent = 0;
-    bool ok = payload && tl_http_stream_event(q->http, payload, strlen(payload), &unsent);
-    free(text);
-    if (!ok && c) c->lost = true;
-    // libevent queues whatever the socket does not take, without limit: a client that stops
-    // reading (TCP window full) would make its stream's memory grow with every token. Past
-    // the bound the client counts as gone: its choices are cancelled, nothing more is queued,
-    // and what is queued leaves with the connection (write timeout or close).
+    c->lost = true;
+    if (q->streaming && c->submitted && !c->done)
+        (void)q->srv->be->cancel(q->srv->engine, c->engine_id);
+}
+
+// Bounds what a client may leave unread. libevent queues whatever the socket does not take,
+// without limit: a client that stops reading (TCP window full) would make its stream's memory
+// grow with every token. Past the bound the client counts as gone: its choices are cancelled,
+// nothing more is queued, and what is queued leaves with the connection (timeout or close).
+static void check_unsent(struct tl_srv_req *q, size_t unsent)
+{
     struct tl_server *s = q->srv;
     if (!q->client_gone && s->cfg.max_unsent_bytes && unsent > s->cfg.max_unsent_bytes) {
         TL_LOGW("serve: %s: the client left %zu bytes unread; cancelling", q->id, unsent);
         client_gone(q);
     }
+}
+
+// Writes one SSE event with the compact JSON of obj (stolen). NULL obj means memory ran out
+// building it: choice c (when given) is lost. False when nothing was sent.
+static bool sse_send(struct tl_srv_req *q, struct tl_srv_choice *c, json_t *obj)
+{
+    if (!q->http || q->conn_closed) {
+        json_decref(obj);
+        return false;
+    }
+    size_t unsent = 0;
+    bool ok = obj && tl_http_stream_json(q->http, obj, &unsent);
+    if (!ok && c) lose(q, c);
+    check_unsent(q, unsent);
+    return ok;
+}
+
+// Writes pre-framed SSE bytes.
+static void sse_send_raw(struct tl_srv_req *q, const char *framed, size_t len)
+{
+    if (!q->http || q->conn_closed) return;
+    check_unsent(q, tl_http_stream_raw(q->http, framed, len));
 }
 
 static void usage_totals(struct tl_srv_req *q, int64_t *prompt, int64_t *completion,
@@ -303,6 +273,21 @@ static void usage_totals(struct tl_srv_req *q, int64_t *prompt, int64_t *complet
             *cached += c->n_cached;
         }
     }
+}
+
+// o with "usage": usage; NULL when either is NULL or memory ran out (both are consumed).
+static json_t *with_usage(json_t *o, json_t *usage)
+{
+    if (!o || !usage) {
+        json_decref(o);
+        json_decref(usage);
+        return NULL;
+    }
+    if (json_object_set_new(o, "usage", usage)) { // (usage is freed on failure)
+        json_decref(o);
+        return NULL;
+    }
+    return o;
 }
 
 // The non-streaming reply: every choice's text (echo first) and logprobs. NULL when memory
@@ -336,12 +321,7 @@ static json_t *whole_reply(struct tl_srv_req *q, int64_t np, int64_t nc, int64_t
     }
     json_t *o = tl_oai_envelope(q->id, chat ? "chat.completion" : "text_completion", q->created,
                                 q->srv->model_name, choices);
-    json_t *usage = tl_oai_usage_json(np, nc, ncached);
-    if (!o || !usage || json_object_set_new(o, "usage", usage)) {
-        json_decref(o);
-        return NULL;
-    }
-    return o;
+    return with_usage(o, tl_oai_usage_json(np, nc, ncached));
 }
 
 // The /v2 generate reply (one prompt, one choice). NULL when memory ran out.
@@ -364,14 +344,9 @@ static void finish_request(struct tl_srv_req *q)
             if (q->params.include_usage && !q->client_gone) {
                 json_t *o = tl_oai_envelope(q->id, chunk_object(q), q->created, s->model_name,
                                             json_array());
-                json_t *usage = tl_oai_usage_json(np, nc, ncached);
-                if (!o || !usage || json_object_set_new(o, "usage", usage)) {
-                    json_decref(o);
-                    o = NULL;
-                }
-                sse_send(q, NULL, o, NULL);
+                sse_send(q, NULL, with_usage(o, tl_oai_usage_json(np, nc, ncached)));
             }
-            if (!q->params.kserve) sse_send(q, NULL, NULL, "[DONE]");
+            if (!q->params.kserve) sse_send_raw(q, sse_done, sizeof(sse_done) - 1);
             tl_http_access_log(q->http, 200, q->t_start_us, np, nc);
             tl_http_stream_end(&s->http, q->http); // also frees an orphaned request
         } else {
@@ -427,7 +402,7 @@ static void on_token(struct tl_server *s, struct tl_srv_req *q, struct tl_srv_ch
             lp = tl_oai_logprobs_take(&b);
             if (!ok) {
                 json_decref(lp);
-                c->lost = true;
+                lose(q, c);
                 return;
             }
         } else if (ev->text_len == 0) {
@@ -435,18 +410,18 @@ static void on_token(struct tl_server *s, struct tl_srv_req *q, struct tl_srv_ch
         }
         if (q->params.kserve) { // /v2 generate_stream: no logprobs there
             json_decref(lp);
-            sse_send(q, c, tl_kserve_output_json(s->model_name, ev->text, ev->text_len, NULL, 0, 0),
-                     NULL);
+            sse_send(q, c,
+                     tl_kserve_output_json(s->model_name, ev->text, ev->text_len, NULL, 0, 0));
             return;
         }
         json_t *choice = chat ? tl_oai_chat_delta(c->index, false, ev->text, ev->text_len, lp, NULL)
                               : tl_oai_text_choice(c->index, ev->text, ev->text_len, lp, NULL);
-        sse_send(q, c, chunk(q, choice), NULL);
+        sse_send(q, c, chunk(q, choice));
         return;
     }
     tl_sb_add(&c->text, ev->text, ev->text_len);
     if (c->lp.obj && !add_logprob(s, &c->lp, ev->token, ev->logprob, ev->top, ev->n_top))
-        c->lost = true;
+        lose(q, c);
 }
 
 // One prompt token's logprob (echo + logprobs). The last one completes the prompt: streaming
@@ -458,7 +433,7 @@ static void on_prompt_token(struct tl_server *s, struct tl_srv_req *q, struct tl
     mark_started(s, c);
     if (!q->http || q->client_gone || !c->lp.obj) return;
     const struct tl_event *ev = &m->ev;
-    if (!add_logprob(s, &c->lp, ev->token, ev->logprob, ev->top, ev->n_top)) c->lost = true;
+    if (!add_logprob(s, &c->lp, ev->token, ev->logprob, ev->top, ev->n_top)) lose(q, c);
     if (ev->prompt_pos + 1 < q->prompts.n_tokens[c->prompt]) return;
     int64_t text_len = (int64_t)q->prompts.text_len[c->prompt];
     if (!q->streaming) {
@@ -471,7 +446,7 @@ static void on_prompt_token(struct tl_server *s, struct tl_srv_req *q, struct tl
         json_decref(lp);
         return;
     }
-    sse_send(q, c, chunk(q, tl_oai_text_choice(c->index, text, (size_t)text_len, lp, NULL)), NULL);
+    sse_send(q, c, chunk(q, tl_oai_text_choice(c->index, text, (size_t)text_len, lp, NULL)));
     c->lp_offset = text_len;
 }
 
@@ -498,10 +473,11 @@ static void on_done(struct tl_server *s, struct tl_srv_req *q, struct tl_srv_cho
     tl_metrics_observe_done(&s->metrics, ev->queue_us, ev->ttft_us, ev->total_us,
                             ev->n_prompt_tokens, ev->n_generated);
     if (q->http && !q->client_gone && q->streaming && q->params.kserve) {
-        sse_send(q, c,
-                 tl_kserve_output_json(s->model_name, ev->text, ev->text_len,
-                                       tl_oai_finish_str(c->finish), c->n_prompt, c->n_generated),
-                 NULL);
+        if (!sse_send(q, NULL,
+                      tl_kserve_output_json(s->model_name, ev->text, ev->text_len,
+                                            tl_oai_finish_str(c->finish), c->n_prompt,
+                                            c->n_generated)))
+            sse_send_raw(q, sse_oom, sizeof(sse_oom) - 1);
     } else if (q->http && !q->client_gone && q->streaming) {
         bool chat = q->params.kind == TL_OAI_CHAT;
         const char *fin = tl_oai_finish_str(c->finish);
@@ -509,7 +485,9 @@ static void on_done(struct tl_server *s, struct tl_srv_req *q, struct tl_srv_cho
             chat ? tl_oai_chat_delta(c->index, false, ev->text_len ? ev->text : NULL, ev->text_len,
                                      NULL, fin)
                  : tl_oai_text_choice(c->index, ev->text ? ev->text : "", ev->text_len, NULL, fin);
-        sse_send(q, c, chunk(q, choice), NULL);
+        // The last chunk carries the finish reason; without it the client could not tell a
+        // cut stream from a whole one, so its failure sends the error event instead.
+        if (!sse_send(q, NULL, chunk(q, choice))) sse_send_raw(q, sse_oom, sizeof(sse_oom) - 1);
     }
     free(m->text_heap);
     m->text_heap = NULL;
@@ -568,13 +546,12 @@ static void start_stream(struct tl_server *s, struct tl_srv_req *q)
     for (int i = 0; i < q->n_choices; i++) {
         struct tl_srv_choice *c = &q->choices[i];
         if (q->params.kind == TL_OAI_CHAT) {
-            sse_send(q, c, chunk(q, tl_oai_chat_delta(c->index, true, "", 0, NULL, NULL)), NULL);
+            sse_send(q, c, chunk(q, tl_oai_chat_delta(c->index, true, "", 0, NULL, NULL)));
         } else if (q->params.echo && q->prompts.text[c->prompt] && !prompt_logprobs(q)) {
             // (With logprobs the echo goes out with the prompt's logprobs: on_prompt_token.)
             sse_send(q, c,
                      chunk(q, tl_oai_text_choice(c->index, q->prompts.text[c->prompt],
-                                                 q->prompts.text_len[c->prompt], NULL, NULL)),
-                     NULL);
+                                                 q->prompts.text_len[c->prompt], NULL, NULL)));
             c->lp_offset = (int64_t)q->prompts.text_len[c->prompt];
         }
     }

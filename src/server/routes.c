@@ -8,8 +8,9 @@
  * <key>" (401). Every route but /health and /metrics needs the model loaded and the server not
  * draining (503).
  *
- * A POST body is parsed here, once, into a JSON object, and its "model" field is checked here,
- * once, against the served names; the handler gets the parsed object.
+ * The checks every route passes (route_checks.c) run here before the handler: the API key,
+ * readiness, and for a POST the body parsed once with its "model" checked once; the handler
+ * gets the parsed object.
  *
  * Threads: everything here runs on the event-loop thread.
  */
@@ -20,93 +21,11 @@
 #include "core/error.h"
 #include "server/kserve.h"
 #include "server/request.h"
+#include "server/route_checks.h"
 
 #include <event2/buffer.h>
 #include <event2/keyvalq_struct.h>
 #include <string.h>
-
-static void send_err(struct tl_server *s, struct evhttp_request *r, int64_t t0, int status,
-                     const char *type, const char *code, const char *param, const char *msg)
-{
-    struct tl_oai_error err;
-    tl_oai_error_set(&err, status, type, code, param, "%s", msg);
-    tl_srv_send_error(s, r, &err, t0);
-}
-
-static void send_status_error(struct tl_server *s, struct evhttp_request *r, int64_t t0,
-                              tl_status st, const char *msg)
-{
-    struct tl_oai_error err;
-    tl_oai_error_from_status(&err, st, msg);
-    tl_srv_send_error(s, r, &err, t0);
-}
-
-// ---- the model field -------------------------------------------------------------------------
-
-// The served id, the file's base name or that name without its extension.
-static bool model_matches(const struct tl_server *s, const char *name)
-{
-    if (!strcmp(name, s->model_name) || !strcmp(name, s->model_base)) return true;
-    const char *dot = strrchr(s->model_base, '.');
-    size_t stem = dot ? (size_t)(dot - s->model_base) : strlen(s->model_base);
-    return strlen(name) == stem && !strncmp(name, s->model_base, stem);
-}
-
-// The one check of a body's "model": absent or null is fine; anything else must be a string
-// naming the served model. False after answering.
-static bool check_model_field(struct tl_server *s, struct evhttp_request *r, int64_t t0,
-                              json_t *root)
-{
-    const char *name;
-    struct tl_oai_error err;
-    if (!tl_oai_model_field(root, &name, &err)) {
-        tl_srv_send_error(s, r, &err, t0);
-        return false;
-    }
-    if (!name || model_matches(s, name)) return true;
-    tl_oai_error_set(&err, 404, "invalid_request_error", "model_not_found", "model",
-                     "The model '%.200s' does not exist; this server serves '%.150s'", name,
-                     s->model_name);
-    tl_srv_send_error(s, r, &err, t0);
-    return false;
-}
-
-// The body as a JSON object with an acceptable model field (new reference), or NULL after
-// answering. A body over the limit that evhttp let through (chunked) is refused here too.
-json_t *tl_srv_route_body(struct tl_server *s, struct evhttp_request *r, int64_t t0)
-{
-    struct evbuffer *b = evhttp_request_get_input_buffer(r);
-    size_t len = b ? evbuffer_get_length(b) : 0;
-    if (len > s->cfg.max_body_bytes) {
-        char msg[160];
-        snprintf(msg, sizeof(msg), "The request body is %zu bytes; the limit is %zu", len,
-                 s->cfg.max_body_bytes);
-        send_err(s, r, t0, 413, "invalid_request_error", "request_too_large", NULL, msg);
-        return NULL;
-    }
-    const char *body = len ? (const char *)evbuffer_pullup(b, -1) : "";
-    if (!body) {
-        send_status_error(s, r, t0, TL_ERR_NOMEM, "out of memory reading the body");
-        return NULL;
-    }
-    struct tl_oai_error err;
-    json_t *root = tl_oai_load_body(body, len, &err);
-    if (root && !json_is_object(root)) {
-        json_decref(root);
-        root = NULL;
-        tl_oai_error_set(&err, 400, "invalid_request_error", "invalid_value", NULL,
-                         "the request body must be a JSON object");
-    }
-    if (!root) {
-        tl_srv_send_error(s, r, &err, t0);
-        return NULL;
-    }
-    if (!check_model_field(s, r, t0, root)) {
-        json_decref(root);
-        return NULL;
-    }
-    return root;
-}
 
 // ---- GET endpoints ---------------------------------------------------------------------------
 
@@ -132,7 +51,7 @@ static void h_metrics(struct tl_server *s, struct evhttp_request *r, int64_t t0,
     if (s->front.metrics) s->front.metrics(s->front.arg, &sb);
     if (!tl_sb_ok(&sb)) {
         tl_sb_free(&sb);
-        send_status_error(s, r, t0, TL_ERR_NOMEM, "out of memory");
+        tl_srv_reply_status(s, r, t0, TL_ERR_NOMEM, "out of memory");
         return;
     }
     tl_http_access_log(r, 200, t0, 0, 0);
@@ -160,8 +79,8 @@ static void h_tokenize(struct tl_server *s, struct evhttp_request *r, int64_t t0
 {
     json_t *add = json_object_get(root, "add_special_tokens");
     if (add && !json_is_null(add) && !json_is_boolean(add)) {
-        send_err(s, r, t0, 400, "invalid_request_error", "invalid_value", "add_special_tokens",
-                 "'add_special_tokens' must be a boolean");
+        tl_srv_reply_error(s, r, t0, 400, "invalid_request_error", "invalid_value",
+                           "add_special_tokens", "'add_special_tokens' must be a boolean");
         return;
     }
     bool add_special = !add || json_is_null(add) || json_is_true(add);
@@ -194,8 +113,8 @@ static void h_tokenize(struct tl_server *s, struct evhttp_request *r, int64_t t0
         text = json_string_value(prompt);
         len = json_string_length(prompt);
     } else {
-        send_err(s, r, t0, 400, "invalid_request_error", "invalid_value", "prompt",
-                 "'prompt' (a string) or 'messages' is required");
+        tl_srv_reply_error(s, r, t0, 400, "invalid_request_error", "invalid_value", "prompt",
+                           "'prompt' (a string) or 'messages' is required");
         return;
     }
     struct tl_oai_error lerr;
@@ -209,7 +128,7 @@ static void h_tokenize(struct tl_server *s, struct evhttp_request *r, int64_t t0
     tl_status st = s->be->tokenize(s->model, text, len, add_special, true, &ids, &n);
     free(rendered);
     if (st) {
-        send_status_error(s, r, t0, st, tl_last_error());
+        tl_srv_reply_status(s, r, t0, st, tl_last_error());
         return;
     }
     json_t *arr = json_array();
@@ -230,14 +149,14 @@ static void h_detokenize(struct tl_server *s, struct evhttp_request *r, int64_t 
 {
     json_t *toks = json_object_get(root, "tokens");
     if (!json_is_array(toks)) {
-        send_err(s, r, t0, 400, "invalid_request_error", "invalid_value", "tokens",
-                 "'tokens' (a list of token ids) is required");
+        tl_srv_reply_error(s, r, t0, 400, "invalid_request_error", "invalid_value", "tokens",
+                           "'tokens' (a list of token ids) is required");
         return;
     }
     size_t n = json_array_size(toks);
     int32_t *ids = tl_malloc_array(n ? n : 1, sizeof(int32_t));
     if (!ids) {
-        send_status_error(s, r, t0, TL_ERR_NOMEM, "out of memory");
+        tl_srv_reply_status(s, r, t0, TL_ERR_NOMEM, "out of memory");
         return;
     }
     for (size_t i = 0; i < n; i++) {
@@ -248,7 +167,8 @@ static void h_detokenize(struct tl_server *s, struct evhttp_request *r, int64_t 
             snprintf(msg, sizeof(msg), "'tokens'[%zu] must be a token id in [0, %d)", i,
                      (int)s->info.n_vocab);
             free(ids);
-            send_err(s, r, t0, 400, "invalid_request_error", "invalid_value", "tokens", msg);
+            tl_srv_reply_error(s, r, t0, 400, "invalid_request_error", "invalid_value", "tokens",
+                               msg);
             return;
         }
         ids[i] = (int32_t)id;
@@ -256,7 +176,7 @@ static void h_detokenize(struct tl_server *s, struct evhttp_request *r, int64_t 
     char *text = s->be->detokenize(s->model, ids, (int64_t)n, false);
     free(ids);
     if (!text) {
-        send_status_error(s, r, t0, TL_ERR_NOMEM, "out of memory detokenizing");
+        tl_srv_reply_status(s, r, t0, TL_ERR_NOMEM, "out of memory detokenizing");
         return;
     }
     json_t *str = tl_oai_string(text, strlen(text));
@@ -306,52 +226,6 @@ static const struct route {
     {"/detokenize", EVHTTP_REQ_POST, true, true, h_detokenize},
 };
 
-// Compares two strings in time independent of where they differ.
-static bool same_secret(const char *a, const char *b)
-{
-    size_t la = strlen(a), lb = strlen(b);
-    unsigned char d = la != lb;
-    for (size_t i = 0; i < la; i++)
-        d |= (unsigned char)(a[i] ^ b[i % (lb ? lb : 1)]);
-    return d == 0;
-}
-
-// Answers 401 unless the request carries the API key (when one is set). True when allowed.
-bool tl_srv_route_auth(struct tl_server *s, struct evhttp_request *r, int64_t t0)
-{
-    if (!s->cfg.api_key || !*s->cfg.api_key) return true;
-    const char *h = evhttp_find_header(evhttp_request_get_input_headers(r), "Authorization");
-    if (h && !strncmp(h, "Bearer ", 7) && same_secret(h + 7, s->cfg.api_key)) return true;
-    evhttp_add_header(evhttp_request_get_output_headers(r), "WWW-Authenticate", "Bearer");
-    send_err(s, r, t0, 401, "invalid_request_error", "invalid_api_key", NULL,
-             h ? "Incorrect API key provided"
-               : "Missing API key: send 'Authorization: Bearer <key>'");
-    return false;
-}
-
-// Answers 503 unless the model is loaded and the server is not stopping. True when ready.
-bool tl_srv_route_ready(struct tl_server *s, struct evhttp_request *r, int64_t t0)
-{
-    int st = atomic_load(&s->state);
-    if (st == TL_SRV_READY) return true;
-    send_err(s, r, t0, 503, "server_error", "service_unavailable", NULL,
-             st == TL_SRV_LOADING    ? "the model is still loading"
-             : st == TL_SRV_DRAINING ? "the server is shutting down"
-                                     : "the model failed to load");
-    return false;
-}
-
-bool tl_srv_route_method(struct tl_server *s, struct evhttp_request *r, int64_t t0,
-                         const char *path, bool ok, const char *allowed)
-{
-    if (ok) return true;
-    evhttp_add_header(evhttp_request_get_output_headers(r), "Allow", allowed);
-    char msg[300];
-    snprintf(msg, sizeof(msg), "Method not allowed: %.250s takes %s", path, allowed);
-    send_err(s, r, t0, 405, "invalid_request_error", "method_not_allowed", NULL, msg);
-    return false;
-}
-
 void tl_srv_routes_handle(struct evhttp_request *r, void *arg)
 {
     struct tl_server *s = arg;
@@ -369,7 +243,7 @@ void tl_srv_routes_handle(struct evhttp_request *r, void *arg)
     if (!match) {
         char msg[300];
         snprintf(msg, sizeof(msg), "Not found: %.250s", path);
-        send_err(s, r, t0, 404, "invalid_request_error", "not_found", NULL, msg);
+        tl_srv_reply_error(s, r, t0, 404, "invalid_request_error", "not_found", NULL, msg);
         return;
     }
     enum evhttp_cmd_type cmd = evhttp_request_get_command(r);
@@ -379,7 +253,7 @@ void tl_srv_routes_handle(struct evhttp_request *r, void *arg)
         evhttp_add_header(evhttp_request_get_output_headers(r), "Allow", allowed);
         char msg[300];
         snprintf(msg, sizeof(msg), "Method not allowed: %s takes %s", match->path, allowed);
-        send_err(s, r, t0, 405, "invalid_request_error", "method_not_allowed", NULL, msg);
+        tl_srv_reply_error(s, r, t0, 405, "invalid_request_error", "method_not_allowed", NULL, msg);
         return;
     }
     if (match->auth && !tl_srv_route_auth(s, r, t0)) return;

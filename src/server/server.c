@@ -288,6 +288,7 @@ struct tl_server *tl_server_create(const struct tl_server_config *c)
     s->started_s = tl_wall_time_us() / 1000000;
     s->rng = (uint64_t)tl_wall_time_us() ^ ((uint64_t)getpid() << 32);
     signal(SIGPIPE, SIG_IGN); // a vanished client must not kill the process on write
+    tl_oai_use_tl_alloc();    // JSON allocations fail (and are told apart) like ours
 
     if (tl_srv_queue_init(&s->queue)) goto fail;
     s->queue_open = true;
