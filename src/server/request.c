@@ -621,6 +621,7 @@ static tl_status submit_all(struct tl_server *s, struct tl_srv_req *q)
         rq.ignore_eos = p->ignore_eos;
         rq.priority = p->priority;
         rq.timeout_ms = p->timeout_ms;
+        rq.grammar = p->grammar;
         rq.prompt_logprobs = prompt_logprobs(q);
         rq.render_special = c->reply && p->tool_choice_auto; // call markers are control tokens
         rq.on_event = tl_srv_on_event;
