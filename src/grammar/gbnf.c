@@ -14,6 +14,7 @@
 
 #include "core/alloc.h"
 #include "core/error.h"
+#include "core/utf8.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -72,21 +73,12 @@ static bool at_definition(const struct gp *p, size_t i)
     return j + 3 <= p->n && !memcmp(p->s + j, "::=", 3);
 }
 
-// Decodes one UTF-8 code point at p->i. Returns -1 on invalid UTF-8.
+// Decodes one UTF-8 code point at p->i (core/utf8's decoder). Returns -1 on invalid UTF-8.
 static int64_t decode_utf8(struct gp *p)
 {
-    const unsigned char *u = (const unsigned char *)p->s + p->i;
-    size_t left = p->n - p->i;
-    uint32_t c = u[0];
-    int len = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
-    if (!len || (size_t)len > left) return -1;
-    uint32_t cp = len == 1 ? c : len == 2 ? c & 0x1F : len == 3 ? c & 0x0F : c & 0x07;
-    for (int k = 1; k < len; k++) {
-        if ((u[k] & 0xC0) != 0x80) return -1;
-        cp = (cp << 6) | (u[k] & 0x3F);
-    }
-    static const uint32_t min_cp[5] = {0, 0, 0x80, 0x800, 0x10000};
-    if (cp < min_cp[len] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return -1;
+    uint32_t cp;
+    int len = tl_utf8_decode(p->s + p->i, p->n - p->i, &cp);
+    if (!len) return -1;
     p->i += (size_t)len;
     return cp;
 }
