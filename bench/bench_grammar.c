@@ -145,8 +145,10 @@ static void bench_masks(const tl_model *m, int walks, int steps, const char *onl
             }
             double dt = now_s() - c0;
             if (dt < best) best = dt;
-            if (!g) g = x;
-            else tl_grammar_unref(x);
+            if (!g)
+                g = x;
+            else
+                tl_grammar_unref(x);
         }
         int n_cold = 0, n_warm = 0;
         uint64_t seed = 12345 + gi;
@@ -293,12 +295,18 @@ int main(int argc, char **argv)
     int walks = 5, steps = 100, threads = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(a, "-v") && v) vocab_path = argv[++i];
-        else if (!strcmp(a, "-e") && v) e2e_path = argv[++i];
-        else if (!strcmp(a, "--walks") && v) walks = atoi(argv[++i]);
-        else if (!strcmp(a, "--steps") && v) steps = atoi(argv[++i]);
-        else if (!strcmp(a, "--threads") && v) threads = atoi(argv[++i]);
-        else if (!strcmp(a, "--only") && v) only = argv[++i];
+        if (!strcmp(a, "-v") && v)
+            vocab_path = argv[++i];
+        else if (!strcmp(a, "-e") && v)
+            e2e_path = argv[++i];
+        else if (!strcmp(a, "--walks") && v)
+            walks = atoi(argv[++i]);
+        else if (!strcmp(a, "--steps") && v)
+            steps = atoi(argv[++i]);
+        else if (!strcmp(a, "--threads") && v)
+            threads = atoi(argv[++i]);
+        else if (!strcmp(a, "--only") && v)
+            only = argv[++i];
         else {
             fprintf(stderr, "usage: bench_grammar [-v VOCAB_MODEL] [-e E2E_MODEL] [--walks N] "
                             "[--steps N] [--threads N] [--only NAME]\n");

@@ -32,7 +32,7 @@
 #define TOKEN_MAX_BYTES 255
 #define CACHE_MAX_BYTES ((size_t)16 << 20) // per grammar and vocabulary
 #define CACHE_MAX_VOCABS 4                 // vocabularies a grammar keeps caches for
-#define MEMO_ROW_SETS 2048 // dense transition rows: 1 KiB each, 2 MiB at most per matcher
+#define MEMO_ROW_SETS 2048      // dense transition rows: 1 KiB each, 2 MiB at most per matcher
 #define MEMO_ROW_MIN_NODES 2048 // smaller walks (uncertain subtrees) use the hash table alone
 
 // ---- vocabulary trie ------------------------------------------------------------------------
@@ -489,7 +489,7 @@ struct gmask_cache {
     struct gmask_cache *next; // the grammar's caches for other vocabularies
     uint64_t vocab_uid;       // the vocabulary the entries are for (a freed trie's address may
                               // be reused by another, its uid never)
-    struct gentry **slots; // owned, open addressing
+    struct gentry **slots;    // owned, open addressing
     size_t n_slots, n;
     size_t bytes;
 };

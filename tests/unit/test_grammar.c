@@ -85,12 +85,16 @@ static void make_pieces(void)
         add_piece(s);
     }
     static const char *frag[] = {
-        "{\"", "\":", "\": ", "\", \"", "\",\"", "\"}", "},", "}", "],", "[{", "[\"", "true",
-        "false", "null", "12", "3.", "0.5", "-1", "e+", "\\n", "\\\"", "\\u00e9", "\"\n",
-        "\n  ", "  ", " \"", "name", "age", "id", "é", "日本", "ã", "\xe2\x82\xac", "abc\"",
-        "a\",", "\":{\"", "x\"}", "2023-", "-01-", "T12:", ":00Z", "@", ".com", "1. ", " e4",
-        "O-O", "Nf3", "int ", "return ", "- ", "\n- ", "ok", "yes", "no", "red", "green", "=",
-        "(", ")", "+1", "hello", " world", "ぁ", "一", "、", "ア"};
+        "{\"",     "\":",  "\": ",  "\", \"", "\",\"",        "\"}",    "},",
+        "}",       "],",   "[{",    "[\"",    "true",         "false",  "null",
+        "12",      "3.",   "0.5",   "-1",     "e+",           "\\n",    "\\\"",
+        "\\u00e9", "\"\n", "\n  ",  "  ",     " \"",          "name",   "age",
+        "id",      "é",    "日本",  "ã",      "\xe2\x82\xac", "abc\"",  "a\",",
+        "\":{\"",  "x\"}", "2023-", "-01-",   "T12:",         ":00Z",   "@",
+        ".com",    "1. ",  " e4",   "O-O",    "Nf3",          "int ",   "return ",
+        "- ",      "\n- ", "ok",    "yes",    "no",           "red",    "green",
+        "=",       "(",    ")",     "+1",     "hello",        " world", "ぁ",
+        "一",      "、",   "ア"};
     for (size_t i = 0; i < sizeof(frag) / sizeof(frag[0]); i++)
         add_piece(frag[i]);
     uint64_t x = 88172645463325252ull;
@@ -137,8 +141,8 @@ static const char *piece_text(int32_t id)
 
 // Random walks: at each step the mask must equal the per-token check; the finished text must
 // be accepted from scratch. Returns how many walks ended (EOG).
-static int walks_over(struct tl_grammar *g, const struct walk_vocab *wv, int n_walks,
-                      int max_steps, uint64_t seed)
+static int walks_over(struct tl_grammar *g, const struct walk_vocab *wv, int n_walks, int max_steps,
+                      uint64_t seed)
 {
     int32_t n = wv->n, eog = wv->eog;
     size_t words = ((size_t)n + 63) / 64;
@@ -156,8 +160,9 @@ static int walks_over(struct tl_grammar *g, const struct walk_vocab *wv, int n_w
                 bool bit = (mask[t >> 6] >> (t & 63)) & 1;
                 bool one = tl_gmatcher_allows(m, wv->v, t);
                 if (bit != one)
-                    fail_msg("walk %d step %d token %d '%s': mask %d, direct check %d (text '%.*s')",
-                             w, step, t, wv->text(t), bit, one, (int)len, text);
+                    fail_msg(
+                        "walk %d step %d token %d '%s': mask %d, direct check %d (text '%.*s')", w,
+                        step, t, wv->text(t), bit, one, (int)len, text);
                 if (bit) allowed[n_allowed++] = t;
             }
             assert_true(n_allowed > 0); // never a dead end
@@ -254,8 +259,8 @@ static struct walk_vocab model_vocab(void)
 
 // ---- tests ----------------------------------------------------------------------------------
 
-static const char *const SHARED[] = {"arithmetic", "c", "chess", "english", "japanese",
-                                     "json", "json_arr", "list"};
+static const char *const SHARED[] = {"arithmetic", "c",    "chess",    "english",
+                                     "japanese",   "json", "json_arr", "list"};
 
 static void test_shared_grammars_parse_and_walk(void **state)
 {
@@ -286,8 +291,8 @@ static void test_known_strings(void **state)
     assert_false(full_match(g, "{\"a\": }"));
     assert_false(full_match(g, "{\"a\":1"));
     assert_true(prefix_ok(g, "{\"a\":1"));
-    assert_false(prefix_ok(g, "[1]")); // root is an object
-    assert_false(prefix_ok(g, "{\"a\xff"));      // invalid UTF-8 inside a string
+    assert_false(prefix_ok(g, "[1]"));             // root is an object
+    assert_false(prefix_ok(g, "{\"a\xff"));        // invalid UTF-8 inside a string
     assert_false(prefix_ok(g, "{\"\xed\xa0\x80")); // a surrogate
     assert_true(prefix_ok(g, "{\"\xe6\x97"));      // a partial character is a valid prefix
     tl_grammar_unref(g);
@@ -317,7 +322,8 @@ static void test_errors(void **state)
     compile_err(TL_GRAMMAR_GBNF, "root ::= x\n", "rule 'x' is used but never defined");
     compile_err(TL_GRAMMAR_GBNF, "foo ::= \"a\"", "no rule named 'root'");
     compile_err(TL_GRAMMAR_GBNF, "root ::= root \"a\" | \"b\"", "left-recursive");
-    compile_err(TL_GRAMMAR_GBNF, "root ::= x \"a\" | \"b\"\nx ::= y? root\ny ::= \"c\"", "left-recursive");
+    compile_err(TL_GRAMMAR_GBNF, "root ::= x \"a\" | \"b\"\nx ::= y? root\ny ::= \"c\"",
+                "left-recursive");
     compile_err(TL_GRAMMAR_GBNF, "root ::= (\"a\"?)*", "can match empty text");
     compile_err(TL_GRAMMAR_GBNF, "root ::= \"a\" x\nx ::= \"b\" x", "empty language");
     compile_err(TL_GRAMMAR_GBNF, "root ::= [^\\x00-\\U0010FFFF]", "matches nothing");
@@ -326,8 +332,9 @@ static void test_errors(void **state)
     compile_err(TL_GRAMMAR_GBNF, "root ::= \"a\"{5,2}", "n < m");
     compile_err(TL_GRAMMAR_GBNF, "root ::= (\"a\"*){999999}", "can match empty text");
     compile_err(TL_GRAMMAR_GBNF, "root ::= \"\\q\"", "line 1, column 11: unknown escape");
-    compile_err(TL_GRAMMAR_GBNF, "root ::= \"a\"\nroot ::= \"b\"", "line 2, column 1: rule "
-                                                                  "defined twice");
+    compile_err(TL_GRAMMAR_GBNF, "root ::= \"a\"\nroot ::= \"b\"",
+                "line 2, column 1: rule "
+                "defined twice");
     compile_err(TL_GRAMMAR_GBNF, "root ::= [b-a]", "reversed");
     compile_err(TL_GRAMMAR_GBNF, "\n  root = \"a\"", "line 2, column 3");
     compile_err(TL_GRAMMAR_JSON_SCHEMA, "{\"type\":\"object\",\"patternProperties\":{}}",
