@@ -191,6 +191,7 @@ struct gb_alt *tl__gb_add_alt(struct gbuild *b, uint32_t r)
 
 bool tl__gb_push(struct gbuild *b, struct gb_alt *a, uint32_t el, size_t pos)
 {
+    if (tl__gcompile_over()) return false;
     if (b->n_elems + 1 > TL_GRAMMAR_MAX_ELEMS) {
         err_at(b, pos,
                "the compiled grammar would exceed 1048576 elements (a repetition bound or "
@@ -341,6 +342,7 @@ static tl_status left_rec_dfs(const struct gbuild *b, const bool *nullable, uint
     stack[sp++] = 0;
     mark[r] = 1;
     while (sp) {
+        if (tl__gcompile_over()) return TL_ERR_INVALID_ARG;
         uint32_t cur = stack[sp - 2], edge = stack[sp - 1];
         const struct gb_rule *rule = &b->rules[cur];
         // Enumerate edges: for each alternative, each leading REF while the prefix is nullable.
@@ -376,6 +378,86 @@ static tl_status left_rec_dfs(const struct gbuild *b, const bool *nullable, uint
     return TL_OK;
 }
 
+// The rules that are nullable (productive = false: an alternative of refs to nullable rules
+// only) or productive (true: an alternative of non-empty byte sets and refs to productive
+// rules), in time linear in the grammar: each alternative counts the refs it still waits for,
+// and a rule that becomes true visits the alternatives that use it (a reverse index), so a long
+// chain written in the "wrong" order costs no more than one in the right order.
+static tl_status fixpoint(const struct gbuild *b, bool productive, bool *out)
+{
+    size_t n = b->n_rules, n_alts = 0, n_uses = 0;
+    for (size_t r = 0; r < n; r++) {
+        n_alts += b->rules[r].n_alts;
+        for (size_t a = 0; a < b->rules[r].n_alts; a++)
+            for (size_t i = 0; i < b->rules[r].alts[a].n; i++)
+                n_uses += GE_KIND(b->rules[r].alts[a].el[i]) == GE_REF;
+    }
+    int64_t *need = tl_malloc_array(n_alts + 1, sizeof(int64_t)); // refs still false; -1 never
+    uint32_t *alt_rule = tl_malloc_array(n_alts + 1, sizeof(uint32_t));
+    uint32_t *use_start = tl_calloc_array(n + 1, sizeof(uint32_t)); // CSR: rule -> alts using it
+    uint32_t *use_alt = tl_malloc_array(n_uses + 1, sizeof(uint32_t));
+    uint32_t *work = tl_malloc_array(n + 1, sizeof(uint32_t));
+    tl_status rc = TL_OK;
+    if (!need || !alt_rule || !use_start || !use_alt || !work) {
+        rc = tl__errorf(TL_ERR_NOMEM, "grammar: out of memory for checks");
+        goto out;
+    }
+    size_t id = 0, nw = 0;
+    for (size_t r = 0; r < n; r++)
+        for (size_t a = 0; a < b->rules[r].n_alts; a++, id++) {
+            const struct gb_alt *alt = &b->rules[r].alts[a];
+            alt_rule[id] = (uint32_t)r;
+            need[id] = 0;
+            for (size_t i = 0; i < alt->n; i++) {
+                uint32_t e = alt->el[i];
+                if (GE_KIND(e) == GE_REF) {
+                    use_start[GE_ARG(e) + 1]++;
+                    if (need[id] >= 0) need[id]++;
+                    continue;
+                }
+                const struct gbyteset *set = &b->sets[GE_ARG(e)];
+                bool empty = !(set->w[0] | set->w[1] | set->w[2] | set->w[3]);
+                if (!productive || empty) need[id] = -1; // a byte is never nullable
+            }
+            if (need[id] == 0 && !out[r]) {
+                out[r] = true;
+                work[nw++] = (uint32_t)r;
+            }
+        }
+    for (size_t r = 0; r < n; r++)
+        use_start[r + 1] += use_start[r];
+    // Fill the reverse index (use_start[r] advances while filling, then is restored).
+    id = 0;
+    for (size_t r = 0; r < n; r++)
+        for (size_t a = 0; a < b->rules[r].n_alts; a++, id++)
+            for (size_t i = 0; i < b->rules[r].alts[a].n; i++) {
+                uint32_t e = b->rules[r].alts[a].el[i];
+                if (GE_KIND(e) == GE_REF) use_alt[use_start[GE_ARG(e)]++] = (uint32_t)id;
+            }
+    for (size_t r = n; r > 0; r--)
+        use_start[r] = use_start[r - 1];
+    use_start[0] = 0;
+    while (nw) {
+        uint32_t r = work[--nw];
+        for (uint32_t u = use_start[r]; u < use_start[r + 1]; u++) {
+            uint32_t a = use_alt[u];
+            if (need[a] <= 0 || --need[a] > 0) continue;
+            uint32_t owner = alt_rule[a];
+            if (!out[owner]) {
+                out[owner] = true;
+                work[nw++] = owner;
+            }
+        }
+    }
+out:
+    free(need);
+    free(alt_rule);
+    free(use_start);
+    free(use_alt);
+    free(work);
+    return rc;
+}
+
 static tl_status check(struct gbuild *b, uint32_t root)
 {
     size_t n = b->n_rules;
@@ -392,29 +474,7 @@ static tl_status check(struct gbuild *b, uint32_t root)
     }
     // Fixpoints: nullable (some alternative of nullable refs only), productive (some alternative
     // of non-empty byte sets and productive refs).
-    for (bool changed = true; changed;) {
-        changed = false;
-        for (size_t r = 0; r < n; r++) {
-            const struct gb_rule *rule = &b->rules[r];
-            for (size_t a = 0; a < rule->n_alts; a++) {
-                const struct gb_alt *alt = &rule->alts[a];
-                bool nul = true, prod = true;
-                for (size_t i = 0; i < alt->n; i++) {
-                    uint32_t e = alt->el[i];
-                    if (GE_KIND(e) == GE_BYTES) {
-                        nul = false;
-                        const struct gbyteset *s = &b->sets[GE_ARG(e)];
-                        if (!(s->w[0] | s->w[1] | s->w[2] | s->w[3])) prod = false;
-                    } else {
-                        if (!nullable[GE_ARG(e)]) nul = false;
-                        if (!productive[GE_ARG(e)]) prod = false;
-                    }
-                }
-                if (nul && !nullable[r]) nullable[r] = changed = true;
-                if (prod && !productive[r]) productive[r] = changed = true;
-            }
-        }
-    }
+    if ((rc = fixpoint(b, false, nullable)) || (rc = fixpoint(b, true, productive))) goto out;
     // Reachable from root.
     size_t nw = 0;
     work[nw++] = root;

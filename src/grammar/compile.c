@@ -13,6 +13,7 @@
 #include "grammar/grammar_impl.h"
 
 #include "core/alloc.h"
+#include "core/clock.h"
 #include "core/error.h"
 
 #include <jansson.h>
@@ -57,7 +58,49 @@ static tl_status choices_to_gbnf(const char *src, size_t len, char **gbnf)
     return TL_OK;
 }
 
+// ---- the compile-time limit ----------------------------------------------------------------
+
+static _Thread_local int64_t deadline_us; // 0: not timing
+static _Thread_local unsigned over_ticks;
+static _Thread_local bool over;
+
+bool tl__gcompile_over(void)
+{
+    if (!deadline_us) return false;
+    if (over) return true;
+    if ((++over_ticks & 63) != 0) return false;
+    if (tl_time_us() < deadline_us) return false;
+    over = true;
+    tl__errorf(TL_ERR_INVALID_ARG,
+               "grammar: compiling took longer than %d ms (the limit): the grammar or schema is "
+               "too large or too complex",
+               TL_GRAMMAR_COMPILE_MAX_MS);
+    return true;
+}
+
+static tl_status compile_any(enum tl_grammar_kind kind, const char *src, size_t len,
+                             struct tl_grammar **out);
+
 tl_status tl_grammar_compile(enum tl_grammar_kind kind, const char *src, size_t len,
+                             struct tl_grammar **out)
+{
+    bool outer = deadline_us == 0;
+    if (outer) {
+        deadline_us = tl_time_us() + (int64_t)TL_GRAMMAR_COMPILE_MAX_MS * 1000;
+        over = false;
+        over_ticks = 0;
+    }
+    tl_status rc = compile_any(kind, src, len, out);
+    if (rc && over) // whatever failed after the deadline, the deadline is the reason
+        rc = tl__errorf(TL_ERR_INVALID_ARG,
+                        "grammar: compiling took longer than %d ms (the limit): the grammar or "
+                        "schema is too large or too complex",
+                        TL_GRAMMAR_COMPILE_MAX_MS);
+    if (outer) deadline_us = 0;
+    return rc;
+}
+
+static tl_status compile_any(enum tl_grammar_kind kind, const char *src, size_t len,
                              struct tl_grammar **out)
 {
     *out = NULL;
@@ -114,6 +157,21 @@ struct lru_slot {
 static pthread_mutex_t lru_mu = PTHREAD_MUTEX_INITIALIZER;
 static struct lru_slot lru[LRU_SIZE];
 static uint64_t lru_clock;
+
+struct tl_grammar *tl_grammar_lookup(enum tl_grammar_kind kind, const char *src, size_t len)
+{
+    if (!src) len = 0;
+    struct tl_grammar *g = NULL;
+    pthread_mutex_lock(&lru_mu);
+    for (int i = 0; i < LRU_SIZE && !g; i++)
+        if (lru[i].g && lru[i].kind == kind && lru[i].len == len &&
+            (!len || !memcmp(lru[i].src, src, len))) {
+            lru[i].used = ++lru_clock;
+            g = tl_grammar_ref(lru[i].g);
+        }
+    pthread_mutex_unlock(&lru_mu);
+    return g;
+}
 
 tl_status tl_grammar_get(enum tl_grammar_kind kind, const char *src, size_t len,
                          struct tl_grammar **out)

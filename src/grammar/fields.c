@@ -7,8 +7,9 @@
  * At most one may constrain a request; anything unknown inside response_format or
  * structured_outputs is an error naming it (never an unconstrained reply).
  *
- * The grammar comes from the process-wide LRU (tl_grammar_get): compiling is bounded in size
- * and linear in the source, so callers run it synchronously.
+ * tl_grammar_from_fields compiles through the process-wide LRU (tl_grammar_get), bounded in size
+ * and time; tl_grammar_fields_source only checks the fields and hands back the source, for
+ * callers that compile elsewhere (the server: on the compile worker, off its event loop).
  *
  * Thread model: pure function over the object; thread-safe.
  */
@@ -82,9 +83,12 @@ static tl_status read_response_format(json_t *rf, struct pick *pk, const char **
     return set_pick(pk, TL_GRAMMAR_JSON_SCHEMA, schema, P, param);
 }
 
-tl_status tl_grammar_from_fields(struct json_t *obj, struct tl_grammar **out, const char **param)
+tl_status tl_grammar_fields_source(struct json_t *obj, enum tl_grammar_kind *kind, char **src_out,
+                                   size_t *len_out, const char **param)
 {
-    *out = NULL;
+    *kind = TL_GRAMMAR_NONE;
+    *src_out = NULL;
+    *len_out = 0;
     *param = NULL;
     struct pick pk = {TL_GRAMMAR_NONE, NULL, NULL};
     tl_status rc = TL_OK;
@@ -111,16 +115,16 @@ tl_status tl_grammar_from_fields(struct json_t *obj, struct tl_grammar **out, co
         json_t *f;
         json_object_foreach(v, k, f)
         {
-            enum tl_grammar_kind kind = !strcmp(k, "json")      ? TL_GRAMMAR_JSON_SCHEMA
-                                        : !strcmp(k, "regex")   ? TL_GRAMMAR_REGEX
-                                        : !strcmp(k, "choice")  ? TL_GRAMMAR_CHOICE
-                                        : !strcmp(k, "grammar") ? TL_GRAMMAR_GBNF
-                                                                : TL_GRAMMAR_NONE;
-            if (kind == TL_GRAMMAR_NONE)
+            enum tl_grammar_kind fk = !strcmp(k, "json")      ? TL_GRAMMAR_JSON_SCHEMA
+                                      : !strcmp(k, "regex")   ? TL_GRAMMAR_REGEX
+                                      : !strcmp(k, "choice")  ? TL_GRAMMAR_CHOICE
+                                      : !strcmp(k, "grammar") ? TL_GRAMMAR_GBNF
+                                                              : TL_GRAMMAR_NONE;
+            if (fk == TL_GRAMMAR_NONE)
                 return fail(param, "structured_outputs",
                             "unsupported field 'structured_outputs.%s'", k);
             if (json_is_null(f)) continue;
-            if ((rc = set_pick(&pk, kind, f, "structured_outputs", param))) return rc;
+            if ((rc = set_pick(&pk, fk, f, "structured_outputs", param))) return rc;
         }
     }
     if (pk.kind == TL_GRAMMAR_NONE) return TL_OK;
@@ -152,8 +156,33 @@ tl_status tl_grammar_from_fields(struct json_t *obj, struct tl_grammar **out, co
         src = owned;
         len = strlen(owned);
     }
-    rc = tl_grammar_get(pk.kind, src, len, out);
-    free(owned);
-    if (rc) *param = pk.param;
+    if (src && !owned) {
+        owned = tl_strndup(src, len);
+        if (!owned) {
+            *param = pk.param;
+            return tl__errorf(TL_ERR_NOMEM, "out of memory");
+        }
+    }
+    *kind = pk.kind;
+    *src_out = owned;
+    *len_out = len;
+    *param = pk.param;
+    return TL_OK;
+}
+
+tl_status tl_grammar_from_fields(struct json_t *obj, struct tl_grammar **out, const char **param)
+{
+    *out = NULL;
+    enum tl_grammar_kind kind;
+    char *src;
+    size_t len;
+    tl_status rc = tl_grammar_fields_source(obj, &kind, &src, &len, param);
+    if (rc || kind == TL_GRAMMAR_NONE) {
+        if (!rc) *param = NULL;
+        return rc;
+    }
+    rc = tl_grammar_get(kind, src, len, out);
+    free(src);
+    if (!rc) *param = NULL;
     return rc;
 }

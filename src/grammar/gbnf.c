@@ -489,6 +489,7 @@ tl_status tl__gbnf_parse(struct gbuild *b)
 {
     struct gp p = {.b = b, .s = b->src, .n = b->src_len};
     for (;;) {
+        if (tl__gcompile_over()) return TL_ERR_INVALID_ARG;
         skip_space(&p);
         if (p.i >= p.n) break;
         if (!at_definition(&p, p.i)) return perr(&p, p.i, "expected a rule definition 'name ::='");

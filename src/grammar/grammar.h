@@ -25,6 +25,8 @@ struct tl_grammar;
 // Bounds on what a source may compile to; a larger result is an error naming the bound.
 #define TL_GRAMMAR_MAX_SOURCE_BYTES (4u << 20)
 #define TL_GRAMMAR_MAX_ELEMS (1u << 20)
+// A compilation that runs longer is stopped: an error naming the limit (a 400), not a stall.
+#define TL_GRAMMAR_COMPILE_MAX_MS 1000
 
 // Compiles src[0..len) of the given kind (TL_GRAMMAR_JSON_OBJECT ignores src; TL_GRAMMAR_CHOICE
 // takes a JSON array of strings). OUT: *out (refcount 1). Errors are TL_ERR_INVALID_ARG with a
@@ -32,7 +34,7 @@ struct tl_grammar;
 // pointer for schemas). Thread-safe.
 tl_status tl_grammar_compile(enum tl_grammar_kind kind, const char *src, size_t len,
                              struct tl_grammar **out) TL_WARN_UNUSED;
-// As tl_grammar_compile, through a process-wide LRU keyed by (kind, source): 64 grammars at
+// As tl_grammar_compile, through a process-wide LRU keyed by (kind, source): 32 grammars at
 // most. Errors are not cached. Thread-safe.
 tl_status tl_grammar_get(enum tl_grammar_kind kind, const char *src, size_t len,
                          struct tl_grammar **out) TL_WARN_UNUSED;
@@ -53,6 +55,47 @@ tl_status tl_grammar_regex_to_gbnf(const char *re, size_t len, char **gbnf) TL_W
 struct json_t;
 tl_status tl_grammar_from_fields(struct json_t *obj, struct tl_grammar **out,
                                  const char **param) TL_WARN_UNUSED;
+// The same fields, checked but not compiled: OUT: *kind (TL_GRAMMAR_NONE when the object asks
+// for no constraint), *src (malloc'd, NUL-terminated; NULL for json_object), *len, *param (the
+// field, static). Errors as tl_grammar_from_fields. Thread-safe.
+tl_status tl_grammar_fields_source(struct json_t *obj, enum tl_grammar_kind *kind, char **src,
+                                   size_t *len, const char **param) TL_WARN_UNUSED;
+// The compiled grammar of (kind, source) if the LRU holds it (a reference), else NULL. Never
+// compiles. Thread-safe.
+struct tl_grammar *tl_grammar_lookup(enum tl_grammar_kind kind, const char *src, size_t len);
+
+// ---- compiling off the caller's thread (compile_worker.c) -----------------------------------
+
+struct tl_gworker;
+
+// One compilation: the source in, the grammar (or the error) out.
+struct tl_gjob {
+    enum tl_grammar_kind kind;
+    char *src; // owned, NUL-terminated
+    size_t len;
+    void *user;                 // the submitter's
+    struct tl_grammar *grammar; // result: a reference, NULL on error
+    tl_status rc;               // result
+    char error[512];            // result: the message when rc != TL_OK
+    struct tl_gjob *next;       // list link
+};
+
+// A job compiling src[0..len) (copied). NULL on allocation failure.
+struct tl_gjob *tl_gjob_new(enum tl_grammar_kind kind, const char *src, size_t len, void *user);
+void tl_gjob_free(struct tl_gjob *j); // NULL is a no-op
+
+// Starts the worker thread. OUT: *out.
+tl_status tl_gworker_create(struct tl_gworker **out) TL_WARN_UNUSED;
+// Readable (an eventfd) when finished jobs wait to be taken.
+int tl_gworker_fd(const struct tl_gworker *w);
+// Hands j to the worker; it comes back through tl_gworker_take_done, compiled.
+void tl_gworker_submit(struct tl_gworker *w, struct tl_gjob *j);
+// Resets the eventfd, then takes every finished job (oldest first, linked by next; NULL when
+// none).
+struct tl_gjob *tl_gworker_take_done(struct tl_gworker *w);
+// Stops the worker (a compilation in progress ends first, within its time limit). The jobs it
+// still holds, compiled or not, go to *left (linked by next) or are freed when left is NULL.
+void tl_gworker_destroy(struct tl_gworker *w, struct tl_gjob **left);
 
 // ---- the vocabulary as a trie ---------------------------------------------------------------
 

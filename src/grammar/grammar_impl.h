@@ -28,6 +28,13 @@ static inline bool gbyteset_has(const struct gbyteset *s, unsigned b)
     return (s->w[b >> 6] >> (b & 63)) & 1;
 }
 
+// ---- the compile-time limit -----------------------------------------------------------------
+
+// True once this thread's compilation has run past TL_GRAMMAR_COMPILE_MAX_MS (the error is then
+// set: a 400 naming the limit); false when no compilation is being timed. Cheap: the clock is
+// read every 64th call. Called from the loops of the parsers and the checks.
+bool tl__gcompile_over(void);
+
 // ---- growable string ------------------------------------------------------------------------
 
 struct gstr {

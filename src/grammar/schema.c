@@ -546,6 +546,7 @@ static tl_status gen_expr(struct sc *c, json_t *s, const char *path, struct gstr
     if (json_is_false(s)) return serr(path, "%s", "schema 'false' matches nothing");
     if (!json_is_object(s)) return serr(path, "%s", "a schema must be an object or a boolean");
     if (++c->depth > MAX_DEPTH) return serr(path, "%s", "schema nested too deeply");
+    if (tl__gcompile_over()) return TL_ERR_INVALID_ARG;
     tl_status rc = TL_OK;
     const char *k;
     json_t *v;
