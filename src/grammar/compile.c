@@ -26,6 +26,24 @@ static tl_status compile_gbnf(const char *src, size_t len, struct tl_grammar **o
     tl_status rc = tl__gbnf_parse(&b);
     if (!rc) rc = tl__gb_finish(&b, out);
     tl__gb_free(&b);
+    if (rc) return rc;
+    // The matcher's bounds (stack depth, stacks, expansion work) must hold at the start, or
+    // no token could ever be allowed: an error now rather than a failed request later.
+    struct gset start = {0};
+    uint32_t *scratch = tl_malloc_array(GSET_MAX_DEPTH + 1, sizeof(uint32_t));
+    if (!scratch) rc = tl__errorf(TL_ERR_NOMEM, "grammar: out of memory");
+    if (!rc) tl__gset_start(*out, &start, scratch);
+    if (!rc && start.overflow)
+        rc = tl__errorf(TL_ERR_INVALID_ARG,
+                        "grammar: its start nests rule calls deeper than %d (or needs more than %d "
+                        "parse stacks); use right recursion or fewer nested rules",
+                        GSET_MAX_DEPTH, GSET_MAX_STACKS);
+    tl__gset_free(&start);
+    free(scratch);
+    if (rc) {
+        tl_grammar_unref(*out);
+        *out = NULL;
+    }
     return rc;
 }
 

@@ -437,9 +437,29 @@ static bool parse_fields(json_t *root, const struct tl_oai_limits *lim, struct t
                        "seconds");
         p->timeout_ms = (int64_t)ceil(sec * 1000.0);
     }
-    // Structured output (src/grammar/fields.c): compiled here, bounded in size and time.
+    // Structured output (src/grammar/fields.c): from the LRU, else compiled here (bounded in
+    // size and time) or, with lim->defer_grammar, left to the caller to compile off the loop.
     const char *gparam = NULL;
-    tl_status grc = tl_grammar_from_fields(root, &p->grammar, &gparam);
+    tl_status grc;
+    if (lim->defer_grammar) {
+        enum tl_grammar_kind gk;
+        char *gsrc;
+        size_t glen;
+        grc = tl_grammar_fields_source(root, &gk, &gsrc, &glen, &gparam);
+        if (!grc && gk != TL_GRAMMAR_NONE) {
+            p->grammar = tl_grammar_lookup(gk, gsrc, glen);
+            if (p->grammar) {
+                free(gsrc);
+            } else {
+                p->grammar_kind = gk;
+                p->grammar_src = gsrc;
+                p->grammar_len = glen;
+                p->grammar_param = gparam;
+            }
+        }
+    } else {
+        grc = tl_grammar_from_fields(root, &p->grammar, &gparam);
+    }
     if (grc) {
         tl_oai_error_from_status(err, grc, tl_last_error());
         snprintf(err->param, sizeof(err->param), "%s", gparam ? gparam : "");
@@ -519,5 +539,6 @@ void tl_oai_params_free(struct tl_oai_params *p)
     free(p->owned);
     json_decref(p->root);
     tl_grammar_unref(p->grammar);
+    free(p->grammar_src);
     memset(p, 0, sizeof(*p));
 }

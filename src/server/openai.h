@@ -81,11 +81,17 @@ struct tl_oai_params {
     bool tool_choice_auto;      // parse calls out of the reply (tools given, tool_choice auto)
     bool parallel_tool_calls;   // false: keep only the first call
     struct tl_grammar *grammar; // owned reference: structured output, or NULL
+    // With lim->defer_grammar, a grammar the LRU does not hold yet: compiled elsewhere.
+    enum tl_grammar_kind grammar_kind; // TL_GRAMMAR_NONE: nothing to compile
+    char *grammar_src;                 // owned
+    size_t grammar_len;
+    const char *grammar_param; // the field it came from (static)
 };
 
 // Limits that depend on the model.
 struct tl_oai_limits {
-    int32_t n_vocab; // token ids in prompts must be below this
+    int32_t n_vocab;    // token ids in prompts must be below this
+    bool defer_grammar; // leave a grammar not yet compiled in p->grammar_src (see above)
 };
 
 // Parses and validates a request body. On success returns true and fills *p (free it with

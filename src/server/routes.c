@@ -19,6 +19,7 @@
 #include "core/alloc.h"
 #include "core/clock.h"
 #include "core/error.h"
+#include "server/grammar_wait.h"
 #include "server/kserve.h"
 #include "server/request.h"
 #include "server/route_checks.h"
@@ -213,9 +214,14 @@ static void generate(struct tl_server *s, struct evhttp_request *r, int64_t t0, 
 {
     struct tl_oai_params p;
     struct tl_oai_error err;
-    struct tl_oai_limits lim = {.n_vocab = s->info.n_vocab};
+    // A grammar not compiled yet compiles on the grammar worker, never on this loop.
+    struct tl_oai_limits lim = {.n_vocab = s->info.n_vocab, .defer_grammar = true};
     if (!tl_oai_parse_root(kind, json_incref(root), &lim, &p, &err)) {
         tl_srv_send_error(s, r, &err, t0);
+        return;
+    }
+    if (p.grammar_kind != TL_GRAMMAR_NONE) {
+        tl_srv_gwait_start(s, r, t0, &p);
         return;
     }
     tl_srv_req_start(s, r, t0, &p);

@@ -29,6 +29,7 @@
 #include "core/clock.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "server/grammar_wait.h"
 #include "server/request.h"
 #include "server/routes.h"
 
@@ -227,7 +228,7 @@ static void check_drained(struct tl_server *s)
 {
     if (atomic_load(&s->state) != TL_SRV_DRAINING) return;
     int64_t now = tl_time_us();
-    if (!s->reqs && front_in_flight(s) == 0) {
+    if (!s->reqs && tl_srv_gwait_count(s) == 0 && front_in_flight(s) == 0) {
         // Done once every finished reply has left libevent's buffers (or time is up).
         if (tl_http_unflushed(&s->http) == 0 || now >= s->drain_deadline_us)
             event_base_loopbreak(s->base);
@@ -320,6 +321,7 @@ struct tl_server *tl_server_create(const struct tl_server_config *c)
         tl__errorf(TL_ERR_NOMEM, "serve: cannot set up the event loop");
         goto fail;
     }
+    if (tl_srv_gwait_open(s)) goto fail;
     struct timeval tick = {0, 100000};
     event_add(s->ev_queue, NULL);
     event_add(s->ev_stop, NULL);
@@ -424,6 +426,7 @@ void tl_server_destroy(struct tl_server *s)
     if (!s) return;
     stop_engine_thread(s);
     tl_srv_reqs_abandon_all(s);
+    tl_srv_gwait_close(s);
     if (s->http_open) tl_http_close(&s->http);
     if (s->ev_queue) event_free(s->ev_queue);
     if (s->ev_stop) event_free(s->ev_stop);

@@ -44,8 +44,12 @@ struct tl_server {
     struct event_base *base; // owned
     struct tl_http http;     // owned: the transport
     bool http_open;
-    struct event *ev_queue; // the queue's eventfd is readable
-    struct event *ev_tick;  // periodic: liveness probes, stop/drain checks
+    struct event *ev_queue;      // the queue's eventfd is readable
+    struct event *ev_tick;       // periodic: liveness probes, stop/drain checks
+    struct tl_gworker *gworker;  // owned: compiles grammars off the loop (grammar_wait.c)
+    struct event *ev_gworker;    // its eventfd is readable
+    struct tl_srv_gwait *gwaits; // owned: requests waiting for their grammar
+    int n_gwait;
     struct event *ev_sigint, *ev_sigterm;
     int stop_efd; // eventfd written by tl_server_stop
     struct event *ev_stop;
