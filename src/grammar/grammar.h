@@ -64,6 +64,25 @@ tl_status tl_grammar_fields_source(struct json_t *obj, enum tl_grammar_kind *kin
 // compiles. Thread-safe.
 struct tl_grammar *tl_grammar_lookup(enum tl_grammar_kind kind, const char *src, size_t len);
 
+// ---- forced tool calls (toolcall_gbnf.c) -----------------------------------------------------
+
+// How a chat template's model writes tool calls, for a grammar that forces one: the reply is
+// before, then each call as each_before + the call object + each_after (calls separated by sep),
+// then after. The call object is {"name": ..., args_key: {...}}.
+struct tl_gcall_form {
+    const char *before, *after;
+    const char *each_before, *each_after;
+    const char *sep;
+    const char *args_key; // "arguments" or "parameters"
+};
+
+// GBNF text for a reply that is a call (several with parallel) of one of functions (a JSON
+// array of {"name", "parameters"} objects, as in OpenAI's tools[i].function), its arguments
+// valid against that function's parameters schema. OUT: *gbnf (malloc'd). Errors (a schema
+// keyword not supported, $defs in conflict) are TL_ERR_INVALID_ARG naming the problem.
+tl_status tl_grammar_tool_call_gbnf(const struct tl_gcall_form *form, struct json_t *functions,
+                                    bool parallel, char **gbnf) TL_WARN_UNUSED;
+
 // ---- compiling off the caller's thread (compile_worker.c) -----------------------------------
 
 struct tl_gworker;

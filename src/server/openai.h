@@ -12,6 +12,7 @@
 
 #include <tokenloom.h>
 
+#include "chat/toolcall.h"
 #include "server/chat_template.h"
 
 #include <jansson.h>
@@ -78,9 +79,11 @@ struct tl_oai_params {
     int32_t n_logit_bias;
     const char **tool_names; // owned array of the offered function names (borrowed from root)
     int n_tool_names;
-    bool tool_choice_auto;      // parse calls out of the reply (tools given, tool_choice auto)
-    bool parallel_tool_calls;   // false: keep only the first call
-    struct tl_grammar *grammar; // owned reference: structured output, or NULL
+    bool tool_choice_auto;        // parse calls out of the reply (tools given, tool_choice auto)
+    bool parallel_tool_calls;     // false: keep only the first call
+    bool tool_forced;             // tool_choice "required" or a named function: a call is forced
+    const char *tool_forced_name; // the named function (borrowed from tool_names), or NULL
+    struct tl_grammar *grammar;   // owned reference: structured output, or NULL
     // With lim->defer_grammar, a grammar the LRU does not hold yet: compiled elsewhere.
     enum tl_grammar_kind grammar_kind; // TL_GRAMMAR_NONE: nothing to compile
     char *grammar_src;                 // owned
@@ -125,6 +128,12 @@ bool tl__oai_parse_logit_bias(json_t *root, const struct tl_oai_limits *lim,
                               struct tl_oai_params *p, struct tl_oai_error *err);
 bool tl__oai_parse_tools(json_t *root, struct tl_oai_params *p, struct tl_oai_error *err);
 bool tl__oai_check_tool_message(json_t *m, size_t i, bool is_tool, struct tl_oai_error *err);
+// With p->tool_forced: the grammar of a reply that is a call in the given tool-call syntax (p's
+// grammar from the LRU, or its source in p->grammar_src to compile). False with *err (400) when
+// the syntax or the functions' parameters cannot be forced, or a structured-output field is
+// also given.
+bool tl__oai_forced_call_grammar(struct tl_oai_params *p, enum tl_tool_syntax syntax,
+                                 struct tl_oai_error *err);
 
 // Fills *err. fmt is printf-style; param may be NULL.
 void tl_oai_error_set(struct tl_oai_error *err, int http_status, const char *type, const char *code,

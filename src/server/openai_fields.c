@@ -3,6 +3,9 @@
  * functions, tool_choice / function_call, parallel_tool_calls, the tool-calling shapes of
  * messages (assistant tool_calls, role "tool"), and the fields tokenloom refuses.
  *
+ * A forced call (tool_choice "required" or a named function) becomes a grammar in the chat
+ * template's tool-call syntax (tl__oai_forced_call_grammar, src/grammar/toolcall_gbnf.c).
+ *
  * The rule for fields: every field the OpenAI API defines is either implemented or refused
  * with a 400 naming it (param), never silently ignored, because a client that asks for JSON
  * output or a forced tool call and gets prose back cannot tell what went wrong. A field's
@@ -15,6 +18,8 @@
 #include "server/openai.h"
 
 #include "core/alloc.h"
+#include "core/error.h"
+#include "grammar/grammar.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -212,12 +217,32 @@ static bool parse_tool_list(json_t *root, struct tl_oai_params *p, struct tl_oai
     return true;
 }
 
-static bool forced_call_refused(const char *param, struct tl_oai_error *err)
+// tool_choice "required" / a named function (function_call {"name"}): the reply is forced to
+// be a call (tl__oai_forced_call_grammar builds its grammar once the syntax is known).
+static bool force_call(json_t *tc, const char *key, struct tl_oai_params *p,
+                       struct tl_oai_error *err)
 {
-    return BAD(err, param,
-               "'%s' that forces a call (\"required\" or a named function) is not supported yet: "
-               "it needs constrained decoding; use \"auto\" or \"none\"",
-               param);
+    if (p->n_tool_names == 0)
+        return BAD(err, key, "'%s' that forces a call needs '%s'", key,
+                   strcmp(key, "tool_choice") ? "functions" : "tools");
+    p->tool_forced = true;
+    p->tool_forced_name = NULL;
+    if (json_is_object(tc)) {
+        json_t *fn = strcmp(key, "tool_choice") ? tc : json_object_get(tc, "function");
+        json_t *name = json_object_get(fn, "name");
+        if (!json_is_string(name))
+            return BAD(err, key, "'%s' must name the function: %s", key,
+                       strcmp(key, "tool_choice") ? "{\"name\": ...}"
+                                                  : "{\"type\": \"function\", \"function\": "
+                                                    "{\"name\": ...}}");
+        for (int i = 0; i < p->n_tool_names; i++)
+            if (!strcmp(p->tool_names[i], json_string_value(name)))
+                p->tool_forced_name = p->tool_names[i];
+        if (!p->tool_forced_name)
+            return BAD(err, key, "'%s' names function '%s', which is not offered", key,
+                       json_string_value(name));
+    }
+    return true;
 }
 
 bool tl__oai_parse_tools(json_t *root, struct tl_oai_params *p, struct tl_oai_error *err)
@@ -244,7 +269,7 @@ bool tl__oai_parse_tools(json_t *root, struct tl_oai_params *p, struct tl_oai_er
                            "'%s' must be \"none\", \"auto\", \"required\" or {\"type\": "
                            "\"function\", \"function\": {\"name\": ...}}",
                            key);
-            return forced_call_refused(key, err);
+            if (!force_call(tc, key, p, err)) return false;
         } else {
             return BAD(err, key, "'%s' must be \"none\", \"auto\", \"required\" or a function",
                        key);
@@ -303,4 +328,77 @@ bool tl__oai_check_tool_message(json_t *m, size_t i, bool is_tool, struct tl_oai
     if (!absent(fc)) return BAD(err, param, "'%s' is not supported: use 'tool_calls'", param);
     json_t *calls = json_object_get(m, "tool_calls");
     return absent(calls) || check_tool_calls(calls, i, err);
+}
+
+// ---- forced calls ---------------------------------------------------------------------------
+
+// The text around calls in each syntax a forced call supports (NULL: not supported).
+static bool call_form(enum tl_tool_syntax syntax, bool parallel, struct tl_gcall_form *f)
+{
+    *f = (struct tl_gcall_form){"", "", "", "", ", ", "arguments"};
+    switch (syntax) {
+    case TL_TOOL_GENERIC: // the whole reply is JSON: one call object, or a list of them
+        if (parallel) *f = (struct tl_gcall_form){"[", "]", "", "", ", ", "arguments"};
+        return true;
+    case TL_TOOL_HERMES:
+        *f = (struct tl_gcall_form){"", "", "<tool_call>\n", "\n</tool_call>", "\n", "arguments"};
+        return true;
+    case TL_TOOL_LLAMA3: // one bare JSON object at the start
+        f->args_key = "parameters";
+        return true;
+    case TL_TOOL_MISTRAL:
+        *f = (struct tl_gcall_form){"[TOOL_CALLS][", "]", "", "", ", ", "arguments"};
+        return true;
+    case TL_TOOL_FIREFUNCTION_V2:
+        *f = (struct tl_gcall_form){"functools[", "]", "", "", ", ", "arguments"};
+        return true;
+    default:
+        return false;
+    }
+}
+
+bool tl__oai_forced_call_grammar(struct tl_oai_params *p, enum tl_tool_syntax syntax,
+                                 struct tl_oai_error *err)
+{
+    const char *key = json_object_get(p->root, "tool_choice") ? "tool_choice" : "function_call";
+    if (p->grammar || p->grammar_kind != TL_GRAMMAR_NONE)
+        return BAD(err, key,
+                   "'%s' that forces a call cannot be combined with a structured-output field "
+                   "(response_format, grammar, guided_*)",
+                   key);
+    bool parallel = p->parallel_tool_calls && !p->tool_forced_name && syntax != TL_TOOL_LLAMA3;
+    struct tl_gcall_form form;
+    if (!call_form(syntax, parallel, &form))
+        return BAD(err, key,
+                   "'%s' that forces a call is not supported with the '%s' tool-call syntax "
+                   "(supported: generic, hermes, llama3, mistral, firefunction-v2)",
+                   key, tl_tool_syntax_name(syntax));
+    // The offered functions ({"name", "parameters"}), or only the named one.
+    json_t *tools = json_object_get(p->root, "tools"), *fns = json_array();
+    bool legacy = absent(tools);
+    if (legacy) tools = json_object_get(p->root, "functions");
+    for (size_t i = 0; i < json_array_size(tools); i++) {
+        json_t *fn = json_array_get(tools, i);
+        if (!legacy) fn = json_object_get(fn, "function");
+        const char *name = json_string_value(json_object_get(fn, "name"));
+        if (!p->tool_forced_name || !strcmp(name, p->tool_forced_name)) json_array_append(fns, fn);
+    }
+    char *gbnf = NULL;
+    tl_status st = tl_grammar_tool_call_gbnf(&form, fns, parallel, &gbnf);
+    json_decref(fns);
+    if (st) {
+        tl_oai_error_from_status(err, st, tl_last_error());
+        snprintf(err->param, sizeof(err->param), "%s", legacy ? "functions" : "tools");
+        return false;
+    }
+    p->grammar = tl_grammar_lookup(TL_GRAMMAR_GBNF, gbnf, strlen(gbnf));
+    if (p->grammar) {
+        free(gbnf);
+        return true;
+    }
+    p->grammar_kind = TL_GRAMMAR_GBNF;
+    p->grammar_src = gbnf;
+    p->grammar_len = strlen(gbnf);
+    p->grammar_param = legacy ? "functions" : "tools";
+    return true;
 }

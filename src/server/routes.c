@@ -220,6 +220,11 @@ static void generate(struct tl_server *s, struct evhttp_request *r, int64_t t0, 
         tl_srv_send_error(s, r, &err, t0);
         return;
     }
+    if (p.tool_forced && !tl__oai_forced_call_grammar(&p, s->tool_syntax, &err)) {
+        tl_oai_params_free(&p);
+        tl_srv_send_error(s, r, &err, t0);
+        return;
+    }
     if (p.grammar_kind != TL_GRAMMAR_NONE) {
         tl_srv_gwait_start(s, r, t0, &p);
         return;

@@ -44,9 +44,9 @@ def ok(cond, name, detail=""):
     sys.stdout.flush()
 
 
-def start_server(model):
+def start_server(model, extra=()):
     log = tempfile.NamedTemporaryFile(prefix="tl_grammar_", suffix=".log", delete=False)
-    proc = subprocess.Popen([BIN, "serve", "-m", model, "--port", "0", "-t", "2"],
+    proc = subprocess.Popen([BIN, "serve", "-m", model, "--port", "0", "-t", "2", *extra],
                             stdout=log, stderr=subprocess.STDOUT)
     for _ in range(600):
         time.sleep(0.1)
@@ -575,6 +575,74 @@ def run_compile_off_loop(url):
     ok(len(during) > 0, "streams kept flowing while the heavy grammar compiled")
 
 
+TOOLS = [
+    {"type": "function", "function": {"name": "get_weather", "parameters": {
+        "type": "object", "properties": {"city": {"type": "string", "maxLength": 12},
+                                         "unit": {"enum": ["c", "f"]}},
+        "required": ["city", "unit"]}}},
+    {"type": "function", "function": {"name": "add", "parameters": {
+        "$defs": {"small": {"type": "integer", "minimum": -99, "maximum": 99}},
+        "type": "object", "properties": {"a": {"$ref": "#/$defs/small"},
+                                         "b": {"$ref": "#/$defs/small"}},
+        "required": ["a", "b"], "additionalProperties": False}}},
+]
+
+
+def run_forced_tools(url, label):
+    """tool_choice "required" / a named function: the reply is a call in the server's tool-call
+    syntax; every call's arguments must validate against its function's parameters
+    (python3-jsonschema)."""
+    params = {t["function"]["name"]: t["function"]["parameters"] for t in TOOLS}
+    # parallel calls: the model may keep calling until max_tokens (a cut reply is allowed); with
+    # one call (parallel_tool_calls false, or a named function) the reply must end after it
+    for choice, only, parallel in (("required", None, False), ("required", None, True),
+                                   ({"type": "function", "function": {"name": "add"}}, "add",
+                                    True)):
+        calls_seen = 0
+        for seed in (1, 2, 3):
+            st, r = post(url, "/v1/chat/completions", {
+                "messages": [{"role": "user", "content": "What is 2 + 3?"}],
+                "tools": TOOLS, "tool_choice": choice, "max_tokens": 160, "seed": seed,
+                "temperature": 1.0, "parallel_tool_calls": parallel})
+            ch = r["choices"][0] if st == 200 else {}
+            calls = (ch.get("message") or {}).get("tool_calls") or []
+            problems = []
+            for c in calls:
+                name = c["function"]["name"]
+                if name not in params or (only and name != only):
+                    problems.append(f"unexpected function {name}")
+                    continue
+                try:
+                    jsonschema.validate(json.loads(c["function"]["arguments"]), params[name])
+                except (ValueError, jsonschema.ValidationError) as e:
+                    problems.append(f"{name}: {e}")
+            finished = ch.get("finish_reason") == "tool_calls" and calls
+            calls_seen += bool(finished)
+            ok(st == 200 and not problems and (finished or ch.get("finish_reason") == "length"),
+               f"{label} tool_choice {json.dumps(choice)} parallel {parallel} seed {seed}: "
+               f"{ch.get('finish_reason')} with {len(calls)} valid call(s)", f"{st} {problems} {r}")
+            if not parallel or only:
+                ok(len(calls) <= 1, f"{label}: one call at most", calls)
+        if not parallel or only:
+            ok(calls_seen >= 2, f"{label} tool_choice {json.dumps(choice)}: most replies are "
+                                f"calls ({calls_seen}/3)")
+    for name, extra, want in [
+        ("named function not offered", {"tools": TOOLS, "tool_choice": {
+            "type": "function", "function": {"name": "nope"}}}, "not offered"),
+        ("required without tools", {"tool_choice": "required"}, "needs 'tools'"),
+        ("required with response_format", {"tools": TOOLS, "tool_choice": "required",
+                                           "response_format": {"type": "json_object"}},
+         "cannot be combined"),
+        ("parameters with an unsupported keyword", {"tools": [{"type": "function", "function": {
+            "name": "f", "parameters": {"type": "object", "patternProperties": {}}}}],
+            "tool_choice": "required"}, "patternProperties"),
+    ]:
+        body = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
+        body.update(extra)
+        st, r = post(url, "/v1/chat/completions", body)
+        ok(st == 400 and want in json.dumps(r), f"{label} forced call: {name} -> 400", f"{st} {r}")
+
+
 def main():
     models = [("stories260K", os.path.join(SHARED, "models", "stories260K.gguf"), 200),
               ("tiny-random-32000", os.path.join(SHARED, "models", "llama-2-tiny-random.gguf"),
@@ -585,10 +653,23 @@ def main():
             run_schemas(url, label, (1, 2, 3), max_tokens)
             run_gbnf(url, label, (1, 2), max_tokens)
             run_guided(url, label)
+            run_forced_tools(url, label)
             if label == "stories260K":
                 run_bad(url)
                 run_compile_off_loop(url)
             ok(healthy(url), f"{label}: server healthy at the end")
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+            os.unlink(log)
+    # the forced call in other tool-call syntaxes (the template's, chosen by flag here)
+    for syntax in ("hermes", "llama3", "mistral"):
+        proc, url, log = start_server(models[0][1], ("--tool-call-syntax", syntax))
+        try:
+            run_forced_tools(url, f"stories260K {syntax}")
         finally:
             proc.terminate()
             try:

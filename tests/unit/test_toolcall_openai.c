@@ -40,7 +40,7 @@ static void expect_ok(enum tl_oai_kind k, const char *body)
 #define CHAT(extra) "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]" extra "}"
 #define COMPL(extra) "{\"prompt\":\"hi\"" extra "}"
 #define TOOLS                                                                                      \
-    ",\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"get_weather\",\"parameters\":"   \
+    ",\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"get_weather\",\"parameters\":"    \
     "{\"type\":\"object\"}}}]"
 
 static void test_refused_fields_name_param(void **state)
@@ -86,7 +86,8 @@ static void test_logit_bias(void **state)
 {
     struct tl_oai_params p;
     struct tl_oai_error e;
-    assert_true(parse(TL_OAI_COMPLETION, COMPL(",\"logit_bias\":{\"5\":-100,\"511\":2.5}"), &p, &e));
+    assert_true(
+        parse(TL_OAI_COMPLETION, COMPL(",\"logit_bias\":{\"5\":-100,\"511\":2.5}"), &p, &e));
     assert_int_equal(p.sampling.n_logit_bias, 2);
     assert_int_equal(p.sampling.logit_bias[0].token, 5);
     assert_true(p.sampling.logit_bias[0].bias == -100.0f);
@@ -125,36 +126,58 @@ static void test_tools_and_tool_choice(void **state)
     assert_int_equal(p.n_tool_names, 1);
     assert_string_equal(p.tool_names[0], "f1");
     tl_oai_params_free(&p);
-    assert_true(parse(TL_OAI_CHAT, CHAT(TOOLS ",\"tool_choice\":\"none\","
-                                              "\"parallel_tool_calls\":false"),
+    assert_true(parse(TL_OAI_CHAT,
+                      CHAT(TOOLS ",\"tool_choice\":\"none\","
+                                 "\"parallel_tool_calls\":false"),
                       &p, &e));
     assert_false(p.tool_choice_auto);
     assert_false(p.parallel_tool_calls);
     tl_oai_params_free(&p);
     expect_ok(TL_OAI_CHAT, CHAT(",\"tools\":[]"));
-    expect_bad(TL_OAI_CHAT, CHAT(TOOLS ",\"tool_choice\":\"required\""), "tool_choice");
+    // A forced call (constrained to the tool-call syntax by the server: tests/grammar).
+    assert_true(parse(TL_OAI_CHAT, CHAT(TOOLS ",\"tool_choice\":\"required\""), &p, &e));
+    assert_true(p.tool_forced && p.tool_choice_auto);
+    assert_null(p.tool_forced_name);
+    tl_oai_params_free(&p);
+    assert_true(parse(TL_OAI_CHAT,
+                      CHAT(TOOLS ",\"tool_choice\":{\"type\":\"function\",\"function\":{"
+                                 "\"name\":\"get_weather\"}}"),
+                      &p, &e));
+    assert_true(p.tool_forced);
+    assert_string_equal(p.tool_forced_name, "get_weather");
+    tl_oai_params_free(&p);
     expect_bad(TL_OAI_CHAT,
                CHAT(TOOLS ",\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":"
-                          "\"get_weather\"}}"),
+                          "\"other\"}}"),
                "tool_choice");
+    expect_bad(TL_OAI_CHAT, CHAT(",\"tool_choice\":\"required\""), "tool_choice");
     expect_bad(TL_OAI_CHAT, CHAT(TOOLS ",\"tool_choice\":\"sometimes\""), "tool_choice");
     expect_bad(TL_OAI_CHAT, CHAT(TOOLS ",\"tool_choice\":{\"type\":\"web\"}"), "tool_choice");
     expect_bad(TL_OAI_CHAT, CHAT(",\"tool_choice\":\"auto\""), "tool_choice");
-    expect_bad(TL_OAI_CHAT, CHAT(",\"functions\":[{\"name\":\"f\"}],\"function_call\":{\"name\":"
-                                 "\"f\"}"),
+    assert_true(parse(TL_OAI_CHAT,
+                      CHAT(",\"functions\":[{\"name\":\"f\"}],\"function_call\":{\"name\":\"f\"}"),
+                      &p, &e)); // the legacy form of a named function
+    assert_string_equal(p.tool_forced_name, "f");
+    tl_oai_params_free(&p);
+    expect_bad(TL_OAI_CHAT,
+               CHAT(",\"functions\":[{\"name\":\"f\"}],\"function_call\":{\"name\":"
+                    "\"g\"}"),
                "function_call");
     expect_bad(TL_OAI_CHAT, CHAT(TOOLS ",\"parallel_tool_calls\":1"), "parallel_tool_calls");
     expect_bad(TL_OAI_CHAT, CHAT(",\"tools\":{}"), "tools");
     expect_bad(TL_OAI_CHAT, CHAT(",\"tools\":[{\"type\":\"code\"}]"), "tools[0].type");
     expect_bad(TL_OAI_CHAT, CHAT(",\"tools\":[{\"type\":\"function\"}]"), "tools[0].function");
-    expect_bad(TL_OAI_CHAT, CHAT(",\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"a "
-                                 "b\"}}]"),
+    expect_bad(TL_OAI_CHAT,
+               CHAT(",\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"a "
+                    "b\"}}]"),
                "tools[0].function.name");
-    expect_bad(TL_OAI_CHAT, CHAT(",\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"a\","
-                                 "\"parameters\":[]}}]"),
+    expect_bad(TL_OAI_CHAT,
+               CHAT(",\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"a\","
+                    "\"parameters\":[]}}]"),
                "tools[0].function.parameters");
-    expect_bad(TL_OAI_CHAT, CHAT(",\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"a\","
-                                 "\"strict\":true}}]"),
+    expect_bad(TL_OAI_CHAT,
+               CHAT(",\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"a\","
+                    "\"strict\":true}}]"),
                "tools[0].function.strict");
     expect_bad(TL_OAI_CHAT, CHAT(TOOLS ",\"functions\":[{\"name\":\"f\"}]"), "functions");
     expect_bad(TL_OAI_CHAT,

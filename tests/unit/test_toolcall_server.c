@@ -52,7 +52,8 @@ static json_t *fold_stream(const struct events *g)
         }
         const char *key;
         json_t *v;
-        json_object_foreach (d, key, v) {
+        json_object_foreach(d, key, v)
+        {
             if (!strcmp(key, "role")) {
                 assert_int_equal(i, 0);
                 json_object_set(msg, "role", v);
@@ -62,13 +63,12 @@ static json_t *fold_stream(const struct events *g)
                 json_t *fn = json_object_get(tc, "function");
                 if (index == json_array_size(calls)) { // a call's first delta
                     assert_non_null(json_object_get(tc, "id"));
-                    assert_string_equal(json_string_value(json_object_get(tc, "type")),
-                                        "function");
-                    json_array_append_new(
-                        calls, json_pack("{s:O, s:s, s:{s:O, s:O}}", "id", json_object_get(tc, "id"),
-                                         "type", "function", "function", "name",
-                                         json_object_get(fn, "name"), "arguments",
-                                         json_object_get(fn, "arguments")));
+                    assert_string_equal(json_string_value(json_object_get(tc, "type")), "function");
+                    json_array_append_new(calls,
+                                          json_pack("{s:O, s:s, s:{s:O, s:O}}", "id",
+                                                    json_object_get(tc, "id"), "type", "function",
+                                                    "function", "name", json_object_get(fn, "name"),
+                                                    "arguments", json_object_get(fn, "arguments")));
                 } else {
                     assert_true(index + 1 == json_array_size(calls));
                     append_str(json_object_get(json_array_get(calls, index), "function"),
@@ -100,8 +100,8 @@ static json_t *chat(const char *body_fmt, const char *extra, bool stream, int *s
     if (!stream || r.status != 200) {
         json_t *j = body_json(&r);
         json_t *c = json_array_get(json_object_get(j, "choices"), 0);
-        out = c ? json_pack("{s:O, s:O}", "message", json_object_get(c, "message"),
-                            "finish_reason", json_object_get(c, "finish_reason"))
+        out = c ? json_pack("{s:O, s:O}", "message", json_object_get(c, "message"), "finish_reason",
+                            json_object_get(c, "finish_reason"))
                 : json_incref(j);
         json_decref(j);
     } else {
@@ -121,7 +121,7 @@ static json_t *chat(const char *body_fmt, const char *extra, bool stream, int *s
 
 #define BODY "{\"messages\":[{\"role\":\"user\",\"content\":\"weather?\"}],\"seed\":1%s%s}"
 #define TOOLS                                                                                      \
-    ",\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"get_weather\",\"parameters\":"   \
+    ",\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"get_weather\",\"parameters\":"    \
     "{\"type\":\"object\"}}},{\"type\":\"function\",\"function\":{\"name\":\"get_time\"}}]"
 
 // The whole reply, then streams at 1, 2 and 5 bytes per token, must all equal `want`
@@ -257,7 +257,8 @@ static void test_fields_refused_or_implemented(void **state)
                  NULL, 400, "response_format");
     expect_error(s_port, "POST", "/v1/chat/completions",
                  "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]" TOOLS
-                 ",\"tool_choice\":\"required\"}",
+                 ",\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":"
+                 "\"not_offered\"}}}",
                  NULL, 400, "tool_choice");
     expect_error(s_port, "POST", "/v1/completions", "{\"prompt\":\"x\",\"best_of\":3}", NULL, 400,
                  "best_of");
