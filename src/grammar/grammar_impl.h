@@ -156,7 +156,7 @@ struct tl_grammar {
     struct gbyteset *sets; // owned, (n_sets)
     uint32_t n_sets;
     pthread_mutex_t mu;        // guards cache
-    struct gmask_cache *cache; // owned, NULL until the first mask
+    struct gmask_cache *cache; // owned: a list, one per vocabulary used (mask.c)
 };
 
 struct tl_gmatcher {
@@ -171,6 +171,8 @@ struct tl_gmatcher {
 };
 
 void tl__gmask_cache_free(struct gmask_cache *c);
+// How many entries g's cache for vocabulary v holds (0 when it has none). For tests.
+size_t tl__gmask_cache_entries(struct tl_grammar *g, const struct tl_gvocab *v);
 void tl__gmemo_free(struct gmemo *mm);
 
 #endif
