@@ -352,10 +352,64 @@ static void test_errors(void **state)
                 "exceed");
     compile_err(TL_GRAMMAR_JSON_SCHEMA, "{\"type\":\"string\",\"pattern\":\"(a)\\\\1\"}",
                 "back-references");
+    compile_err(TL_GRAMMAR_JSON_SCHEMA,
+                "{\"oneOf\":[{\"type\":\"integer\"},{\"type\":\"number\"}]}",
+                "oneOf branches 0 and 1 may match the same document");
+    compile_err(TL_GRAMMAR_JSON_SCHEMA,
+                "{\"oneOf\":[{\"properties\":{\"a\":{}}},{\"properties\":{\"b\":{}}}]}",
+                "oneOf branches 0 and 1"); // nothing required: {} matches both
+    compile_err(TL_GRAMMAR_JSON_SCHEMA, "{\"anyOf\":[{}],\"oneOf\":[{}]}", "'anyOf' and 'oneOf'");
+    compile_err(TL_GRAMMAR_JSON_SCHEMA, "{\"enum\":[\"a\"],\"pattern\":\"a\"}",
+                "'enum' / 'const' together with 'pattern' is not supported");
+    compile_err(TL_GRAMMAR_JSON_SCHEMA, "{\"const\":3,\"type\":\"string\"}",
+                "no value of 'enum' / 'const'");
+    compile_err(TL_GRAMMAR_JSON_SCHEMA,
+                "{\"$defs\":{\"a\":{\"type\":\"string\"}},\"$ref\":\"#/$defs/a\","
+                "\"type\":\"integer\"}",
+                "disagree on 'type'");
     compile_err(TL_GRAMMAR_REGEX, "a(?=b)", "look-around");
     compile_err(TL_GRAMMAR_REGEX, "(ab", "unclosed");
     compile_err(TL_GRAMMAR_CHOICE, "[]", "non-empty");
     compile_err(TL_GRAMMAR_CHOICE, "[\"a\", 3]", "choice 1 is not a string");
+}
+
+// Keywords beside $ref, anyOf and enum apply; oneOf with exclusive branches is exact.
+static void test_schema_combinations(void **state)
+{
+    (void)state;
+    struct tl_grammar *g = compile_ok(
+        TL_GRAMMAR_JSON_SCHEMA,
+        "{\"type\":\"string\",\"enum\":[\"a\",1,\"bbb\",null,\"cc\"],\"maxLength\":2}");
+    assert_true(full_match(g, "\"a\""));
+    assert_true(full_match(g, "\"cc\""));
+    assert_false(full_match(g, "\"bbb\"")); // too long
+    assert_false(full_match(g, "1"));       // not a string
+    assert_false(full_match(g, "null"));
+    tl_grammar_unref(g);
+    g = compile_ok(TL_GRAMMAR_JSON_SCHEMA,
+                   "{\"$defs\":{\"b\":{\"type\":\"object\",\"properties\":{\"id\":{\"type\":"
+                   "\"integer\"}},\"required\":[\"id\"]}},\"$ref\":\"#/$defs/b\","
+                   "\"properties\":{\"t\":{\"type\":\"boolean\"}},\"required\":[\"t\"]}");
+    assert_true(full_match(g, "{\"id\": 3, \"t\": true}"));
+    assert_false(full_match(g, "{\"id\": 3}")); // the sibling's required
+    assert_false(full_match(g, "{\"t\": true}")); // the target's required
+    tl_grammar_unref(g);
+    g = compile_ok(TL_GRAMMAR_JSON_SCHEMA,
+                   "{\"type\":\"object\",\"properties\":{\"id\":{\"type\":\"integer\"}},"
+                   "\"required\":[\"id\"],\"anyOf\":[{\"properties\":{\"a\":{\"type\":"
+                   "\"null\"}},\"required\":[\"a\"]},{\"properties\":{\"b\":{\"type\":"
+                   "\"boolean\"}},\"required\":[\"b\"]}]}");
+    assert_true(full_match(g, "{\"id\": 1, \"a\": null}"));
+    assert_true(full_match(g, "{\"id\": 1, \"b\": false}"));
+    assert_false(full_match(g, "{\"a\": null}")); // the sibling's required applies to branches
+    tl_grammar_unref(g);
+    g = compile_ok(TL_GRAMMAR_JSON_SCHEMA,
+                   "{\"allOf\":[{\"properties\":{\"x\":{\"type\":\"integer\",\"minimum\":5}}},"
+                   "{\"properties\":{\"x\":{\"maximum\":7}},\"required\":[\"x\"]}]}");
+    assert_true(full_match(g, "{\"x\": 6}"));
+    assert_false(full_match(g, "{\"x\": 4}")); // both parts' constraints on x hold
+    assert_false(full_match(g, "{\"x\": 8}"));
+    tl_grammar_unref(g);
 }
 
 static void test_regex_and_choices(void **state)
@@ -391,6 +445,10 @@ static void test_schema_walks(void **state)
         "{\"type\":\"object\",\"additionalProperties\":{\"type\":\"boolean\"},"
         "\"properties\":{\"id\":{\"const\":7}}}",
         "{\"type\":\"string\",\"format\":\"date-time\"}",
+        "{\"oneOf\":[{\"type\":\"object\",\"properties\":{\"k\":{\"const\":\"a\"},\"x\":{"
+        "\"type\":\"integer\"}},\"required\":[\"k\"]},{\"type\":\"object\",\"properties\":{"
+        "\"k\":{\"const\":\"b\"}},\"required\":[\"k\"]}]}",
+        "{\"type\":\"string\",\"enum\":[\"a\",1,\"bbb\",null],\"maxLength\":2}",
     };
     for (size_t i = 0; i < sizeof(schemas) / sizeof(schemas[0]); i++) {
         struct tl_grammar *g = compile_ok(TL_GRAMMAR_JSON_SCHEMA, schemas[i]);
@@ -448,6 +506,7 @@ static void test_model_vocab_and_two_vocabs(void **state)
 
 TL_TEST_MAIN(cmocka_unit_test(test_known_strings), cmocka_unit_test(test_errors),
              cmocka_unit_test(test_model_vocab_and_two_vocabs),
+             cmocka_unit_test(test_schema_combinations),
              cmocka_unit_test(test_regex_and_choices),
              cmocka_unit_test(test_shared_grammars_parse_and_walk),
              cmocka_unit_test(test_schema_walks))
