@@ -15,11 +15,17 @@
      limit; the server stays healthy;
   4. drain: after SIGTERM the server still accepts connections; /health and new requests get
      503 with Retry-After and Connection: close, while the stream already running finishes
-     with every token; then the process exits 0.
+     with every token; then the process exits 0;
+  5. `tokenloom bench --concurrency 1,2,4 --json FILE --report FILE`: the JSON parses, its
+     numbers agree with each other (throughput = tokens / duration, p50 <= p90 <= p99) and with
+     the server's own generation_tokens_total; the SVG parses as XML (xml.etree) with exactly
+     one point per level in every series, carrying the JSON's values; the HTML variant parses
+     and fetches nothing.
 
 Every wait is bounded; the servers are stopped at the end, even on failure.
 """
 
+import html.parser
 import http.client
 import json
 import os
@@ -31,6 +37,7 @@ import sys
 import tempfile
 import threading
 import time
+import xml.etree.ElementTree as ET
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import deploylib as dl  # noqa: E402
@@ -398,15 +405,155 @@ def test_drain(tmp):
     tap.check(rc == 0, "the draining server exits 0 after the stream ends", s.text()[-2000:])
 
 
+# ---- 5: bench --json / --report -----------------------------------------------------------------
+
+class HtmlScan(html.parser.HTMLParser):
+    """Counts tags and collects every URL-bearing attribute (an offline page has none)."""
+
+    def __init__(self):
+        super().__init__()
+        self.tags, self.urls = {}, []
+
+    def handle_starttag(self, tag, attrs):
+        self.tags[tag] = self.tags.get(tag, 0) + 1
+        self.urls += [v for k, v in attrs if k in ("src", "href", "xlink:href") and v]
+
+
+def close(a, b, rel=2e-3, abs_=2e-3):
+    return abs(a - b) <= max(abs_, rel * max(abs(a), abs(b)))
+
+
+def test_bench(tmp):
+    s = Server(tmp, "bench", ["--max-num-seqs", "8"])
+    try:
+        if not tap.check(s.wait_ready(), "server for the bench sweep starts", s.text()):
+            return
+        levels, n_req, out_len = [1, 2, 4], 6, 16
+        jpath, spath, hpath = (os.path.join(tmp, n) for n in ("b.json", "b.svg", "b.html"))
+        gen0 = dl.metric(s.url(), "tokenloom:generation_tokens_total")
+        run = subprocess.run([dl.TL_BIN, "bench", "--url", s.url(), "--concurrency",
+                              ",".join(map(str, levels)), "--requests", str(n_req),
+                              "--prompt-len", "8-24", "--output-len", str(out_len),
+                              "--json", jpath, "--report", spath],
+                             capture_output=True, text=True, timeout=300)
+        gen1 = dl.metric(s.url(), "tokenloom:generation_tokens_total")
+        if not tap.check(run.returncode == 0, "bench sweeps 1,2,4 and exits 0",
+                         run.stdout[-1500:] + run.stderr[-1500:]):
+            return
+        tap.check(run.stdout.count("Serving Benchmark Result") == 3,
+                  "stdout has one result table per level", run.stdout[-800:])
+        with open(jpath) as f:
+            doc = json.load(f)
+        lv = doc.get("levels", [])
+        bad = []
+        if [x.get("concurrency") for x in lv] != levels:
+            bad.append("levels %s" % [x.get("concurrency") for x in lv])
+        for x in lv:
+            c = x.get("concurrency")
+            if x["completed"] != n_req or x["failed"] != 0 or x["output_tokens"] != n_req * out_len:
+                bad.append("c=%s counts %s/%s/%s" % (c, x["completed"], x["failed"],
+                                                       x["output_tokens"]))
+            d = x["duration_s"]
+            if not (d > 0 and close(x["output_throughput"], x["output_tokens"] / d) and
+                    close(x["request_throughput"], x["completed"] / d) and
+                    close(x["total_token_throughput"],
+                          (x["output_tokens"] + x["prompt_tokens"]) / d)):
+                bad.append("c=%s throughputs disagree with tokens / duration" % c)
+            for st in ("ttft", "itl", "e2el", "tpot"):
+                p = [x["p50_%s_ms" % st], x["p90_%s_ms" % st], x["p99_%s_ms" % st]]
+                if not 0 <= p[0] <= p[1] <= p[2]:
+                    bad.append("c=%s %s percentiles %s" % (c, st, p))
+            if not x["p50_ttft_ms"] <= x["p50_e2el_ms"]:
+                bad.append("c=%s ttft above e2e" % c)
+        if doc.get("requests_per_level") != n_req or doc.get("endpoint") != "/v1/completions":
+            bad.append("header %s" % {k: v for k, v in doc.items() if k != "levels"})
+        tap.check(not bad, "the JSON parses and its numbers agree (throughput = tokens / "
+                  "duration, p50 <= p90 <= p99)", "\n".join(bad))
+        tap.check(gen1 - gen0 == sum(x["output_tokens"] for x in lv) == len(levels) * n_req * out_len,
+                  "the server's generation_tokens_total grew by the tokens bench reports",
+                  "%s -> %s vs %s" % (gen0, gen1, [x["output_tokens"] for x in lv]))
+
+        # The SVG: XML, one point per level in every series, values as in the JSON.
+        try:
+            root = ET.parse(spath).getroot()
+        except ET.ParseError as e:
+            tap.check(False, "the SVG report parses as XML", str(e))
+            return
+        ns = "{http://www.w3.org/2000/svg}"
+        pts = [c for c in root.iter(ns + "circle") if c.get("class") == "point"]
+        want = {"output_throughput": lambda x: x["output_throughput"]}
+        for st in ("ttft", "itl", "e2el"):
+            for p in ("p50", "p90", "p99"):
+                want["%s_%s" % (st, p)] = (lambda k: lambda x: x[k])("%s_%s_ms" % (p, st))
+        bad = []
+        for series, get in want.items():
+            mine = [c for c in pts if c.get("data-series") == series]
+            if [int(c.get("data-concurrency")) for c in mine] != levels:
+                bad.append("%s: points at %s" % (series, [c.get("data-concurrency") for c in mine]))
+                continue
+            for c, x in zip(mine, lv):
+                if not close(float(c.get("data-value")), get(x), rel=1e-3, abs_=1e-3):
+                    bad.append("%s c=%s: %s vs JSON %s" % (series, c.get("data-concurrency"),
+                                                           c.get("data-value"), get(x)))
+        refs = [e.tag for e in root.iter() if e.tag in (ns + "script", ns + "image", ns + "use")]
+        tap.check(root.tag == ns + "svg" and not bad and len(pts) == len(want) * len(levels)
+                  and not refs, "the SVG report parses as XML and has one point per level in "
+                  "each of its %d series, with the JSON's values" % len(want),
+                  "\n".join(bad) + " refs=%s n=%d" % (refs, len(pts)))
+
+        run = subprocess.run([dl.TL_BIN, "bench", "--url", s.url(), "--concurrency", "1,3",
+                              "--requests", "3", "--output-len", "8", "--report", hpath, "--json"],
+                             capture_output=True, text=True, timeout=300)
+        lines = [json.loads(ln) for ln in run.stdout.splitlines() if ln.startswith("{")]
+        scan = HtmlScan()
+        with open(hpath) as f:
+            text = f.read()
+        scan.feed(text)
+        inner = ET.fromstring(text[text.index("<svg"):text.index("</svg>") + 6])
+        npts = sum(1 for c in inner.iter("{http://www.w3.org/2000/svg}circle")
+                   if c.get("class") == "point")
+        tap.check(run.returncode == 0 and [x["concurrency"] for x in lines] == [1, 3] and
+                  scan.tags.get("svg") == 1 and scan.tags.get("tr") == 3 and
+                  not scan.tags.get("script") and not scan.urls and npts == 2 * len(want),
+                  "--report x.html: an HTML page with the SVG and a table, nothing fetched; "
+                  "--json alone prints one object per level",
+                  "rc=%s tags=%s urls=%s points=%d\n%s" % (run.returncode, scan.tags, scan.urls,
+                                                         npts, run.stderr[-500:]))
+    finally:
+        s.stop()
+
+
+def test_bad_flags(tmp):
+    """Bad values fail at once with exit 2 and one line naming the flag (nothing is run)."""
+    cases = [(["serve", "--log-format", "yaml"], "--log-format"),
+             (["bench", "--concurrency", "1,x"], "--concurrency"),
+             (["bench", "--concurrency", "1,,2"], "--concurrency"),
+             (["bench", "--concurrency", ",".join(["1"] * 65)], "--concurrency"),
+             (["bench", "--json", os.path.join(tmp, "no", "such", "dir.json")], "--json"),
+             (["bench", "--report", os.path.join(tmp, "no", "such", "dir.svg")], "--report")]
+    bad = []
+    for args, flag in cases:
+        r = subprocess.run([dl.TL_BIN] + args + ["--url", "http://127.0.0.1:9"]
+                           if args[0] == "bench" else [dl.TL_BIN] + args,
+                           capture_output=True, text=True, timeout=30)
+        err = r.stderr.strip().splitlines()
+        if r.returncode != 2 or len(err) != 1 or flag not in err[0]:
+            bad.append("%s: rc=%s %s" % (" ".join(args)[:60], r.returncode, err[:3]))
+    tap.check(not bad, "bad --log-format / --concurrency / --json / --report values: exit 2, "
+              "one line naming the flag", "\n".join(bad))
+
+
 def main():
     if not os.access(dl.TL_BIN, os.X_OK):
         tap.check(False, "tokenloom binary at %s" % dl.TL_BIN)
         tap.finish()
     tmp = tempfile.mkdtemp(prefix="tl-transport-")
     try:
+        test_bad_flags(tmp)
         test_ids_and_log(tmp)
         test_big_bodies(tmp)
         test_drain(tmp)
+        test_bench(tmp)
     finally:
         subprocess.run(["rm", "-rf", tmp], check=False)
     tap.finish()
