@@ -72,8 +72,17 @@ serve_case() { # template file, expected syntax, expected reasoning tag (or null
     fi
     fin=$(printf '%s' "$a" | jq -r .finish)
     case "$fin" in stop|length|tool_calls) ok "$name: finish_reason $fin" ;; *) notok "$name: finish_reason" "$w" ;; esac
-    e=$(curl -s "$url/v1/chat/completions" -d "$(printf "$BODY" ',"tool_choice":"required"')" | jq -r .error.param)
-    check "$name: tool_choice required is refused naming it" "$e" "tool_choice"
+    # tool_choice "required": a grammar forces a call in the template's syntax (the syntaxes
+    # it supports), or a 400 naming tool_choice (DeepSeek R1's)
+    req='{"messages":[{"role":"user","content":"Weather in Paris?"}],"tools":'$TOOLS',"tool_choice":"required","parallel_tool_calls":false,"max_tokens":300,"temperature":1,"seed":7}'
+    if [ "$syntax" = deepseek-r1 ]; then
+        e=$(curl -s "$url/v1/chat/completions" -d "$req" | jq -r .error.param)
+        check "$name: tool_choice required is refused for this syntax naming it" "$e" "tool_choice"
+    else
+        f=$(curl -s "$url/v1/chat/completions" -d "$req" | jq -c "$whole" | jq -r '"\(.finish) \(.tool_calls)"')
+        case "$f" in "tool_calls 1"|"length 0") ok "$name: tool_choice required forces a call ($f)" ;;
+            *) notok "$name: tool_choice required forces a call" "$f" ;; esac
+    fi
     kill $PID; wait $PID 2>/dev/null; PID=""
 }
 
