@@ -54,6 +54,9 @@ static void usage(FILE *f)
                "  --http-timeout S          per-connection idle read/write timeout (default 60)\n"
                "  --max-unsent-bytes N      a stream whose client leaves more than N bytes unread\n"
                "                            is cancelled (default 8388608)\n"
+               "  --no-ceilings             do not measure the machine's peak compute and memory\n"
+               "                            bandwidth at start (cached per machine in\n"
+               "                            ~/.cache/tokenloom): no utilization gauges\n"
                "  --grpc-port [N]           also serve the Open Inference Protocol over gRPC\n"
                "                            (off by default; 8500 without a value; 0 = any)\n"
                "\n");
@@ -66,7 +69,7 @@ static void usage(FILE *f)
 static const char *const serve_flag_names[] = {
     "--model", "-m", "--tokenizer", "--host", "--port", "--api-key", "--served-model-name",
     "--chat-template", "--chat-template-file", "--jinja", "--tool-call-syntax", "--grpc-port",
-    "--max-body-bytes",
+    "--max-body-bytes", "--no-ceilings",
     "--max-queued-requests", "--shutdown-timeout", "--http-timeout", "--max-unsent-bytes",
     "--help", NULL};
 // clang-format on
@@ -135,6 +138,10 @@ int tl_cmd_serve(int argc, char **argv)
             return 0;
         }
         if (!strcmp(argv[i], "--jinja")) continue; // llama.cpp's; templates are always used
+        if (!strcmp(argv[i], "--no-ceilings")) {
+            c.no_ceilings = true;
+            continue;
+        }
         if (!strcmp(argv[i], "--grpc-port")) {
             // The value is optional: a number may follow (serve takes no positional arguments).
             grpc_port = TL_GRPC_DEFAULT_PORT;

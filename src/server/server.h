@@ -51,6 +51,10 @@ struct tl_server_config {
     const char *chat_template_file; // a Jinja file overriding both, or NULL
     const char *tool_call_syntax;   // a tool-call syntax name overriding detection, or NULL
     bool handle_signals;            // stop on SIGINT/SIGTERM (the CLI sets it)
+    // The machine's ceilings (kernels/ceilings.h) are measured once the model is loaded (or read
+    // from the per-machine cache) for the utilization metrics; never with a test backend.
+    bool no_ceilings;               // skip them: utilization and machine_* gauges are absent
+    const char *ceilings_cache_dir; // NULL = $XDG_CACHE_HOME/tokenloom or ~/.cache/tokenloom
 
     // Loading (on the engine thread, while /health says 503):
     const char *model_path;
