@@ -330,18 +330,18 @@ static bool make_dir(const char *path)
 
 tl_status tl_ceilings_cache_write(const char *path, const struct tl_ceilings *c)
 {
-    // Create the directory and its parent (~/.cache may not exist yet).
+    // Create the directory and any missing parent (~/.cache may not exist yet), as mkdir -p.
     char dir[4096];
     if (snprintf(dir, sizeof(dir), "%s", path) >= (int)sizeof(dir))
         return tl__errorf(TL_ERR_INVALID_ARG, "ceilings cache path too long");
     char *slash = strrchr(dir, '/');
     if (slash && slash != dir) {
         *slash = 0;
-        char *up = strrchr(dir, '/');
-        if (up && up != dir) {
-            *up = 0;
+        for (char *p = dir + 1; *p; p++) {
+            if (*p != '/') continue;
+            *p = 0;
             make_dir(dir);
-            *up = '/';
+            *p = '/';
         }
         if (!make_dir(dir))
             return tl__errorf(TL_ERR_IO, "ceilings cache: cannot create %s: %s", dir,

@@ -89,9 +89,11 @@ void tl_server_destroy(struct tl_server *s);
 // a drain then also waits for its requests, and /metrics appends its counters.
 struct tl_sb;
 struct tl_server_front {
-    int64_t (*in_flight)(void *arg);               // its requests still running; thread-safe
-    void (*cancel_all)(void *arg);                 // the shutdown timeout passed; must not block
-    void (*metrics)(void *arg, struct tl_sb *out); // appends Prometheus text; must not block
+    int64_t (*in_flight)(void *arg); // its requests still running; thread-safe
+    void (*cancel_all)(void *arg);   // the shutdown timeout passed; must not block
+    // Appends Prometheus text, each series labelled with `labels` (`model_name="..."`, to put
+    // last inside the braces); must not block.
+    void (*metrics)(void *arg, const char *labels, struct tl_sb *out);
     void *arg;
 };
 void tl_server_set_front(struct tl_server *s, const struct tl_server_front *f);

@@ -464,8 +464,8 @@ def test_limits(model):
        "full queue: RESOURCE_EXHAUSTED for some, the others served", codes)
     ok(s.wait_idle(), "after the burst: KV back to idle")
     m = s.metrics()
-    ok(re.search(r'tokenloom:grpc_requests_total\{method="ModelInfer",code="RESOURCE_EXHAUSTED"\} [1-9]', m)
-       and re.search(r'tokenloom:grpc_requests_total\{method="ModelInfer",code="UNAUTHENTICATED"\} 2', m),
+    ok(re.search(r'tokenloom:grpc_requests_total\{method="ModelInfer",code="RESOURCE_EXHAUSTED",model_name="[^"]*"\} [1-9]', m)
+       and re.search(r'tokenloom:grpc_requests_total\{method="ModelInfer",code="UNAUTHENTICATED",model_name="[^"]*"\} 2', m),
        "/metrics counts gRPC calls by method and code")
     s.stop()
 
