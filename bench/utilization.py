@@ -116,13 +116,16 @@ def main():
     ap.add_argument("--prompt-len", default="64")
     ap.add_argument("--output-len", default="64")
     ap.add_argument("--threads", type=int, default=0)
+    ap.add_argument("--server-log", default="", help="file for the server's log")
     args = ap.parse_args()
     port = free_port()
     url = "http://127.0.0.1:%d" % port
     cmd = [TL_BIN, "serve", "-m", args.model, "--port", str(port)]
     if args.threads:
         cmd += ["-t", str(args.threads)]
-    srv = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    log = open(args.server_log, "wb") if args.server_log else subprocess.DEVNULL
+    srv = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
+                           env=dict(os.environ, TOKENLOOM_LOG="warn"))
     try:
         end = time.monotonic() + 120
         while time.monotonic() < end:
@@ -133,6 +136,8 @@ def main():
             except OSError:
                 time.sleep(0.2)
         for c in (int(x) for x in args.levels.split(",")):
+            if srv.poll() is not None:
+                sys.exit("the server exited with status %s" % srv.returncode)
             print(json.dumps(run_level(url, c, args)), flush=True)
     finally:
         srv.terminate()
