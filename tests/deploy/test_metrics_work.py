@@ -237,6 +237,33 @@ def check_work(url, model, model_name, what):
               "%s: batch histograms: %d decode tokens, %d prefill tokens" % (what, m - 1, n))
 
 
+def check_stats(url, model_name, with_ceilings, what):
+    """GET /stats (the dashboard's JSON) carries the same work counters and ceilings as
+    /metrics on a quiet server, and the window's ratios only when the ceilings exist."""
+    status, body = dl.http_get(url + "/stats")
+    text = scrape(url)
+    st = json.loads(body) if status == 200 else {}
+    c, u = st.get("counters", {}), st.get("utilization", {})
+    mn = 'model_name="%s"' % model_name
+    pairs = [(c.get("int8_ops"), sample(text, 'tokenloom:engine_ops_total{kind="int8",%s}' % mn)),
+             (c.get("fp32_flops"), sample(text, 'tokenloom:engine_ops_total{kind="fp32",%s}' % mn)),
+             (c.get("kv_bytes_read"),
+              sample(text, 'tokenloom:engine_bytes_read_total{kind="kv",%s}' % mn)),
+             (c.get("decode_tokens"),
+              sample(text, 'tokenloom:batch_decode_tokens_per_step_sum{%s}' % mn)),
+             (c.get("step_sequences"),
+              sample(text, 'tokenloom:batch_sequences_per_step_sum{%s}' % mn))]
+    if with_ceilings:
+        pairs.append((u.get("peak_int8_ops_per_s"),
+                      sample(text, 'tokenloom:machine_peak_int8_ops_per_second{%s}' % mn)))
+    tap.check(status == 200 and all(a is not None and a == b for a, b in pairs),
+              "%s: /stats work counters and ceilings equal /metrics'" % what, pairs)
+    has = "compute_ratio" in u and "memory_bandwidth_ratio" in u
+    tap.check(has == with_ceilings and 0 <= u.get("busy_window_ratio", -1) <= 1,
+              "%s: /stats utilization ratios %s" % (what, "present" if with_ceilings else
+                                                     "absent without ceilings"), u)
+
+
 def check_cache(tmp, model):
     """A corrupt ceilings cache file is ignored, measured again and rewritten."""
     cache = os.path.join(tmp, "cache-corrupt")
@@ -282,6 +309,7 @@ def main():
             check_work(url, model, name, what)
             time.sleep(1.2)  # a window sample after the request
             check_exposition(scrape(url), name, ceil, what)
+            check_stats(url, name, ceil, what)
             stop(proc)
         check_cache(tmp, dl.MODEL)
     finally:
