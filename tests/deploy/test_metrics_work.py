@@ -211,7 +211,16 @@ def check_work(url, model, model_name, what):
     body = json.dumps({"model": model_name, "prompt": prompt, "max_tokens": 12,
                        "ignore_eos": True, "temperature": 0})
     res = dl.post(url, "/v1/completions", json.loads(body))
-    after = scrape(url)
+    # The reply can leave before the engine publishes its last step's counters (they are
+    # published at the end of the step that delivered it): wait (bounded) for that step.
+    steps_series = 'tokenloom:engine_steps_total{model_name="%s"}' % model_name
+    end = time.monotonic() + 10
+    while True:
+        after = scrape(url)
+        if (not res.ok or time.monotonic() > end or
+                sample(after, steps_series) - sample(before, steps_series) >= res.tokens):
+            break
+        time.sleep(0.05)
     if not tap.check(res.ok, "%s: the request succeeds" % what, res):
         return
     n, m = len(prompt), res.tokens
