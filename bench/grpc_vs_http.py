@@ -6,7 +6,13 @@ each protocol in alternating rounds: C clients, each streaming R requests one af
 (a fixed prompt, max_tokens N with ignore_eos, so every request generates exactly N tokens).
 HTTP: POST /v1/completions with "stream": true (SSE); gRPC: one ModelStreamInfer call per
 request with stream=true. Reports per protocol and round: wall time, output tokens/s,
-requests/s, TTFT p50 and the mean gap between streamed chunks. Compare ratios within one run.
+requests/s, TTFT p50, the mean gap between streamed chunks, and the CPU time the server and
+this client process spent per 1000 output tokens (from /proc and os.times: which side costs
+more). Compare ratios within one run.
+
+--grpc-mode call (default) opens one ModelStreamInfer call per request; --grpc-mode stream
+keeps one call per client open and sends its requests on it one after another, as
+tritonclient's start_stream / async_stream_infer does.
 
     python3 bench/grpc_vs_http.py --model /tmp/m110.gguf --clients 32 --requests 2 --max-tokens 64
 
@@ -72,15 +78,19 @@ def http_one(port, prompt, n):
     return t0, times, finish == "length"
 
 
-def grpc_one(stub, pb, model, prompt, n):
+def grpc_req(pb, model, prompt, n):
     T = pb.ModelInferRequest.InferInputTensor
-    req = pb.ModelInferRequest(model_name=model, inputs=[
+    return pb.ModelInferRequest(model_name=model, inputs=[
         T(name="text_input", datatype="BYTES", shape=[1],
           contents=pb.InferTensorContents(bytes_contents=[prompt.encode()])),
         T(name="max_tokens", datatype="INT32", shape=[1], contents=pb.InferTensorContents(int_contents=[n])),
         T(name="temperature", datatype="FP32", shape=[1], contents=pb.InferTensorContents(fp32_contents=[0])),
         T(name="ignore_eos", datatype="BOOL", shape=[1], contents=pb.InferTensorContents(bool_contents=[True])),
         T(name="stream", datatype="BOOL", shape=[1], contents=pb.InferTensorContents(bool_contents=[True]))])
+
+
+def grpc_one(stub, pb, model, prompt, n):
+    req = grpc_req(pb, model, prompt, n)
     t0 = time.perf_counter()
     times = []
     last = None
@@ -93,16 +103,60 @@ def grpc_one(stub, pb, model, prompt, n):
     return t0, times, ok
 
 
-def run(kind, fn, clients, requests, n):
+def grpc_stream_client(stub, pb, model, prompt, n, requests):
+    """One ModelStreamInfer call carrying `requests` requests, each sent when the previous one's
+    final response came back; returns one (t0, chunk times, ok) per request."""
+    import queue
+    nxt = queue.Queue()
+
+    def reqs():
+        while True:
+            r = nxt.get()
+            if r is None:
+                return
+            yield r
+
+    out = []
+    t0 = time.perf_counter()
+    times = []
+    nxt.put(grpc_req(pb, model, prompt, n))
+    for r in stub.ModelStreamInfer(reqs(), timeout=600):
+        ir = r.infer_response
+        if struct.unpack("<I", ir.raw_output_contents[0][:4])[0]:
+            times.append(time.perf_counter())
+        if ir.parameters["triton_final_response"].bool_param:
+            out.append((t0, times, ir.parameters["completion_tokens"].int64_param == n))
+            if len(out) == requests:
+                nxt.put(None)
+            else:
+                t0, times = time.perf_counter(), []
+                nxt.put(grpc_req(pb, model, prompt, n))
+    return out
+
+
+def cpu_s(pid):
+    """User + system CPU seconds of a process (Linux /proc)."""
+    with open(f"/proc/{pid}/stat") as f:
+        v = f.read().rsplit(")", 1)[1].split()
+    return (int(v[11]) + int(v[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def run(kind, fn, clients, requests, n, server_pid, per_client=None):
     results = []
     lock = threading.Lock()
 
     def client():
+        if per_client:
+            rs = per_client()
+            with lock:
+                results.extend(rs)
+            return
         for _ in range(requests):
             r = fn()
             with lock:
                 results.append(r)
 
+    srv0, me0 = cpu_s(server_pid), os.times()
     t0 = time.perf_counter()
     th = [threading.Thread(target=client) for _ in range(clients)]
     for t in th:
@@ -110,12 +164,17 @@ def run(kind, fn, clients, requests, n):
     for t in th:
         t.join()
     wall = time.perf_counter() - t0
+    srv = cpu_s(server_pid) - srv0
+    me1 = os.times()
+    me = (me1.user - me0.user) + (me1.system - me0.system)
+    ktok = len(results) * n / 1000
     ttft = [r[1][0] - r[0] for r in results if r[1]]
     gaps = [b - a for r in results for a, b in zip(r[1], r[1][1:])]
     bad = sum(not r[2] for r in results)
     return {"protocol": kind, "wall_s": wall, "tok_s": len(results) * n / wall,
             "req_s": len(results) / wall, "ttft_p50_ms": 1e3 * statistics.median(ttft),
-            "chunk_gap_mean_ms": 1e3 * statistics.mean(gaps) if gaps else 0, "failed": bad}
+            "chunk_gap_mean_ms": 1e3 * statistics.mean(gaps) if gaps else 0, "failed": bad,
+            "server_cpu_ms_per_ktok": 1e3 * srv / ktok, "client_cpu_ms_per_ktok": 1e3 * me / ktok}
 
 
 def main():
@@ -127,6 +186,8 @@ def main():
     ap.add_argument("--max-tokens", type=int, default=64)
     ap.add_argument("--rounds", type=int, default=2, help="alternating HTTP / gRPC rounds")
     ap.add_argument("--prompt", default="Once upon a time, there was a little girl named Lily.")
+    ap.add_argument("--grpc-mode", choices=("call", "stream"), default="call",
+                    help="one ModelStreamInfer call per request, or one per client")
     ap.add_argument("--json", action="store_true")
     a, extra = ap.parse_known_args()
     gen_stubs()
@@ -148,16 +209,26 @@ def main():
             for kind in ("http", "grpc"):
                 fn = (lambda: http_one(hp, a.prompt, a.max_tokens)) if kind == "http" else \
                      (lambda: grpc_one(stub, pb, model, a.prompt, a.max_tokens))
-                row = run(kind, fn, a.clients, a.requests, a.max_tokens)
+                per = (lambda: grpc_stream_client(stub, pb, model, a.prompt, a.max_tokens,
+                                                  a.requests)) \
+                    if kind == "grpc" and a.grpc_mode == "stream" else None
+                row = run(kind, fn, a.clients, a.requests, a.max_tokens, proc.pid, per)
                 row["round"] = rnd + 1
                 rows.append(row)
                 if not a.json:
                     print(f"round {rnd + 1} {kind:4s}: {row['wall_s']:.2f} s, {row['tok_s']:.1f} "
                           f"tok/s, {row['req_s']:.2f} req/s, TTFT p50 {row['ttft_p50_ms']:.0f} ms, "
-                          f"chunk gap {row['chunk_gap_mean_ms']:.1f} ms, failed {row['failed']}",
+                          f"chunk gap {row['chunk_gap_mean_ms']:.1f} ms, failed {row['failed']}, "
+                          f"CPU ms/ktok server {row['server_cpu_ms_per_ktok']:.0f} "
+                          f"client {row['client_cpu_ms_per_ktok']:.0f}",
                           flush=True)
         h = statistics.mean(r["tok_s"] for r in rows if r["protocol"] == "http")
         g = statistics.mean(r["tok_s"] for r in rows if r["protocol"] == "grpc")
+        for kind in ("http", "grpc"):
+            sv = statistics.mean(r["server_cpu_ms_per_ktok"] for r in rows if r["protocol"] == kind)
+            cl = statistics.mean(r["client_cpu_ms_per_ktok"] for r in rows if r["protocol"] == kind)
+            if not a.json:
+                print(f"mean CPU ms per 1000 tokens, {kind}: server {sv:.0f}, client {cl:.0f}")
         if a.json:
             print(json.dumps({"rows": rows, "grpc_over_http": g / h}))
         else:

@@ -51,6 +51,9 @@ void tl_metrics_count_http(struct tl_metrics *m, int status);
 // Observes one finished engine request (times from its DONE event, in microseconds).
 void tl_metrics_observe_done(struct tl_metrics *m, int64_t queue_us, int64_t ttft_us,
                              int64_t total_us, int64_t n_prompt, int64_t n_generated);
+// Adds every histogram and counter of src into dst (both set up by tl_metrics_init): another
+// front's observations (gRPC) merged into a copy of the server's at scrape time.
+void tl_metrics_add(struct tl_metrics *dst, const struct tl_metrics *src);
 
 // Appends the whole exposition text. es may be NULL (engine still loading): engine metrics
 // are then reported as zero.

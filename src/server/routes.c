@@ -47,7 +47,9 @@ static void h_metrics(struct tl_server *s, struct evhttp_request *r, int64_t t0,
     if (up) s->be->get_stats(s->engine, &es);
     struct tl_sb sb;
     tl_sb_init(&sb);
-    tl_metrics_render(&s->metrics, up ? &es : NULL, &sb);
+    struct tl_metrics all = s->metrics; // plus the other front's latencies (gRPC)
+    if (s->front.add_latency) s->front.add_latency(s->front.arg, &all);
+    tl_metrics_render(&all, up ? &es : NULL, &sb);
     if (s->front.metrics) s->front.metrics(s->front.arg, &sb);
     if (!tl_sb_ok(&sb)) {
         tl_sb_free(&sb);

@@ -303,6 +303,45 @@ def test_concurrent(s, model, refs):
     ok(s.wait_idle(), "after 32 streams: engine idle, KV free")
 
 
+def hist_counts(text):
+    """{histogram name: (count, sum)} of the tokenloom histograms in a /metrics text."""
+    out = {}
+    for name, kind, v in re.findall(r"^tokenloom:(\w+)_(count|sum)(?:\{[^}]*\})? (\S+)$", text, re.M):
+        c, sm = out.get(name, (None, None))
+        out[name] = (float(v), sm) if kind == "count" else (c, float(v))
+    return out
+
+
+def test_latency_metrics(s, model):
+    """gRPC generations are in the latency histograms; the oracle is the responses' counts."""
+    before = hist_counts(s.metrics())
+    usage = []
+    for i, p in enumerate(PROMPTS):
+        if i % 2:
+            r = s.stub.ModelInfer(infer_req(model, p, max_tokens=12), timeout=60)
+        else:
+            r = collect_stream(s.stub, [infer_req(model, p, max_tokens=12, stream=True)])[-1]
+            r = r.infer_response
+        usage.append((param(r, "prompt_tokens"), param(r, "completion_tokens")))
+    after = hist_counts(s.metrics())
+
+    def delta(name, i):
+        return after[name][i] - before[name][i]
+
+    n = len(PROMPTS)
+    ok(all(delta(h, 0) == n for h in ("e2e_request_latency_seconds", "request_queue_time_seconds",
+                                       "time_to_first_token_seconds")),
+       "gRPC requests counted in the e2e, queue and TTFT histograms",
+       {h: delta(h, 0) for h in after})
+    ok(delta("request_prompt_tokens", 1) == sum(u[0] for u in usage) and
+       delta("request_generation_tokens", 1) == sum(u[1] for u in usage),
+       "prompt / generation token histograms sum the gRPC responses' counts", usage)
+    ok(delta("inter_token_latency_seconds", 0) == sum(u[1] - 1 for u in usage) and
+       delta("inter_token_latency_seconds", 1) > 0,
+       "ITL histogram: one gap per gRPC token after the first",
+       (delta("inter_token_latency_seconds", 0), usage))
+
+
 def long_req(model, prompt="Once upon a time", n=400, stream=None):
     return infer_req(model, prompt, max_tokens=n, stream=stream, extra=[t_bool("ignore_eos", True)])
 
@@ -562,6 +601,7 @@ def main():
         test_rpcs(s, model)
         test_generation(s, model, refs)
         test_concurrent(s, model, refs)
+        test_latency_metrics(s, model)
         test_http_v2(s, model, refs)
         test_cancel_deadline(s, model)
         test_bad_input(s, model)
