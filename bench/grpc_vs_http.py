@@ -6,13 +6,18 @@ each protocol in alternating rounds: C clients, each streaming R requests one af
 (a fixed prompt, max_tokens N with ignore_eos, so every request generates exactly N tokens).
 HTTP: POST /v1/completions with "stream": true (SSE); gRPC: one ModelStreamInfer call per
 request with stream=true. Reports per protocol and round: wall time, output tokens/s,
-requests/s, TTFT p50, the mean gap between streamed chunks, and the CPU time the server and
-this client process spent per 1000 output tokens (from /proc and os.times: which side costs
-more). Compare ratios within one run.
+requests/s, TTFT p50, the mean gap between streamed chunks, and the CPU time spent per 1000
+output tokens by the server, by its front's thread alone (the HTTP loop is the main thread,
+the gRPC front's thread is named tl-grpc) and by this client process (from /proc and
+os.times: which side costs more). The engine's compute pool spin-waits between steps, so the
+server total grows with whatever CPU the clients leave free; the front thread's time is the
+protocol's own cost. Compare ratios within one run.
 
---grpc-mode call (default) opens one ModelStreamInfer call per request; --grpc-mode stream
-keeps one call per client open and sends its requests on it one after another, as
-tritonclient's start_stream / async_stream_infer does.
+--grpc-mode call (default) opens one ModelStreamInfer call per request from a thread per
+client; --grpc-mode stream keeps one call per client open and sends its requests on it one
+after another, as tritonclient's start_stream / async_stream_infer does; --grpc-mode aio runs
+the clients as coroutines on grpc.aio, one call per request (grpcio's threaded API costs the
+client about 2.5x the CPU per token of http.client, its asyncio API about the same).
 
     python3 bench/grpc_vs_http.py --model /tmp/m110.gguf --clients 32 --requests 2 --max-tokens 64
 
@@ -134,14 +139,54 @@ def grpc_stream_client(stub, pb, model, prompt, n, requests):
     return out
 
 
-def cpu_s(pid):
-    """User + system CPU seconds of a process (Linux /proc)."""
-    with open(f"/proc/{pid}/stat") as f:
+def cpu_s(path):
+    """User + system CPU seconds of a process or thread (Linux /proc/.../stat)."""
+    with open(path + "/stat") as f:
         v = f.read().rsplit(")", 1)[1].split()
     return (int(v[11]) + int(v[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def run(kind, fn, clients, requests, n, server_pid, per_client=None):
+def front_task(pid, kind):
+    """The /proc path of the thread that runs a front: the HTTP loop is the main thread, the
+    gRPC front's thread is named tl-grpc."""
+    if kind == "http":
+        return f"/proc/{pid}/task/{pid}"
+    for t in os.listdir(f"/proc/{pid}/task"):
+        with open(f"/proc/{pid}/task/{t}/comm") as f:
+            if f.read().strip() == "tl-grpc":
+                return f"/proc/{pid}/task/{t}"
+    return None
+
+
+def grpc_aio_all(port, pb, rpc, model, prompt, n, clients, requests):
+    """All clients as coroutines of one asyncio loop on grpc.aio (no thread per call): each
+    opens one ModelStreamInfer call per request, as grpc_one does."""
+    import asyncio
+    import grpc
+
+    async def main():
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as ch:
+            stub = rpc.GRPCInferenceServiceStub(ch)
+            out = []
+
+            async def client():
+                for _ in range(requests):
+                    req = grpc_req(pb, model, prompt, n)
+                    t0, times, last = time.perf_counter(), [], None
+                    async for r in stub.ModelStreamInfer(iter([req]), timeout=600):
+                        if struct.unpack("<I", r.infer_response.raw_output_contents[0][:4])[0]:
+                            times.append(time.perf_counter())
+                        last = r.infer_response
+                    out.append((t0, times, last is not None and
+                                last.parameters["completion_tokens"].int64_param == n))
+
+            await asyncio.gather(*[client() for _ in range(clients)])
+            return out
+
+    return asyncio.run(main())
+
+
+def run(kind, fn, clients, requests, n, server_pid, per_client=None, all_clients=None):
     results = []
     lock = threading.Lock()
 
@@ -156,15 +201,21 @@ def run(kind, fn, clients, requests, n, server_pid, per_client=None):
             with lock:
                 results.append(r)
 
-    srv0, me0 = cpu_s(server_pid), os.times()
+    front = front_task(server_pid, kind)
+    srv0, me0 = cpu_s(f"/proc/{server_pid}"), os.times()
+    fr0 = cpu_s(front) if front else 0
     t0 = time.perf_counter()
-    th = [threading.Thread(target=client) for _ in range(clients)]
-    for t in th:
-        t.start()
-    for t in th:
-        t.join()
+    if all_clients:
+        results = all_clients()
+    else:
+        th = [threading.Thread(target=client) for _ in range(clients)]
+        for t in th:
+            t.start()
+        for t in th:
+            t.join()
     wall = time.perf_counter() - t0
-    srv = cpu_s(server_pid) - srv0
+    srv = cpu_s(f"/proc/{server_pid}") - srv0
+    fr = cpu_s(front) - fr0 if front else float("nan")
     me1 = os.times()
     me = (me1.user - me0.user) + (me1.system - me0.system)
     ktok = len(results) * n / 1000
@@ -174,7 +225,8 @@ def run(kind, fn, clients, requests, n, server_pid, per_client=None):
     return {"protocol": kind, "wall_s": wall, "tok_s": len(results) * n / wall,
             "req_s": len(results) / wall, "ttft_p50_ms": 1e3 * statistics.median(ttft),
             "chunk_gap_mean_ms": 1e3 * statistics.mean(gaps) if gaps else 0, "failed": bad,
-            "server_cpu_ms_per_ktok": 1e3 * srv / ktok, "client_cpu_ms_per_ktok": 1e3 * me / ktok}
+            "server_cpu_ms_per_ktok": 1e3 * srv / ktok, "front_cpu_ms_per_ktok": 1e3 * fr / ktok,
+            "client_cpu_ms_per_ktok": 1e3 * me / ktok}
 
 
 def main():
@@ -186,8 +238,9 @@ def main():
     ap.add_argument("--max-tokens", type=int, default=64)
     ap.add_argument("--rounds", type=int, default=2, help="alternating HTTP / gRPC rounds")
     ap.add_argument("--prompt", default="Once upon a time, there was a little girl named Lily.")
-    ap.add_argument("--grpc-mode", choices=("call", "stream"), default="call",
-                    help="one ModelStreamInfer call per request, or one per client")
+    ap.add_argument("--grpc-mode", choices=("call", "stream", "aio"), default="call",
+                    help="one ModelStreamInfer call per request (threads), one per client "
+                         "(threads), or one per request on grpc.aio (one asyncio loop)")
     ap.add_argument("--json", action="store_true")
     a, extra = ap.parse_known_args()
     gen_stubs()
@@ -212,23 +265,29 @@ def main():
                 per = (lambda: grpc_stream_client(stub, pb, model, a.prompt, a.max_tokens,
                                                   a.requests)) \
                     if kind == "grpc" and a.grpc_mode == "stream" else None
-                row = run(kind, fn, a.clients, a.requests, a.max_tokens, proc.pid, per)
+                every = (lambda: grpc_aio_all(gp, pb, rpc, model, a.prompt, a.max_tokens,
+                                              a.clients, a.requests)) \
+                    if kind == "grpc" and a.grpc_mode == "aio" else None
+                row = run(kind, fn, a.clients, a.requests, a.max_tokens, proc.pid, per, every)
                 row["round"] = rnd + 1
                 rows.append(row)
                 if not a.json:
                     print(f"round {rnd + 1} {kind:4s}: {row['wall_s']:.2f} s, {row['tok_s']:.1f} "
                           f"tok/s, {row['req_s']:.2f} req/s, TTFT p50 {row['ttft_p50_ms']:.0f} ms, "
                           f"chunk gap {row['chunk_gap_mean_ms']:.1f} ms, failed {row['failed']}, "
-                          f"CPU ms/ktok server {row['server_cpu_ms_per_ktok']:.0f} "
-                          f"client {row['client_cpu_ms_per_ktok']:.0f}",
+                          f"CPU ms/ktok server {row['server_cpu_ms_per_ktok']:.0f} (front thread "
+                          f"{row['front_cpu_ms_per_ktok']:.0f}) client "
+                          f"{row['client_cpu_ms_per_ktok']:.0f}",
                           flush=True)
         h = statistics.mean(r["tok_s"] for r in rows if r["protocol"] == "http")
         g = statistics.mean(r["tok_s"] for r in rows if r["protocol"] == "grpc")
         for kind in ("http", "grpc"):
-            sv = statistics.mean(r["server_cpu_ms_per_ktok"] for r in rows if r["protocol"] == kind)
-            cl = statistics.mean(r["client_cpu_ms_per_ktok"] for r in rows if r["protocol"] == kind)
+            mean = lambda key: statistics.mean(r[key] for r in rows if r["protocol"] == kind)
             if not a.json:
-                print(f"mean CPU ms per 1000 tokens, {kind}: server {sv:.0f}, client {cl:.0f}")
+                print(f"mean CPU ms per 1000 tokens, {kind}: server "
+                      f"{mean('server_cpu_ms_per_ktok'):.0f} (its front thread "
+                      f"{mean('front_cpu_ms_per_ktok'):.0f}), client "
+                      f"{mean('client_cpu_ms_per_ktok'):.0f}")
         if a.json:
             print(json.dumps({"rows": rows, "grpc_over_http": g / h}))
         else:

@@ -64,8 +64,8 @@ struct tl_grpc_gen_req {
     struct tl_grpc_call *call;
     struct tl_grpc_gen_req *next; // the call's list
     uint64_t engine_id;
-    bool started; // first event seen: no longer counted as queued
-    bool stream;  // deltas as they come (else one response with the whole text)
+    bool started;            // first event seen: no longer counted as queued
+    bool stream;             // deltas as they come (else one response with the whole text)
     int64_t t_last_token_us; // the previous TOKEN's delivery time (0 = none yet)
     struct tl_grpc_msg *done_msg;
     atomic_bool dropped; // a TOKEN message could not be allocated: ends as an error
