@@ -106,6 +106,14 @@ $(BUILD)/%.o: %.c
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) -c $< -o $@
 
+# The dashboard page (src/server/dashboard/index.html) is embedded into the server as a C array
+# generated at build time (never committed).
+DASHBOARD_H := $(BUILD)/gen/dashboard_html.h
+$(DASHBOARD_H): src/server/dashboard/index.html src/server/dashboard/embed.sh
+	@mkdir -p $(@D)
+	sh src/server/dashboard/embed.sh tl_dashboard_html $< $@
+$(BUILD)/src/server/dashboard.o $(BUILD)/pic/src/server/dashboard.o: $(DASHBOARD_H)
+
 # `tokenloom version` reports the git revision and build flags; the stamp file changes (and the
 # object is rebuilt) only when they do.
 GIT_REV     := $(or $(shell git rev-parse --short=7 HEAD 2>/dev/null),unknown)$(shell \
