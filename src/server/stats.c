@@ -6,7 +6,8 @@
  *     block size, blocks in the pool, batch limits, context);
  *   - counters and gauges from one tl_engine_stats snapshot (the same call /metrics makes, so a
  *     quiet server gives the same numbers on both endpoints);
- *   - latency histograms (TTFT, ITL, queue, end to end) from the server's own tl_metrics,
+ *   - latency histograms (TTFT, ITL, queue, end to end) from the server's own tl_metrics plus
+ *     the gRPC front's (its add_latency hook, as /metrics),
  *     with their p50/p90/p99 since start estimated as Prometheus's histogram_quantile()
  *     does, and the raw bucket counts, so that the page can take differences between two polls
  *     and estimate the percentiles of the last seconds the same way (a Grafana panel does
@@ -189,12 +190,15 @@ json_t *tl_srv_stats_json(struct tl_server *s)
         put(o, "gauges", gauges_json(&es), &ok);
         put(o, "utilization", utilization_json(&es), &ok);
     }
+    // As /metrics: the gRPC front's requests are added to the server's own histograms.
+    struct tl_metrics all = s->metrics;
+    if (s->front.add_latency) s->front.add_latency(s->front.arg, &all);
     json_t *lat = json_object();
     if (lat) {
-        put(lat, "ttft", hist_json(&s->metrics.ttft), &ok);
-        put(lat, "itl", hist_json(&s->metrics.itl), &ok);
-        put(lat, "queue", hist_json(&s->metrics.queue), &ok);
-        put(lat, "e2e", hist_json(&s->metrics.e2e), &ok);
+        put(lat, "ttft", hist_json(&all.ttft), &ok);
+        put(lat, "itl", hist_json(&all.itl), &ok);
+        put(lat, "queue", hist_json(&all.queue), &ok);
+        put(lat, "e2e", hist_json(&all.e2e), &ok);
     }
     put(o, "latency", lat, &ok);
     if (!ok) {

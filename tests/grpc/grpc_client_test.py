@@ -315,6 +315,7 @@ def hist_counts(text):
 def test_latency_metrics(s, model):
     """gRPC generations are in the latency histograms; the oracle is the responses' counts."""
     before = hist_counts(s.metrics())
+    stats0 = json.loads(urllib.request.urlopen(f"http://127.0.0.1:{s.http}/stats", timeout=30).read())
     usage = []
     for i, p in enumerate(PROMPTS):
         if i % 2:
@@ -324,6 +325,7 @@ def test_latency_metrics(s, model):
             r = r.infer_response
         usage.append((param(r, "prompt_tokens"), param(r, "completion_tokens")))
     after = hist_counts(s.metrics())
+    stats1 = json.loads(urllib.request.urlopen(f"http://127.0.0.1:{s.http}/stats", timeout=30).read())
 
     def delta(name, i):
         return after[name][i] - before[name][i]
@@ -340,6 +342,11 @@ def test_latency_metrics(s, model):
        delta("inter_token_latency_seconds", 1) > 0,
        "ITL histogram: one gap per gRPC token after the first",
        (delta("inter_token_latency_seconds", 0), usage))
+    lat0, lat1 = stats0["latency"], stats1["latency"]
+    ok(all(lat1[k]["count"] - lat0[k]["count"] == n for k in ("ttft", "queue", "e2e")) and
+       lat1["itl"]["count"] - lat0["itl"]["count"] == sum(u[1] - 1 for u in usage),
+       "/stats latencies count the gRPC requests as /metrics does",
+       {k: lat1[k]["count"] - lat0[k]["count"] for k in lat1})
 
 
 def long_req(model, prompt="Once upon a time", n=400, stream=None):
