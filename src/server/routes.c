@@ -45,14 +45,14 @@ static void h_health(struct tl_server *s, struct evhttp_request *r, int64_t t0, 
 static void h_metrics(struct tl_server *s, struct evhttp_request *r, int64_t t0, json_t *body)
 {
     struct tl_engine_stats es;
-    bool up = atomic_load(&s->engine_up);
+    bool up = tl_srv_metrics_sync(s);
     if (up) s->be->get_stats(s->engine, &es);
     struct tl_sb sb;
     tl_sb_init(&sb);
-    struct tl_metrics all = s->metrics; // plus the other front's latencies (gRPC)
-    if (s->front.add_latency) s->front.add_latency(s->front.arg, &all);
-    tl_metrics_render(&all, up ? &es : NULL, &sb);
-    if (s->front.metrics) s->front.metrics(s->front.arg, &sb);
+    struct tl_metrics all; // the server's plus the other front's (gRPC)
+    tl_srv_metrics_view(s, &all);
+    tl_metrics_render(&all, up ? &es : NULL, tl_time_us(), &sb);
+    if (s->front.metrics) s->front.metrics(s->front.arg, s->metrics.model_label, &sb);
     if (!tl_sb_ok(&sb)) {
         tl_sb_free(&sb);
         tl_srv_reply_status(s, r, t0, TL_ERR_NOMEM, "out of memory");

@@ -349,6 +349,33 @@ def test_latency_metrics(s, model):
        {k: lat1[k]["count"] - lat0[k]["count"] for k in lat1})
 
 
+def test_stalled_client(s, model, refs):
+    """A gRPC client that stops reading stalls neither front: HTTP and other gRPC calls are
+    served meanwhile (default --max-unsent-bytes, so the stalled call stays open)."""
+    ch = grpc.insecure_channel(f"127.0.0.1:{s.grpc}", options=[
+        ("grpc.http2.bdp_probe", 0), ("grpc.http2.lookahead_bytes", 1024)])
+    stub = rpc.GRPCInferenceServiceStub(ch)
+    gen0 = s.metric("generation_tokens_total")
+    reqs = [infer_req(model, PROMPTS[i % 4], max_tokens=300, stream=True,
+                      extra=[t_bool("ignore_eos", True)]) for i in range(8)]
+    stalled = stub.ModelStreamInfer(iter(reqs), timeout=120)
+    next(stalled)  # one response read, then none
+    end = time.time() + 30
+    while time.time() < end and s.metric("generation_tokens_total") - gen0 < 8 * 300:
+        time.sleep(0.05)
+    made = s.metric("generation_tokens_total") - gen0
+    p = PROMPTS[2]
+    t0 = time.time()
+    h = http_ref(s, model, p)
+    g = text_of(s.stub.ModelInfer(infer_req(model, p), timeout=30))
+    ok(made >= 8 * 300 and h[0] == refs[p][0] and g == refs[p][0] and time.time() - t0 < 30,
+       "a stalled gRPC reader: its requests still generate, HTTP and gRPC calls are served",
+       f"generated {made}, {h[0]!r} / {g!r} vs {refs[p][0]!r}")
+    stalled.cancel()
+    ok(s.wait_idle(), "the stalled call cancelled: KV back to idle")
+    ch.close()
+
+
 def long_req(model, prompt="Once upon a time", n=400, stream=None):
     return infer_req(model, prompt, max_tokens=n, stream=stream, extra=[t_bool("ignore_eos", True)])
 
@@ -510,8 +537,8 @@ def test_limits(model):
        "full queue: RESOURCE_EXHAUSTED for some, the others served", codes)
     ok(s.wait_idle(), "after the burst: KV back to idle")
     m = s.metrics()
-    ok(re.search(r'tokenloom:grpc_requests_total\{method="ModelInfer",code="RESOURCE_EXHAUSTED"\} [1-9]', m)
-       and re.search(r'tokenloom:grpc_requests_total\{method="ModelInfer",code="UNAUTHENTICATED"\} 2', m),
+    ok(re.search(r'tokenloom:grpc_requests_total\{method="ModelInfer",code="RESOURCE_EXHAUSTED",model_name="[^"]*"\} [1-9]', m)
+       and re.search(r'tokenloom:grpc_requests_total\{method="ModelInfer",code="UNAUTHENTICATED",model_name="[^"]*"\} 2', m),
        "/metrics counts gRPC calls by method and code")
     s.stop()
 
@@ -548,7 +575,7 @@ def test_unsent(model):
     gen = s.metric("generation_tokens_total")
     ok(gen is not None and gen < 16 * 1000, "the cancelled requests stopped generating", gen)
     ok(re.search(r'tokenloom:grpc_requests_total\{method="ModelStreamInfer",'
-                 r'code="RESOURCE_EXHAUSTED"\} 1', s.metrics()),
+                 r'code="RESOURCE_EXHAUSTED",model_name="[^"]*"\} 1', s.metrics()),
        "/metrics counts the slow stream as RESOURCE_EXHAUSTED")
     rs = collect_stream(s.stub, [infer_req(model, PROMPTS[0], stream=True, max_tokens=8)])
     ok(rs and param(rs[-1].infer_response, "triton_final_response") is True,
@@ -609,6 +636,7 @@ def main():
         test_generation(s, model, refs)
         test_concurrent(s, model, refs)
         test_latency_metrics(s, model)
+        test_stalled_client(s, model, refs)
         test_http_v2(s, model, refs)
         test_cancel_deadline(s, model)
         test_bad_input(s, model)
