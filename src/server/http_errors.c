@@ -11,7 +11,8 @@
  * Every connection's bufferevent is created here (evhttp_set_bevcb) with a callback on its
  * output buffer. A reply that evhttp writes is complete in that buffer before the socket sees
  * a byte (the write happens on a later turn of the loop). When the buffer holds a whole reply
- * with an error status and Content-Type text/html (the server itself never sends HTML), the
+ * with an error status, Content-Type text/html and libevent's page (its body starts with
+ * "<HTML><HEAD>"; the server's own HTML, the dashboard, is a 200), the
  * callback replaces it with the same status and a JSON error body, an X-Request-Id and
  * "Connection: close" (evhttp closes these connections after the reply). It also counts the
  * status in the metrics and writes an access line (method, path and client unknown here: null),
@@ -97,7 +98,13 @@ static int libevent_error_reply(struct evbuffer *buf, size_t *whole)
             body = strtoll(line + 15, NULL, 10);
         line = eol;
     }
-    if (!html || body < 0 || len < head_len + 4 + (size_t)body) return 0;
+    if (!html || body < 12 || len < head_len + 4 + (size_t)body) return 0;
+    char page[12];
+    struct evbuffer_ptr at;
+    evbuffer_ptr_set(buf, &at, head_len + 4, EVBUFFER_PTR_SET);
+    if (evbuffer_copyout_from(buf, &at, page, sizeof(page)) != (ev_ssize_t)sizeof(page) ||
+        memcmp(page, "<HTML><HEAD>", sizeof(page)))
+        return 0;
     *whole = head_len + 4 + (size_t)body;
     return atoi(start + 9);
 }
