@@ -348,7 +348,7 @@ def test_big_bodies(tmp):
         tap.check(api_error(data.partition(b"\r\n\r\n")[2]).get("code") == "bad_request",
                   "... with the API's JSON error body", data[:300])
         m = dl.http_get(s.url() + "/metrics")[1].decode()
-        got413 = re.search(r'http_requests_total\{code="413"\} (\d+)', m)
+        got413 = re.search(r'http_requests_total\{[^}]*code="413"[^}]*\} (\d+)', m)
         tap.check(got413 and int(got413.group(1)) == n + 1,
                   "those 413s are counted in http_requests_total{code=\"413\"}",
                   got413 and got413.group(0))
@@ -525,7 +525,7 @@ def test_bench(tmp):
                 bad.append("%s: points at %s" % (series, [c.get("data-concurrency") for c in mine]))
                 continue
             for c, x in zip(mine, lv):
-                if not close(float(c.get("data-value")), get(x), rel=1e-3, abs_=1e-3):
+                if not close(float(c.get("data-value")), get(x), rel=1e-3, abs_=1.5e-3):
                     bad.append("%s c=%s: %s vs JSON %s" % (series, c.get("data-concurrency"),
                                                            c.get("data-value"), get(x)))
         refs = [e.tag for e in root.iter() if e.tag in (ns + "script", ns + "image", ns + "use")]
