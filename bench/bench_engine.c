@@ -16,6 +16,9 @@
  *     from the end of the first c requests to the last submission: the throughput at
  *     concurrency c without the closed batch's ramp-in and ramp-out, where one run's c
  *     requests start together and its last steps carry a shrinking batch.
+ * Each engine first runs one prefill-only request per sequence as long as a whole run
+ * (warm_kv), so every KV block is touched before anything is timed: the pool is mapped lazily,
+ * and a server pays those page faults once, not on every decode step.
  * Correctness first: request 0 of every run is greedy on a fixed prompt, and its tokens must
  * be the same at every concurrency (exit 1 otherwise).
  *
@@ -23,16 +26,25 @@
  * interleaved, so a burst of outside load hits one round rather than one level) and reports
  * the best round of each level, plus the spread of generation tok/s over the rounds.
  *
+ * --profile replaces the runs above by, per concurrency c, a profile of the steps that decode all c sequences at once
+ * (after every prompt is in, before the first one finishes): the forward pass phase by phase
+ * (tl_forward_profile: wall time and the engine thread's CPU time) and the rest of the step
+ * (sampling, scheduling, detokenizing, events) as the step's process CPU time minus the
+ * forward's. With --threads 1 the CPU columns are the whole work and are not inflated by
+ * preemption, so they are the numbers to compare on a loaded machine.
+ *
  * Usage: bench_engine [-m MODEL] [--threads N] [--conc 1,4,16] [--prompt N] [--gen N]
- *                     [--kv-type f16|f32|q8_0] [--budget N] [--repeat N]
+ *                     [--kv-type f16|f32|q8_0] [--budget N] [--repeat N] [--profile]
  */
 #include <tokenloom.h>
 
 #include "core/clock.h"
+#include "model/model.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 struct req {
     int32_t tokens[4096];
@@ -130,6 +142,110 @@ fail:
     return -1;
 }
 
+
+// Touches every KV block the runs will use: c prefill-only requests as long as a whole run's
+// sequences (prompt + gen - 1 positions). The pool is mapped lazily, so without this the first
+// run's decode steps also pay the page faults of fresh memory (on the 110M model at 64
+// sequences: ~12% of a step's CPU time), which a server pays once in its first minutes.
+static int warm_kv(tl_engine *e, const struct tl_model_info *info, int c, int n_prompt,
+                   int n_gen, struct req *reqs)
+{
+    int n = n_prompt + n_gen - 1;
+    int32_t *prompt = malloc((size_t)n * sizeof(int32_t));
+    if (!prompt) return -1;
+    memset(reqs, 0, (size_t)c * sizeof(*reqs));
+    for (int i = 0; i < c; i++)
+        if (submit(e, info, prompt, n, 1, i, false, &reqs[i])) {
+            free(prompt);
+            return -1;
+        }
+    for (int64_t left = 1; left > 0;)
+        if (tl_engine_step(e, &left)) {
+            fprintf(stderr, "bench_engine: step: %s\n", tl_last_error());
+            free(prompt);
+            return -1;
+        }
+    free(prompt);
+    return 0;
+}
+
+static int64_t process_cpu_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+// The --profile run: c requests; only steps that decode all c at once are counted.
+static int run_profile(tl_model *m, const struct tl_engine_config *cfg, int c, int n_prompt,
+                       int n_gen, struct req *reqs)
+{
+    struct tl_model_info mi;
+    tl_model_get_info(m, &mi);
+    tl_engine *e;
+    if (tl_engine_create(m, cfg, &e)) {
+        fprintf(stderr, "bench_engine: %s\n", tl_last_error());
+        return -1;
+    }
+    if (warm_kv(e, &mi, c, n_prompt, n_gen, reqs)) return -1;
+    int32_t *prompt = malloc((size_t)n_prompt * sizeof(int32_t));
+    memset(reqs, 0, (size_t)c * sizeof(*reqs));
+    for (int i = 0; i < c; i++)
+        if (submit(e, &mi, prompt, n_prompt, n_gen, i, false, &reqs[i])) return -1;
+    struct tl_forward_profile sum = {0}, p0, p1;
+    int64_t steps = 0, step_wall = 0, step_cpu = 0, n = 1;
+    tl_forward_profile_enable(true);
+    while (n > 0) {
+        tl_forward_profile_get(&p0);
+        int64_t w0 = tl_time_us() * 1000, c0 = process_cpu_ns();
+        if (tl_engine_step(e, &n)) {
+            fprintf(stderr, "bench_engine: step: %s\n", tl_last_error());
+            return -1;
+        }
+        int64_t w1 = tl_time_us() * 1000, c1 = process_cpu_ns();
+        tl_forward_profile_get(&p1);
+        if (p1.tokens - p0.tokens != c || p1.outputs - p0.outputs != c) continue;
+        bool all_in = true; // a step whose batch is c tokens with c outputs, after every prompt
+        for (int i = 0; i < c; i++)
+            all_in = all_in && reqs[i].n >= 2 && !reqs[i].done;
+        if (!all_in) continue;
+        steps++;
+        step_wall += w1 - w0;
+        step_cpu += c1 - c0;
+        for (int ph = 0; ph < TL_FWD_N_PHASES; ph++) {
+            sum.wall_ns[ph] += p1.wall_ns[ph] - p0.wall_ns[ph];
+            sum.cpu_ns[ph] += p1.cpu_ns[ph] - p0.cpu_ns[ph];
+        }
+    }
+    tl_forward_profile_enable(false);
+    free(prompt);
+    tl_engine_destroy(e);
+    if (!steps) {
+        printf("profile at %d sequences: no step decoded all of them at once\n", c);
+        return 0;
+    }
+    double fw = 0, fc = 0, d = (double)steps * 1e6;
+    for (int ph = 0; ph < TL_FWD_N_PHASES; ph++)
+        fw += (double)sum.wall_ns[ph], fc += (double)sum.cpu_ns[ph];
+    double tw = (double)step_wall, tc = (double)step_cpu;
+    printf("\nprofile of %lld steps decoding %d sequences at once (contexts %d..%d), ms per step\n",
+           (long long)steps, c, n_prompt, n_prompt + n_gen);
+    printf("%-34s %9s %7s %9s %7s\n", "phase", "wall ms", "wall %", "cpu ms", "cpu %");
+    for (int ph = 0; ph < TL_FWD_N_PHASES; ph++)
+        printf("%-34s %9.3f %6.1f%% %9.3f %6.1f%%\n", tl_forward_phase_name(ph),
+               (double)sum.wall_ns[ph] / d, 100 * (double)sum.wall_ns[ph] / tw,
+               (double)sum.cpu_ns[ph] / d, 100 * (double)sum.cpu_ns[ph] / tc);
+    printf("%-34s %9.3f %6.1f%% %9.3f %6.1f%%\n", "forward pass", fw / d, 100 * fw / tw, fc / d,
+           100 * fc / tc);
+    printf("%-34s %9.3f %6.1f%% %9.3f %6.1f%%\n", "rest (sample, schedule, detok, events)",
+           (tw - fw) / d, 100 * (tw - fw) / tw, (tc - fc) / d, 100 * (tc - fc) / tc);
+    printf("%-34s %9.3f %6.1f%% %9.3f %6.1f%%\n", "step", tw / d, 100.0, tc / d, 100.0);
+    printf("(cpu: the engine thread's in the forward phases, the process's for the step; decode "
+           "at this rate: %.0f tok/s by wall, %.0f tok/s by cpu)\n",
+           c * steps * 1e9 / tw, c * steps * 1e9 / tc);
+    return 0;
+}
+
 static int run(tl_model *m, const struct tl_engine_config *cfg, int c, int n_prompt, int n_gen,
                struct req *reqs, struct result *res, double block_bytes, double pos_bytes)
 {
@@ -142,6 +258,7 @@ static int run(tl_model *m, const struct tl_engine_config *cfg, int c, int n_pro
         fprintf(stderr, "bench_engine: %s\n", tl_last_error());
         return -1;
     }
+    if (warm_kv(e, info, c, n_prompt, n_gen, reqs)) return -1;
     int32_t *prompt = malloc((size_t)n_prompt * sizeof(int32_t));
     // Phase A: prefill only.
     for (int pass = 0; pass < 2; pass++) {
@@ -193,6 +310,7 @@ int main(int argc, char **argv)
 {
     const char *model_path = getenv("MODEL");
     int threads = 0, n_prompt = 128, n_gen = 64, budget = 512, repeat = 1;
+    bool profile = false;
     int conc[16] = {1, 4, 16, 32, 64}, n_conc = 5;
     enum tl_kv_type kv_type = TL_KV_F16;
     for (int i = 1; i < argc; i++) {
@@ -209,6 +327,8 @@ int main(int argc, char **argv)
             budget = atoi(v), i++;
         else if (!strcmp(a, "--repeat") && v)
             repeat = atoi(v), i++;
+        else if (!strcmp(a, "--profile"))
+            profile = true;
         else if (!strcmp(a, "--kv-type") && v) {
             kv_type = !strcmp(v, "f32") ? TL_KV_F32 : !strcmp(v, "q8_0") ? TL_KV_Q8_0 : TL_KV_F16;
             i++;
@@ -221,7 +341,8 @@ int main(int argc, char **argv)
         } else {
             fprintf(stderr,
                     "usage: bench_engine [-m MODEL] [--threads N] [--conc 1,4,16] "
-                    "[--prompt N] [--gen N] [--kv-type f16|f32|q8_0] [--budget N] [--repeat N]\n");
+                    "[--prompt N] [--gen N] [--kv-type f16|f32|q8_0] [--budget N] [--repeat N] "
+                    "[--profile]\n");
             return 2;
         }
     }
@@ -269,7 +390,9 @@ int main(int argc, char **argv)
     double *gen_lo = calloc((size_t)n_conc, sizeof(*gen_lo));
     int32_t ref[4096];
     int n_ref = -1, bad = 0;
-    for (int round = 0; round < repeat; round++)
+    for (int k = 0; profile && k < n_conc; k++)
+        if (run_profile(m, &cfg, conc[k], n_prompt, n_gen, reqs)) return 1;
+    for (int round = 0; !profile && round < repeat; round++)
         for (int k = 0; k < n_conc; k++) {
             struct result res = {0};
             if (run(m, &cfg, conc[k], n_prompt, n_gen, reqs, &res, block_bytes, pos_bytes))
@@ -295,7 +418,9 @@ int main(int argc, char **argv)
             best[k].prefill_tok_s = prefill;
             best[k].steady_tok_s = steady;
         }
-    printf("%5s %12s %12s %12s %8s %9s %7s %12s %12s %14s %11s\n", "conc", "prefill t/s", "gen t/s",
+    if (profile) n_conc = 0; // no table
+    if (!profile)
+        printf("%5s %12s %12s %12s %8s %9s %7s %12s %12s %14s %11s\n", "conc", "prefill t/s", "gen t/s",
            "decode t/s", "steps", "overhead", "preempt", "KV used MiB", "KV need MiB",
            "gen t/s worst", "steady t/s");
     for (int k = 0; k < n_conc; k++) {

@@ -261,7 +261,10 @@ void tl__avx512_attn_head(const struct tl_kv_layer *kv, const int32_t *block_tab
 #endif
 // (token, head) pairs per call, and their accumulators
 enum { AK_MAX_PAIRS = 256, AK_ACC_FLOATS = 8192 };
-enum { AK_PF_MIN_CTX = 1024 }; // contexts from which K/V rows are prefetched a chunk ahead
+#ifndef TL_AVX512_AKPF_MIN
+#define TL_AVX512_AKPF_MIN 1024
+#endif
+enum { AK_PF_MIN_CTX = TL_AVX512_AKPF_MIN }; // contexts from which K/V rows are prefetched ahead
 
 static ALWAYS_INLINE void attn_kv_t(const struct tl_kv_layer *kv, const int32_t *table,
                                     int64_t n_ctx0, int n_q, int kvh0, int n_kvh, int group,
