@@ -16,6 +16,10 @@
  *     from the end of the first c requests to the last submission: the throughput at
  *     concurrency c without the closed batch's ramp-in and ramp-out, where one run's c
  *     requests start together and its last steps carry a shrinking batch.
+ *   - decode against the DRAM bound: bytes a decode step reads (every weight matrix once, plus
+ *     each sequence's K/V, prompt + gen / 2 positions on average), the streaming-read rate
+ *     measured right after the run (bench_kernels' probe, the bench's thread count), the decode
+ *     tok/s those allow, and the share of it reached.
  * Each engine first runs one prefill-only request per sequence as long as a whole run
  * (warm_kv), so every KV block is touched before anything is timed: the pool is mapped lazily,
  * and a server pays those page faults once, not on every decode step.
@@ -35,9 +39,12 @@
  *
  * Usage: bench_engine [-m MODEL] [--threads N] [--conc 1,4,16] [--prompt N] [--gen N]
  *                     [--kv-type f16|f32|q8_0] [--budget N] [--repeat N] [--profile]
+ *                     [--no-steady]
  */
 #include <tokenloom.h>
 
+#include "bench_common.h"
+#include "core/alloc.h"
 #include "core/clock.h"
 #include "model/model.h"
 
@@ -67,18 +74,44 @@ static void on_event(void *user, const struct tl_event *ev)
     }
 }
 
-static uint64_t rng = 0x9e3779b97f4a7c15ull;
+static uint64_t prompt_rng = 0x9e3779b97f4a7c15ull;
 static int32_t rnd_token(int32_t n_vocab)
 {
-    rng ^= rng << 13;
-    rng ^= rng >> 7;
-    rng ^= rng << 17;
-    return 3 + (int32_t)(rng % (uint64_t)(n_vocab - 3));
+    prompt_rng ^= prompt_rng << 13;
+    prompt_rng ^= prompt_rng >> 7;
+    prompt_rng ^= prompt_rng << 17;
+    return 3 + (int32_t)(prompt_rng % (uint64_t)(n_vocab - 3));
+}
+
+// Bytes of weights one decode step reads: every matrix it multiplies (the token embedding only
+// gives one row per token), in the file's bytes (a packed copy adds only padding rows).
+static double weight_bytes(const tl_model *m)
+{
+    double b = (double)m->output.n_out * (double)m->output.row_bytes;
+    for (int il = 0; il < m->hp.n_layer; il++) {
+        const struct tl_layer *L = &m->layers[il];
+        const struct tl_weight *ws[] = {&L->wq,     &L->wk,   &L->wv,    &L->wo,
+                                        &L->w_gate, &L->w_up, &L->w_down};
+        for (int i = 0; i < 7; i++)
+            b += (double)ws[i]->n_out * (double)ws[i]->row_bytes;
+    }
+    return b;
+}
+
+// The DRAM ceiling of the moment: streaming read GB/s of the bench's thread count (bench_kernels'
+// probe), over `bytes` of the arena, measured right after each run.
+static bool g_no_steady; // --no-steady: skip the open-loop run (long prompts: 4c more prefills)
+static struct tl_pool *g_bw_pool;
+static char *g_bw_arena;
+static const size_t g_bw_bytes = (size_t)512 << 20;
+static double probe_gbs(void)
+{
+    return g_bw_pool && g_bw_arena ? stream_read_gbs(g_bw_pool, g_bw_arena, g_bw_bytes) : 0;
 }
 
 struct result {
     double wall_s, decode_s, prefill_tok_s, gen_tok_s, decode_tok_s, overhead, kv_used_mib,
-        kv_need_mib, steady_tok_s;
+        kv_need_mib, steady_tok_s, dram_gbs;
     int64_t steps, preemptions;
 };
 
@@ -300,7 +333,8 @@ static int run(tl_model *m, const struct tl_engine_config *cfg, int c, int n_pro
         res->kv_used_mib = (double)peak_used * block_bytes / (1024.0 * 1024.0);
         res->kv_need_mib = (double)c * (n_prompt + n_gen - 1) * pos_bytes / (1024.0 * 1024.0);
     }
-    res->steady_tok_s = run_steady(e, info, c, n_prompt, n_gen, prompt);
+    res->dram_gbs = probe_gbs();
+    res->steady_tok_s = g_no_steady ? 0 : run_steady(e, info, c, n_prompt, n_gen, prompt);
     free(prompt);
     tl_engine_destroy(e);
     return res->steady_tok_s < 0 ? -1 : 0;
@@ -329,6 +363,8 @@ int main(int argc, char **argv)
             repeat = atoi(v), i++;
         else if (!strcmp(a, "--profile"))
             profile = true;
+        else if (!strcmp(a, "--no-steady"))
+            g_no_steady = true;
         else if (!strcmp(a, "--kv-type") && v) {
             kv_type = !strcmp(v, "f32") ? TL_KV_F32 : !strcmp(v, "q8_0") ? TL_KV_Q8_0 : TL_KV_F16;
             i++;
@@ -342,7 +378,7 @@ int main(int argc, char **argv)
             fprintf(stderr,
                     "usage: bench_engine [-m MODEL] [--threads N] [--conc 1,4,16] "
                     "[--prompt N] [--gen N] [--kv-type f16|f32|q8_0] [--budget N] [--repeat N] "
-                    "[--profile]\n");
+                    "[--profile] [--no-steady]\n");
             return 2;
         }
     }
@@ -388,6 +424,13 @@ int main(int argc, char **argv)
     struct req *reqs = calloc((size_t)max_c, sizeof(*reqs));
     struct result *best = calloc((size_t)n_conc, sizeof(*best));
     double *gen_lo = calloc((size_t)n_conc, sizeof(*gen_lo));
+    double *dec_best = calloc((size_t)n_conc, sizeof(double));
+    double *dec_gbs = calloc((size_t)n_conc, sizeof(double));
+    if (!profile) { // the bandwidth probe's threads and memory (touched once here)
+        g_bw_pool = tl_pool_create(threads > 0 ? threads : 2);
+        g_bw_arena = tl_aligned_alloc(g_bw_bytes);
+        if (g_bw_arena) memset(g_bw_arena, 1, g_bw_bytes);
+    }
     int32_t ref[4096];
     int n_ref = -1, bad = 0;
     for (int k = 0; profile && k < n_conc; k++)
@@ -409,6 +452,7 @@ int main(int argc, char **argv)
                     "round %d, %d sequences: gen %.1f tok/s, decode %.1f tok/s, steady %.1f\n",
                     round + 1, conc[k], res.gen_tok_s, res.decode_tok_s, res.steady_tok_s);
             if (!round || res.gen_tok_s < gen_lo[k]) gen_lo[k] = res.gen_tok_s;
+            if (res.decode_tok_s > dec_best[k]) dec_best[k] = res.decode_tok_s, dec_gbs[k] = res.dram_gbs;
             // prefill and steady are runs of their own: keep the best of each independently
             double prefill = best[k].prefill_tok_s > res.prefill_tok_s ? best[k].prefill_tok_s
                                                                        : res.prefill_tok_s;
@@ -430,6 +474,26 @@ int main(int argc, char **argv)
                100 * r->overhead, (long long)r->preemptions, r->kv_used_mib, r->kv_need_mib,
                gen_lo[k], r->steady_tok_s);
     }
+    // The DRAM bound of decode: a step reads every weight once and every sequence's K/V (on
+    // average prompt + gen / 2 positions), at the streaming read rate measured right after the
+    // round with the best decode tok/s.
+    double wb = weight_bytes(m);
+    if (n_conc)
+        printf("\ndecode against the DRAM bound (weights %.1f MB per step; stream read measured "
+               "after the best decode round)\n%5s %14s %14s %10s %12s %12s %9s\n",
+               wb / 1e6, "conc", "KV MB/step", "bytes MB/step", "DRAM GB/s", "bound t/s",
+               "decode t/s", "of bound");
+    for (int k = 0; k < n_conc; k++) {
+        double kvb = (double)conc[k] * (n_prompt + n_gen / 2.0) * pos_bytes;
+        double bound = dec_gbs[k] * 1e9 / (wb + kvb) * conc[k];
+        printf("%5d %14.1f %14.1f %10.1f %12.1f %12.1f %8.1f%%\n", conc[k], kvb / 1e6,
+               (wb + kvb) / 1e6, dec_gbs[k], bound, dec_best[k],
+               bound > 0 ? 100 * dec_best[k] / bound : 0);
+    }
+    free(dec_best);
+    free(dec_gbs);
+    tl_pool_destroy(g_bw_pool);
+    tl_aligned_free(g_bw_arena);
     free(best);
     free(gen_lo);
     free(reqs);

@@ -541,7 +541,9 @@ void tl__avx512_quantize_q8_0(const float *src, struct tl_block_q8_0 *dst, int64
             t = _mm512_max_ps(_mm512_min_ps(t, hi), lo);
             __mmask16 ord = _mm512_cmp_ps_mask(v, v, _CMP_ORD_Q);
             __m512i qi = _mm512_maskz_cvtps_epi32(ord, t);
-            _mm_storeu_si128((__m128i *)(dst[b].qs + 16 * h), _mm512_cvtepi32_epi8(qi));
+            __m128i q8 = _mm512_cvtepi32_epi8(qi);
+            __asm__("" : "+v"(q8)); // narrow in a register, then store (see f32_to_f16)
+            _mm_storeu_si128((__m128i *)(dst[b].qs + 16 * h), q8);
         }
     }
 }
