@@ -125,4 +125,17 @@ void tl_forward_profile_enable(bool on);
 void tl_forward_profile_get(struct tl_forward_profile *out);
 const char *tl_forward_phase_name(enum tl_fwd_phase ph);
 
+// ---- work accounting (work.c) -----------------------------------------------------------------
+
+// What one forward pass over a batch computes and reads, counted from the shapes (work.c has
+// the rules): the engine sums it per step for the utilization metrics.
+struct tl_step_work {
+    double int8_ops;     // matmul ops with quantized weights (a multiply-add = 2 ops)
+    double flops;        // f32 FLOPs: float-weight matmuls and attention
+    double weight_bytes; // weight bytes read (each matrix once, plus the embedding rows)
+    double kv_bytes;     // K and V bytes read by attention
+};
+void tl_model_step_work(const struct tl_model *m, enum tl_dtype kv_type, const struct tl_batch *b,
+                        struct tl_step_work *out);
+
 #endif
