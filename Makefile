@@ -177,10 +177,9 @@ run: all
 
 # Sanitizer tier: the same tests under ASan+UBSan in a separate build folder.
 # Left out of it: test_dockerfile.py (it checks the release binary's shared libraries, and an ASan
-# binary needs libasan) and the gRPC end-to-end script (under ASan the server exits 1 after a
-# SIGTERM with streams running -- an open bug, see the gRPC notes; test_grpc_decode still runs).
+# binary needs libasan).
 check:
-	TL_TEST_SKIP="test_dockerfile.py grpc" $(MAKE) BUILD=build-san OPT=-O1 \
+	TL_TEST_SKIP="test_dockerfile.py" $(MAKE) BUILD=build-san OPT=-O1 \
 	    SAN="-fsanitize=address,undefined -fno-omit-frame-pointer" test
 
 # ThreadSanitizer tier: the multi-threaded tests (engine, scheduler, server: loop thread, engine
