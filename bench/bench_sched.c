@@ -289,22 +289,22 @@ static int parse_list(const char *s, int *out, int max)
 int main(int argc, char **argv)
 {
     tl_log_set_level(TL_LOG_ERROR);
-    int clients[16] = {8, 32, 64}, caps[16] = {512, 256, 128}, per_dec[16] = {-1};
-    int n_clients = 3, n_caps = 3, n_per_dec = 1;
+    int clients[16] = {8, 32, 64}, caps[16] = {512, 256, 128}, backlogs[16] = {-1};
+    int n_clients = 3, n_caps = 3, n_backlogs = 1;
     int32_t budget = 512;
     double per_client = 20, rtt_ms = 1, jitter = 0.1;
     // 110M Q8_0, 2 threads (issue 10's table): B=1 238, B=8 870, B=32 1134, B=64 1232 decode
     // tok/s -> 3.1 ms + 0.764 ms per sequence; prefill ~2900-3100 tok/s -> 0.33 ms per token.
     struct cost_model cost = {3.1, 0.33, 0.764};
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!v) usage();
+    if (argc % 2 == 0) usage(); // flags come in pairs
+    for (int i = 1; i + 1 < argc; i += 2) {
+        const char *a = argv[i], *v = argv[i + 1];
         if (!strcmp(a, "--clients"))
             n_clients = parse_list(v, clients, 16);
         else if (!strcmp(a, "--caps"))
             n_caps = parse_list(v, caps, 16);
         else if (!strcmp(a, "--backlog"))
-            n_per_dec = parse_list(v, per_dec, 16);
+            n_backlogs = parse_list(v, backlogs, 16);
         else if (!strcmp(a, "--budget"))
             budget = atoi(v);
         else if (!strcmp(a, "--prompt"))
@@ -322,7 +322,6 @@ int main(int argc, char **argv)
                 usage();
         } else
             usage();
-        i++;
     }
     if (budget < 1 || prompt_len < 1 || gen_len < 1 || per_client < 1) usage();
     printf("cost model: %.2f ms + %.3f ms/prefill token + %.3f ms/decoding seq, +-%.0f%% per "
@@ -333,15 +332,15 @@ int main(int argc, char **argv)
            "TTFT p50/p90/p99 ms | TTFT p99 steady ms | ITL p50/p90/p99 ms |\n");
     printf("|---:|---:|---:|---:|---:|---|---|---:|---|\n");
     for (int k = 0; k < n_caps; k++)
-        for (int d = 0; d < n_per_dec; d++)
+        for (int d = 0; d < n_backlogs; d++)
             for (int c = 0; c < n_clients; c++) {
                 struct result r;
                 run(&cost, clients[c], (int64_t)(clients[c] * per_client), budget, caps[k],
-                    per_dec[d], rtt_ms, jitter, &r);
+                    backlogs[d], rtt_ms, jitter, &r);
                 printf("| %d | %d | %d | %.0f | %.1f | %.0f / %.0f / %.0f | %.0f / %.0f / %.0f | "
                        "%.0f | "
                        "%.0f / %.0f / %.0f |\n",
-                       caps[k], per_dec[d], clients[c], r.out_tok_s, r.mean_step_ms, r.queue[0],
+                       caps[k], backlogs[d], clients[c], r.out_tok_s, r.mean_step_ms, r.queue[0],
                        r.queue[1], r.queue[2], r.ttft[0], r.ttft[1], r.ttft[2], r.ttft_steady99,
                        r.itl[0], r.itl[1], r.itl[2]);
                 fflush(stdout);

@@ -93,8 +93,11 @@ def run_bench(binary, port, clients, requests, prompt_len, output_len, seed):
     cmd = [binary, "bench", "--url", f"http://127.0.0.1:{port}", "--concurrency", str(clients),
            "--requests", str(requests), "--prompt-len", str(prompt_len),
            "--output-len", str(output_len), "--seed", str(seed), "--json"]
-    out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
-    return json.loads(out.strip().splitlines()[-1])
+    p = subprocess.run(cmd, capture_output=True, text=True)
+    if p.returncode != 0:
+        sys.stderr.write(f"bench failed ({p.returncode}): {' '.join(cmd)}\n{p.stderr[-2000:]}\n")
+        return None
+    return json.loads(p.stdout.strip().splitlines()[-1])
 
 
 COLS = [("policy", "{:<12}"), ("clients", "{:>7}"), ("req/s", "{:>6.2f}"),
@@ -154,6 +157,8 @@ def main():
                     before = queue_buckets(a.port)
                     r = run_bench(a.binary, a.port, c, n, a.prompt_len, a.output_len, seed)
                     after = queue_buckets(a.port)
+                    if r is None:
+                        continue
                     r.update(policy=name, clients=c, round=rnd + 1,
                              queue_p50_ms=hist_quantile(0.5, before, after) * 1e3,
                              queue_p90_ms=hist_quantile(0.9, before, after) * 1e3)
@@ -167,6 +172,8 @@ def main():
         for name, _ in policies:
             for c in clients:
                 rs = [r for r in rows if r["policy"] == name and r["clients"] == c]
+                if not rs:
+                    continue
                 m = {k: statistics.median(r[k] for r in rs) for k in rs[0]
                      if isinstance(rs[0][k], (int, float)) and not isinstance(rs[0][k], bool)}
                 m.update(policy=name, clients=c)
