@@ -264,7 +264,7 @@ tl_status tl_weight_prepare(struct tl_weight *w, void **owned)
     size_t bytes;
     if (!tl_mul_size((size_t)n_grp, tl__pk_group_bytes(w->type, w->n_in), &bytes))
         return tl__errorf(TL_ERR_NOMEM, "packed weight size overflows");
-    uint8_t *buf = tl_aligned_alloc(bytes);
+    uint8_t *buf = tl_aligned_alloc_large(bytes); // huge pages when big: read every step
     if (!buf)
         return tl__errorf(TL_ERR_NOMEM, "out of memory packing a %lld x %lld weight",
                           (long long)w->n_out, (long long)w->n_in);
