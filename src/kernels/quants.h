@@ -298,5 +298,10 @@ bool tl__qx_quantize_row(enum tl_dtype type, const float *src, void *dst, int64_
 size_t tl__qx_work_bytes(const struct tl_weight *w, int64_t n_tok);
 void tl__qx_matmul(struct tl_pool *pool, const struct tl__kernel_ops *o, const struct tl_weight *w,
                    const float *x, int64_t n_tok, float *y, void *work);
+// tl_matmul_multi for weights that are all of these types (same n_in): the activations are
+// quantized once and the rows of all the weights split over the threads in one fork-join.
+void tl__qx_matmul_multi(struct tl_pool *pool, const struct tl__kernel_ops *o, int n_w,
+                         const struct tl_weight *const *w, const float *x, int64_t n_tok,
+                         float *const *y, void *work);
 
 #endif

@@ -262,6 +262,70 @@ static void test_packed_deterministic_across_batch_and_threads(void **state)
         tl_pool_destroy(pools[p]);
 }
 
+// tl_matmul_multi over packed K-quants mixed with a file-layout Q4_0 weight (as a Q4_K_M layer
+// mixes Q4_K and Q6_K) gives the bits of separate tl_matmul calls, on every ISA and 1..3 threads.
+static void test_matmul_multi_matches_separate_calls(void **state)
+{
+    (void)state;
+    struct tl_pool *pools[3];
+    for (int p = 0; p < 3; p++)
+        assert_non_null(pools[p] = tl_pool_create(p + 1));
+    const int64_t n_in = 512, outs[4] = {48, 16, 37, 20};
+    struct kw k[3];
+    for (int t = 0; t < 3; t++)
+        kw_make(&k[t], ktypes[t], outs[t], n_in);
+    size_t rb;
+    assert_true(tl_dtype_row_bytes(TL_DTYPE_Q4_0, n_in, &rb));
+    void *rows0 = malloc(rb * (size_t)outs[3]);
+    float *row = malloc(sizeof(float) * (size_t)n_in);
+    for (int64_t r = 0; r < outs[3]; r++) {
+        fill(row, n_in, 1.f);
+        assert_true(tl_quantize_row(TL_DTYPE_Q4_0, row, (char *)rows0 + rb * (size_t)r, n_in));
+    }
+    free(row);
+    struct tl_weight w0 = {.type = TL_DTYPE_Q4_0, .n_in = n_in, .n_out = outs[3], .row_bytes = rb,
+                           .data = rows0};
+    const struct tl_weight *ws[4] = {&k[0].packed, &k[1].packed, &k[2].packed, &w0};
+    const int64_t toks[] = {1, 3, 19};
+    for (int c = 0; c < 3; c++) {
+        const int64_t n_tok = toks[c];
+        float *x = malloc(sizeof(float) * (size_t)(n_tok * n_in));
+        fill(x, n_tok * n_in, 1.f);
+        size_t wb = 0;
+        for (int i = 0; i < 4; i++)
+            if (tl_matmul_work_bytes(ws[i], n_tok) > wb) wb = tl_matmul_work_bytes(ws[i], n_tok);
+        void *work = tl_aligned_alloc(wb);
+        float *want[4], *got[4];
+        for (int i = 0; i < 4; i++) {
+            want[i] = malloc(sizeof(float) * (size_t)(n_tok * outs[i]));
+            got[i] = malloc(sizeof(float) * (size_t)(n_tok * outs[i]));
+        }
+        for (int s = 0; s < N_ISA; s++) {
+            if (!tl_kernels_force_isa(isas[s])) continue;
+            for (int i = 0; i < 4; i++)
+                tl_matmul(pools[0], ws[i], x, n_tok, want[i], work);
+            for (int p = 0; p < 3; p++) {
+                for (int i = 0; i < 4; i++)
+                    memset(got[i], 0xff, sizeof(float) * (size_t)(n_tok * outs[i]));
+                tl_matmul_multi(pools[p], 4, ws, x, n_tok, got, work);
+                for (int i = 0; i < 4; i++)
+                    if (memcmp(got[i], want[i], sizeof(float) * (size_t)(n_tok * outs[i])))
+                        fail_msg("%s n_tok %lld, %d threads: weight %d (%s) differs", isas[s],
+                                 (long long)n_tok, p + 1, i, tl_dtype_name(ws[i]->type));
+            }
+        }
+        for (int i = 0; i < 4; i++)
+            free(want[i]), free(got[i]);
+        tl_aligned_free(work);
+        free(x);
+    }
+    for (int t = 0; t < 3; t++)
+        kw_free(&k[t]);
+    free(rows0);
+    for (int p = 0; p < 3; p++)
+        tl_pool_destroy(pools[p]);
+}
+
 static void test_prepare_errors_and_other_types(void **state)
 {
     (void)state;
@@ -294,4 +358,5 @@ TL_TEST_MAIN(cmocka_unit_test(test_packed_layout_matches_dequantized_rows),
              cmocka_unit_test(test_packed_bit_identical_on_every_isa),
              cmocka_unit_test(test_packed_extreme_activations),
              cmocka_unit_test(test_packed_deterministic_across_batch_and_threads),
+             cmocka_unit_test(test_matmul_multi_matches_separate_calls),
              cmocka_unit_test(test_prepare_errors_and_other_types))
