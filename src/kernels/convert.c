@@ -264,7 +264,7 @@ tl_status tl_weight_prepare(struct tl_weight *w, void **owned)
     int64_t n_grp = (w->n_out + TL__QP_ROWS - 1) / TL__QP_ROWS;
     size_t bytes;
     size_t gbytes = tl__kq_packable(w->type) ? tl__kq_group_bytes(w->type, w->n_in)
-                                              : tl__pk_group_bytes(w->type, w->n_in);
+                                             : tl__pk_group_bytes(w->type, w->n_in);
     if (!tl_mul_size((size_t)n_grp, gbytes, &bytes))
         return tl__errorf(TL_ERR_NOMEM, "packed weight size overflows");
     uint8_t *buf = tl_aligned_alloc(bytes);

@@ -119,7 +119,8 @@ void tl__kq_pack(const struct tl_weight *w, uint8_t *dst)
     memset(dst, 0, (size_t)n_grp * (size_t)n_sb * sbb); // padding rows: all zero (d = 0)
     for (int64_t g = 0; g < n_grp; g++)
         for (int i = 0; i < TL__KQ_ROWS && g * TL__KQ_ROWS + i < w->n_out; i++) {
-            const uint8_t *row = (const uint8_t *)w->data + (size_t)(g * TL__KQ_ROWS + i) * w->row_bytes;
+            const uint8_t *row =
+                (const uint8_t *)w->data + (size_t)(g * TL__KQ_ROWS + i) * w->row_bytes;
             for (int64_t sb = 0; sb < n_sb; sb++) {
                 decode_row_sb(w->type, row, w->n_in, sb, &r);
                 put_row_sb(w->type, &r, i, dst + (size_t)(g * n_sb + sb) * sbb);

@@ -725,10 +725,15 @@ static void mm_setup(const struct tl_weight *w, int64_t n_tok, void *work, float
                      struct tl__qx_mm *m)
 {
     const int64_t xa_stride = (int64_t)(tl__qa_row_bytes(w->n_in) / sizeof(struct tl__qa_chunk));
-    *m = (struct tl__qx_mm){.w = w, .tr = tl__qx_traits(w->type), .xa = work,
-                            .xa_stride = xa_stride, .n_tok = n_tok, .y = y};
+    *m = (struct tl__qx_mm){.w = w,
+                            .tr = tl__qx_traits(w->type),
+                            .xa = work,
+                            .xa_stride = xa_stride,
+                            .n_tok = n_tok,
+                            .y = y};
     if (with_aux) {
-        m->aux = (const struct tl__kq_aux *)((char *)work + (size_t)n_tok * tl__qa_row_bytes(w->n_in));
+        m->aux =
+            (const struct tl__kq_aux *)((char *)work + (size_t)n_tok * tl__qa_row_bytes(w->n_in));
         m->aux_stride = tl__kq_aux_stride(w->n_in);
     }
 }

@@ -142,10 +142,10 @@ void tl__qa_quantize_ref(const float *x, int64_t n, void *dst);
 // file layout and packed) add to struct tl__qa_chunk: computed from its bytes by one C function
 // (tl__kq_aux_row), so every ISA sees the same values.
 struct tl__kq_aux {
-    float dx;        // the block's activation scale (d of tl__qa_chunk)
-    float dsx;       // dx * (float)(sum of the block's 32 bytes): the minimum's factor
-    int32_t b6lo;    // -32 * (sum of bytes 0..15): Q6_K's offset of 32, first half
-    int32_t b6hi;    // the same for bytes 16..31
+    float dx;     // the block's activation scale (d of tl__qa_chunk)
+    float dsx;    // dx * (float)(sum of the block's 32 bytes): the minimum's factor
+    int32_t b6lo; // -32 * (sum of bytes 0..15): Q6_K's offset of 32, first half
+    int32_t b6hi; // the same for bytes 16..31
 };
 
 struct tl__qx_mm {
@@ -154,9 +154,9 @@ struct tl__qx_mm {
     const struct tl__qa_chunk *xa; // n_tok rows of xa_stride chunks
     int64_t xa_stride;             // chunks per token row
     int64_t n_tok;
-    float *y;                      // (n_tok, n_out)
-    const struct tl__kq_aux *aux;  // Q4_K/Q5_K/Q6_K: n_tok rows of aux_stride entries (else NULL)
-    int64_t aux_stride;            // entries per token row (n_in / 32, rounded up to 4)
+    float *y;                     // (n_tok, n_out)
+    const struct tl__kq_aux *aux; // Q4_K/Q5_K/Q6_K: n_tok rows of aux_stride entries (else NULL)
+    int64_t aux_stride;           // entries per token row (n_in / 32, rounded up to 4)
 };
 
 struct tl__qx_ops {

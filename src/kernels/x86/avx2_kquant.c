@@ -68,9 +68,9 @@ static ALWAYS_INLINE void kq_tile(const struct tl__qx_mm *m, int64_t grp, int ha
     for (int64_t sb = 0; sb < n_sb; sb++, rec += sbb) {
         const __m256 dv = _mm256_cvtph_ps(
             _mm_loadu_si128((const __m128i *)(rec + (q6 ? TL__KQ6_D : TL__KQ4_D) + 16 * half)));
-        const __m256 dmv =
-            q6 ? dv
-               : _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(rec + TL__KQ4_DMIN + 16 * half)));
+        const __m256 dmv = q6 ? dv
+                              : _mm256_cvtph_ps(_mm_loadu_si128(
+                                    (const __m128i *)(rec + TL__KQ4_DMIN + 16 * half)));
         for (int j = 0; j < 8; j++) {
             const uint8_t *qs = rec + TL__KQ_QS + (size_t)(j >> 1) * 512 + 32 * half;
             const __m128i shift = _mm_cvtsi32_si128(4 * (j & 1));
@@ -89,8 +89,9 @@ static ALWAYS_INLINE void kq_tile(const struct tl__qx_mm *m, int64_t grp, int ha
                     wv[k] = _mm256_or_si256(wv[k], bits_to_0x10(hb));
                 }
                 if (q6) {
-                    __m256i h = _mm256_load_si256(
-                        (const __m256i *)(rec + TL__KQ6_QH + (size_t)(j * 2 + k / 4) * 64 + 32 * half));
+                    __m256i h = _mm256_load_si256((const __m256i *)(rec + TL__KQ6_QH +
+                                                                    (size_t)(j * 2 + k / 4) * 64 +
+                                                                    32 * half));
                     const int f = k % 4;
                     h = f == 0   ? _mm256_slli_epi16(h, 4)
                         : f == 1 ? _mm256_slli_epi16(h, 2)
@@ -108,10 +109,12 @@ static ALWAYS_INLINE void kq_tile(const struct tl__qx_mm *m, int64_t grp, int ha
                                            _mm_loadl_epi64((const __m128i *)(sc + 16)))));
                 Mv = D1;
             } else {
-                D0 = _mm256_mul_ps(dv, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(
-                                           (const __m128i *)(rec + TL__KQ4_SC + 16 * j + 8 * half)))));
-                Mv = _mm256_mul_ps(dmv, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(
-                                            (const __m128i *)(rec + TL__KQ4_MN + 16 * j + 8 * half)))));
+                D0 = _mm256_mul_ps(dv,
+                                   _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(
+                                       (const __m128i *)(rec + TL__KQ4_SC + 16 * j + 8 * half)))));
+                Mv = _mm256_mul_ps(dmv,
+                                   _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(
+                                       (const __m128i *)(rec + TL__KQ4_MN + 16 * j + 8 * half)))));
                 D1 = D0;
             }
             const int64_t jj = sb * 8 + j;
@@ -140,10 +143,10 @@ static ALWAYS_INLINE void kq_tile(const struct tl__qx_mm *m, int64_t grp, int ha
                 } else {
                     __m256i s0 = _mm256_add_epi16(mul4(wv[0], xlo), mul4(wv[1], xlo + 4));
                     __m256i s1 = _mm256_add_epi16(mul4(wv[4], xhi), mul4(wv[5], xhi + 4));
-                    s0 = _mm256_add_epi16(s0, _mm256_add_epi16(mul4(wv[2], xlo + 8),
-                                                               mul4(wv[3], xlo + 12)));
-                    s1 = _mm256_add_epi16(s1, _mm256_add_epi16(mul4(wv[6], xhi + 8),
-                                                               mul4(wv[7], xhi + 12)));
+                    s0 = _mm256_add_epi16(
+                        s0, _mm256_add_epi16(mul4(wv[2], xlo + 8), mul4(wv[3], xlo + 12)));
+                    s1 = _mm256_add_epi16(
+                        s1, _mm256_add_epi16(mul4(wv[6], xhi + 8), mul4(wv[7], xhi + 12)));
                     __m256i s;
                     if (q5) // pairs <= 2 * 31 * 127: four steps per int16 sum
                         s = _mm256_add_epi32(_mm256_madd_epi16(s0, ones),
@@ -170,15 +173,15 @@ static ALWAYS_INLINE void kq_tile(const struct tl__qx_mm *m, int64_t grp, int ha
 typedef void (*kq_tile_fn)(const struct tl__qx_mm *m, int64_t grp, int half, int64_t t0);
 
 #define DEF_KQ(NAME, TYPE)                                                                         \
-    static void NAME##_1(const struct tl__qx_mm *m, int64_t g, int h, int64_t t)                  \
+    static void NAME##_1(const struct tl__qx_mm *m, int64_t g, int h, int64_t t)                   \
     {                                                                                              \
         kq_tile(m, g, h, t, TYPE, 1);                                                              \
     }                                                                                              \
-    static void NAME##_2(const struct tl__qx_mm *m, int64_t g, int h, int64_t t)                  \
+    static void NAME##_2(const struct tl__qx_mm *m, int64_t g, int h, int64_t t)                   \
     {                                                                                              \
         kq_tile(m, g, h, t, TYPE, 2);                                                              \
     }                                                                                              \
-    static void NAME##_4(const struct tl__qx_mm *m, int64_t g, int h, int64_t t)                  \
+    static void NAME##_4(const struct tl__qx_mm *m, int64_t g, int h, int64_t t)                   \
     {                                                                                              \
         kq_tile(m, g, h, t, TYPE, 4);                                                              \
     }                                                                                              \

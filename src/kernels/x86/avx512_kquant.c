@@ -65,8 +65,8 @@ static ALWAYS_INLINE void kq_tile(const struct tl__qx_mm *m, int64_t grp, int64_
     for (int t = 0; t < T; t++)
         acc[t] = _mm512_setzero_ps();
     for (int64_t sb = 0; sb < n_sb; sb++, rec += sbb) {
-        const __m512 dv = _mm512_cvtph_ps(_mm256_load_si256(
-            (const __m256i *)(rec + (q6 ? TL__KQ6_D : TL__KQ4_D))));
+        const __m512 dv = _mm512_cvtph_ps(
+            _mm256_load_si256((const __m256i *)(rec + (q6 ? TL__KQ6_D : TL__KQ4_D))));
         const __m512 dmv =
             q6 ? dv : _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(rec + TL__KQ4_DMIN)));
         for (int j = 0; j < 8; j++) {
@@ -164,23 +164,23 @@ static ALWAYS_INLINE void kq_tile(const struct tl__qx_mm *m, int64_t grp, int64_
 typedef void (*kq_tile_fn)(const struct tl__qx_mm *m, int64_t grp, int64_t t0);
 
 #define DEF_KQ(NAME, TYPE)                                                                         \
-    static void NAME##_1(const struct tl__qx_mm *m, int64_t g, int64_t t)                         \
+    static void NAME##_1(const struct tl__qx_mm *m, int64_t g, int64_t t)                          \
     {                                                                                              \
         kq_tile(m, g, t, TYPE, 1);                                                                 \
     }                                                                                              \
-    static void NAME##_2(const struct tl__qx_mm *m, int64_t g, int64_t t)                         \
+    static void NAME##_2(const struct tl__qx_mm *m, int64_t g, int64_t t)                          \
     {                                                                                              \
         kq_tile(m, g, t, TYPE, 2);                                                                 \
     }                                                                                              \
-    static void NAME##_4(const struct tl__qx_mm *m, int64_t g, int64_t t)                         \
+    static void NAME##_4(const struct tl__qx_mm *m, int64_t g, int64_t t)                          \
     {                                                                                              \
         kq_tile(m, g, t, TYPE, 4);                                                                 \
     }                                                                                              \
-    static void NAME##_8(const struct tl__qx_mm *m, int64_t g, int64_t t)                         \
+    static void NAME##_8(const struct tl__qx_mm *m, int64_t g, int64_t t)                          \
     {                                                                                              \
         kq_tile(m, g, t, TYPE, 8);                                                                 \
     }                                                                                              \
-    static void NAME##_16(const struct tl__qx_mm *m, int64_t g, int64_t t)                        \
+    static void NAME##_16(const struct tl__qx_mm *m, int64_t g, int64_t t)                         \
     {                                                                                              \
         kq_tile(m, g, t, TYPE, 16);                                                                \
     }                                                                                              \
