@@ -6,14 +6,15 @@
  *    random walks (seeded) through each grammar pick an allowed token at every step; every
  *    tl_gmatcher_fill_mask call is timed. Reported: p50 / p99 / max over all steps of the
  *    first walk (cold cache: entries computed on first use) and of the later walks (warm: the
- *    cache holds what earlier requests computed, as in a server), and the cache misses'
- *    share.
+ *    cache holds what earlier requests computed, as in a server); the same for the calling
+ *    thread's CPU time (wall time on a loaded machine includes preemptions).
  * 3. End to end (with -e MODEL, e.g. a 110M Q8_0 from `tokenloom mkmodel`): aggregate tok/s of
  *    32 concurrent requests with a json_schema vs 32 unconstrained ones, same prompts and
  *    max_tokens (both sampled at temperature 1; the constrained ones may stop earlier, so the
  *    rate is generated tokens per second).
  *
  * Usage: bench_grammar [-v VOCAB_MODEL] [-e E2E_MODEL] [--walks N] [--steps N] [--threads N]
+ *                      [--only NAME-SUBSTRING]
  */
 #include "grammar/grammar.h"
 
@@ -111,7 +112,7 @@ static bool model_eog(void *ctx, int32_t id)
     return id == info.eos || id == info.eot;
 }
 
-static void bench_masks(const tl_model *m, int walks, int steps)
+static void bench_masks(const tl_model *m, int walks, int steps, const char *only)
 {
     vocab_model = m;
     struct tl_model_info info;
@@ -124,9 +125,13 @@ static void bench_masks(const tl_model *m, int walks, int steps)
     int32_t *allowed = malloc((size_t)info.n_vocab * sizeof(int32_t));
     double *cold = malloc((size_t)steps * sizeof(double));
     double *warm = malloc((size_t)steps * (size_t)walks * sizeof(double));
+    double *cold_cpu = malloc((size_t)steps * sizeof(double));
+    double *warm_cpu = malloc((size_t)steps * (size_t)walks * sizeof(double));
     printf("| grammar | compile ms | cold p50 / p99 / max us | warm p50 / p99 / max us | "
-           "steps |\n| --- | --- | --- | --- | --- |\n");
+           "CPU cold p99 / warm p50 / p99 / max us | steps |\n"
+           "| --- | --- | --- | --- | --- | --- |\n");
     for (size_t gi = 0; gi < N_GRAMMARS; gi++) {
+        if (only && !strstr(GRAMMARS[gi].name, only)) continue;
         size_t len;
         char *src = grammar_source(gi, &len);
         double best = 1e9;
@@ -140,19 +145,26 @@ static void bench_masks(const tl_model *m, int walks, int steps)
             }
             double dt = now_s() - c0;
             if (dt < best) best = dt;
-            if (!g) g = x;
-            else tl_grammar_unref(x);
+            if (!g)
+                g = x;
+            else
+                tl_grammar_unref(x);
         }
         int n_cold = 0, n_warm = 0;
         uint64_t seed = 12345 + gi;
         for (int w = 0; w < walks; w++) {
             struct tl_gmatcher *mt = tl_gmatcher_create(g);
             for (int s = 0; s < steps; s++) {
-                double c0 = now_s();
+                double c0 = now_s(), u0 = thread_cpu_s();
                 tl_gmatcher_fill_mask(mt, v, mask);
-                double dt = now_s() - c0;
-                if (w == 0) cold[n_cold++] = dt;
-                else warm[n_warm++] = dt;
+                double dt = now_s() - c0, du = thread_cpu_s() - u0;
+                if (w == 0) {
+                    cold_cpu[n_cold] = du;
+                    cold[n_cold++] = dt;
+                } else {
+                    warm_cpu[n_warm] = du;
+                    warm[n_warm++] = dt;
+                }
                 int na = 0;
                 for (int32_t t = 0; t < info.n_vocab; t++)
                     if ((mask[t >> 6] >> (t & 63)) & 1) allowed[na++] = t;
@@ -168,8 +180,12 @@ static void bench_masks(const tl_model *m, int walks, int steps)
                cmax = pct(cold, n_cold, 1.0) * 1e6;
         double w50 = pct(warm, n_warm, 0.5) * 1e6, w99 = pct(warm, n_warm, 0.99) * 1e6,
                wmax = pct(warm, n_warm, 1.0) * 1e6;
-        printf("| %s | %.2f | %.0f / %.0f / %.0f | %.0f / %.0f / %.0f | %d + %d |\n",
-               GRAMMARS[gi].name, best * 1e3, c50, c99, cmax, w50, w99, wmax, n_cold, n_warm);
+        double uc99 = pct(cold_cpu, n_cold, 0.99) * 1e6, u50 = pct(warm_cpu, n_warm, 0.5) * 1e6,
+               u99 = pct(warm_cpu, n_warm, 0.99) * 1e6, umax = pct(warm_cpu, n_warm, 1.0) * 1e6;
+        printf("| %s | %.2f | %.0f / %.0f / %.0f | %.0f / %.0f / %.0f | %.0f / %.0f / %.0f / %.0f "
+               "| %d + %d |\n",
+               GRAMMARS[gi].name, best * 1e3, c50, c99, cmax, w50, w99, wmax, uc99, u50, u99, umax,
+               n_cold, n_warm);
         fflush(stdout);
         tl_grammar_unref(g);
         free(src);
@@ -179,6 +195,8 @@ static void bench_masks(const tl_model *m, int walks, int steps)
     free(allowed);
     free(cold);
     free(warm);
+    free(cold_cpu);
+    free(warm_cpu);
 }
 
 // ---- end to end -----------------------------------------------------------------------------
@@ -273,17 +291,25 @@ static void bench_e2e(const char *path, int threads)
 int main(int argc, char **argv)
 {
     const char *vocab_path = "../shared/models/llama-2-tiny-random.gguf", *e2e_path = NULL;
+    const char *only = NULL;
     int walks = 5, steps = 100, threads = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(a, "-v") && v) vocab_path = argv[++i];
-        else if (!strcmp(a, "-e") && v) e2e_path = argv[++i];
-        else if (!strcmp(a, "--walks") && v) walks = atoi(argv[++i]);
-        else if (!strcmp(a, "--steps") && v) steps = atoi(argv[++i]);
-        else if (!strcmp(a, "--threads") && v) threads = atoi(argv[++i]);
+        if (!strcmp(a, "-v") && v)
+            vocab_path = argv[++i];
+        else if (!strcmp(a, "-e") && v)
+            e2e_path = argv[++i];
+        else if (!strcmp(a, "--walks") && v)
+            walks = atoi(argv[++i]);
+        else if (!strcmp(a, "--steps") && v)
+            steps = atoi(argv[++i]);
+        else if (!strcmp(a, "--threads") && v)
+            threads = atoi(argv[++i]);
+        else if (!strcmp(a, "--only") && v)
+            only = argv[++i];
         else {
             fprintf(stderr, "usage: bench_grammar [-v VOCAB_MODEL] [-e E2E_MODEL] [--walks N] "
-                            "[--steps N] [--threads N]\n");
+                            "[--steps N] [--threads N] [--only NAME]\n");
             return 2;
         }
     }
@@ -293,7 +319,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "load %s: %s\n", vocab_path, tl_last_error());
         return 1;
     }
-    bench_masks(m, walks, steps);
+    bench_masks(m, walks, steps, only);
     tl_model_destroy(m);
     if (e2e_path) bench_e2e(e2e_path, threads);
     return 0;

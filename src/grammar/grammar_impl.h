@@ -106,6 +106,36 @@ void tl__gb_where(const char *src, size_t len, size_t pos, char *buf, size_t cap
 tl_status tl__regex_emit(struct gstr *out, const char *re, size_t len,
                          bool json_string) TL_WARN_UNUSED;
 
+// ---- JSON Schema checks (schema_check.c) ---------------------------------------------------
+
+struct json_t;
+// The keywords that only annotate (ignored by the generator). NULL-terminated.
+extern const char *const tl__schema_annotations[];
+// Whether value v satisfies schema s's keywords: 1 yes, 0 no, -1 when s has a keyword this
+// check does not know (*unsupported names it). Knows type, enum, const, minimum, maximum,
+// exclusiveMinimum, exclusiveMaximum, minLength, maxLength; annotations are skipped.
+int tl__schema_value_ok(struct json_t *s, struct json_t *v, const char **unsupported);
+// True only when no document generated from schema a (schema.c's generator) can satisfy
+// schema b; both with their top-level $ref / allOf already merged. Conservative: false when
+// not proven.
+bool tl__schema_excludes(struct json_t *a, struct json_t *b);
+
+// A schema error at JSON pointer path (fmt has one %s for arg): TL_ERR_INVALID_ARG.
+tl_status tl__schema_err(const char *path, const char *fmt, const char *arg);
+// The value a local $ref ('#', '#/$defs/x', any JSON pointer) points to in root (borrowed).
+tl_status tl__schema_resolve_ref(struct json_t *root, const char *ref, const char *path,
+                                 struct json_t **out) TL_WARN_UNUSED;
+// s's parts (its $ref target and allOf members, recursively, then its own keywords) merged into
+// one schema: properties united (a property in two parts gets both as an allOf), required
+// concatenated, other keywords must agree. OUT: *out (a new reference).
+tl_status tl__schema_merge_parts(struct json_t *root, struct json_t *s, const char *path,
+                                 struct json_t **out) TL_WARN_UNUSED;
+// The first keyword of s that is no annotation and not in skip (NULL-terminated), or NULL.
+const char *tl__schema_other_keyword(struct json_t *s, const char *const *skip);
+// Appends the GBNF expression of an integer / number schema (its bounds) to o.
+tl_status tl__schema_gen_number(struct json_t *s, const char *path, bool integer,
+                                struct gstr *o) TL_WARN_UNUSED;
+
 // Parses GBNF text into b (rule "root" is the start).
 tl_status tl__gbnf_parse(struct gbuild *b) TL_WARN_UNUSED;
 
@@ -156,7 +186,7 @@ struct tl_grammar {
     struct gbyteset *sets; // owned, (n_sets)
     uint32_t n_sets;
     pthread_mutex_t mu;        // guards cache
-    struct gmask_cache *cache; // owned, NULL until the first mask
+    struct gmask_cache *cache; // owned: a list, one per vocabulary used (mask.c)
 };
 
 struct tl_gmatcher {
@@ -171,6 +201,8 @@ struct tl_gmatcher {
 };
 
 void tl__gmask_cache_free(struct gmask_cache *c);
+// How many entries g's cache for vocabulary v holds (0 when it has none). For tests.
+size_t tl__gmask_cache_entries(struct tl_grammar *g, const struct tl_gvocab *v);
 void tl__gmemo_free(struct gmemo *mm);
 
 #endif

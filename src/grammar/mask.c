@@ -30,7 +30,10 @@
 
 #define CTX_FRAMES 3
 #define TOKEN_MAX_BYTES 255
-#define CACHE_MAX_BYTES ((size_t)16 << 20)
+#define CACHE_MAX_BYTES ((size_t)16 << 20) // per grammar and vocabulary
+#define CACHE_MAX_VOCABS 4                 // vocabularies a grammar keeps caches for
+#define MEMO_ROW_SETS 2048      // dense transition rows: 1 KiB each, 2 MiB at most per matcher
+#define MEMO_ROW_MIN_NODES 2048 // smaller walks (uncertain subtrees) use the hash table alone
 
 // ---- vocabulary trie ------------------------------------------------------------------------
 
@@ -40,6 +43,7 @@ struct gnode {
     int32_t any_tok; // a token whose bytes start with this node's path
     uint8_t byte;
     uint8_t depth; // 1 for the root's children
+    uint8_t dup;   // other tokens have the same bytes (chained by same_next)
 };
 
 struct tl_gvocab {
@@ -136,6 +140,7 @@ struct tl_gvocab *tl_gvocab_create(int32_t n_vocab, tl_gvocab_bytes_fn bytes_fn,
             while (v->same_next[q] >= 0)
                 q = v->same_next[q];
             v->same_next[q] = t;
+            v->nodes[path[len]].dup = 1;
             continue;
         }
         for (int32_t d = lcp + 1; d <= len; d++) {
@@ -147,6 +152,7 @@ struct tl_gvocab *tl_gvocab_create(int32_t n_vocab, tl_gvocab_bytes_fn bytes_fn,
             nd->any_tok = t;
             nd->byte = b[d - 1];
             nd->depth = (uint8_t)d;
+            nd->dup = 0;
             path[d] = v->n_nodes++;
         }
         prev = t;
@@ -210,7 +216,10 @@ static inline void set_bit(uint64_t *bits, int32_t t)
 //
 // Many trie paths lead to the same stack set (inside a JSON string, every plain character
 // does), so a walk interns the sets it meets and memoizes (set, byte) -> set: most nodes then
-// cost one hash lookup instead of an advance. The memo lives for one walk; it belongs to the
+// cost one lookup instead of an advance. The first MEMO_ROW_SETS sets of a walk get a dense
+// row of 256 transitions (one load per node, the common case: a walk meets a few dozen sets);
+// later ones, and every set of a small walk (where clearing rows would cost more than it
+// saves), use the hash table. The memo lives for one walk; it belongs to the
 // matcher (one thread at a time).
 
 struct gmemo {
@@ -223,6 +232,9 @@ struct gmemo {
     size_t tr_cap, n_tr;
     uint32_t gen;
     struct gset tmp;
+    uint32_t *rows; // owned, (n_rows * 256): rows[id * 256 + byte] = target id + 1, 0 = unknown
+    size_t n_rows;  // sets below MEMO_ROW_SETS get a dense row (filled when interned)
+    bool use_rows;  // this walk is big enough for rows to pay off
 };
 
 void tl__gmemo_free(struct gmemo *mm)
@@ -236,6 +248,7 @@ void tl__gmemo_free(struct gmemo *mm)
     free(mm->tr_key);
     free(mm->tr_val);
     free(mm->tr_gen);
+    free(mm->rows);
     tl__gset_free(&mm->tmp);
     free(mm);
 }
@@ -315,14 +328,57 @@ static uint32_t intern(struct gmemo *mm, const struct gset *s)
         mm->cap = nc;
     }
     if (!tl__gset_copy(&mm->sets[mm->n], s)) return UINT32_MAX;
+    if (mm->use_rows && mm->n < MEMO_ROW_SETS) {
+        if (mm->n >= mm->n_rows) {
+            size_t nr = mm->n_rows ? mm->n_rows * 2 : 16;
+            uint32_t *r = tl_realloc_array(mm->rows, nr * 256, sizeof(uint32_t));
+            if (!r) return UINT32_MAX;
+            mm->rows = r;
+            mm->n_rows = nr;
+        }
+        memset(mm->rows + mm->n * 256, 0, 256 * sizeof(uint32_t));
+    }
     mm->set_gen[j] = mm->gen;
     mm->set_slot[j] = (uint32_t)mm->n;
     return (uint32_t)mm->n++;
 }
 
+// Bytes that the tops of s's stacks accept exactly as they accept byte lead to the same set
+// (advancing tests the byte only against the tops): fills their row entries with val too, so
+// a set costs one advance per byte class instead of one per byte. Sets of more than 64 stacks
+// are left to the per-byte path.
+static void fill_byte_class(const struct tl_grammar *g, const struct gset *s, unsigned byte,
+                            uint32_t *row, uint32_t val)
+{
+    if (s->n > 64) return;
+    const struct gbyteset *tops[64];
+    uint64_t want = 0;
+    for (size_t i = 0; i < s->n; i++) {
+        tops[i] = &g->sets[GE_ARG(g->elems[s->data[s->off[i + 1] - 1]])];
+        want |= (uint64_t)gbyteset_has(tops[i], byte) << i;
+    }
+    for (unsigned b = 0; b < 256; b++) {
+        if (row[b]) continue;
+        uint64_t got = 0;
+        for (size_t i = 0; i < s->n; i++)
+            got |= (uint64_t)gbyteset_has(tops[i], b) << i;
+        if (got == want) row[b] = val;
+    }
+}
+
 // The id of set id after byte; UINT32_MAX on allocation failure.
 static uint32_t transition(struct tl_gmatcher *m, struct gmemo *mm, uint32_t id, unsigned byte)
 {
+    if (mm->use_rows && id < MEMO_ROW_SETS) {
+        if (mm->rows[(size_t)id * 256 + byte]) return mm->rows[(size_t)id * 256 + byte] - 1;
+        tl__gset_advance(m->g, &mm->sets[id], byte, &mm->tmp, m->scratch);
+        uint32_t to = intern(mm, &mm->tmp);
+        if (to == UINT32_MAX) return to;
+        uint32_t *row = mm->rows + (size_t)id * 256; // after intern: it may move the rows
+        row[byte] = to + 1;
+        fill_byte_class(m->g, &mm->sets[id], byte, row, to + 1);
+        return to;
+    }
     uint64_t key = ((uint64_t)id << 8 | byte) + 1;
     if (2 * (mm->n_tr + 1) > mm->tr_cap) {
         size_t nc = mm->tr_cap ? mm->tr_cap * 2 : 256;
@@ -382,6 +438,7 @@ static bool walk(struct tl_gmatcher *m, const struct tl_gvocab *v, uint32_t from
     }
     struct gmemo *mm = m->memo;
     memo_reset(mm);
+    bool use_rows = mm->use_rows = to - from >= MEMO_ROW_MIN_NODES;
     uint32_t ids[TOKEN_MAX_BYTES + 2];
     ids[d0] = intern(mm, &m->levels[d0]);
     if (ids[d0] == UINT32_MAX) return false;
@@ -390,14 +447,22 @@ static bool walk(struct tl_gmatcher *m, const struct tl_gvocab *v, uint32_t from
         const struct gnode *nd = &v->nodes[i];
         uint32_t d = nd->depth;
         if (unc_depth >= d) unc_depth = 0;
-        uint32_t id = transition(m, mm, ids[d - 1], nd->byte);
-        if (id == UINT32_MAX) return false;
+        uint32_t pid = ids[d - 1], id;
+        if (use_rows && pid < MEMO_ROW_SETS && mm->rows[(size_t)pid * 256 + nd->byte]) {
+            id = mm->rows[(size_t)pid * 256 + nd->byte] - 1;
+        } else {
+            id = transition(m, mm, pid, nd->byte);
+            if (id == UINT32_MAX) return false;
+        }
         ids[d] = id;
         const struct gset *L = &mm->sets[id];
         bool alive = L->n > 0;
-        if (nd->token >= 0 && (alive || L->ended))
-            for (int32_t t = nd->token; t >= 0; t = v->same_next[t])
-                set_bit(bits, t);
+        if (nd->token >= 0 && (alive || L->ended)) {
+            set_bit(bits, nd->token);
+            if (nd->dup)
+                for (int32_t t = v->same_next[nd->token]; t >= 0; t = v->same_next[t])
+                    set_bit(bits, t);
+        }
         if (unc && L->ended && !unc_depth && i + 1 < nd->end) {
             if (!tl_grow((void **)&unc->nodes, &unc->cap, unc->n + 1, sizeof(uint32_t)))
                 return false;
@@ -421,9 +486,10 @@ struct gentry {
 };
 
 struct gmask_cache {
-    uint64_t vocab_uid;    // the vocabulary the entries are for (a freed trie's address may be
-                           // reused by another, its uid never)
-    struct gentry **slots; // owned, open addressing
+    struct gmask_cache *next; // the grammar's caches for other vocabularies
+    uint64_t vocab_uid;       // the vocabulary the entries are for (a freed trie's address may
+                              // be reused by another, its uid never)
+    struct gentry **slots;    // owned, open addressing
     size_t n_slots, n;
     size_t bytes;
 };
@@ -438,11 +504,33 @@ static void entry_free(struct gentry *e)
 
 void tl__gmask_cache_free(struct gmask_cache *c)
 {
-    if (!c) return;
-    for (size_t i = 0; i < c->n_slots; i++)
-        entry_free(c->slots[i]);
-    free(c->slots);
-    free(c);
+    while (c) {
+        struct gmask_cache *next = c->next;
+        for (size_t i = 0; i < c->n_slots; i++)
+            entry_free(c->slots[i]);
+        free(c->slots);
+        free(c);
+        c = next;
+    }
+}
+
+// The grammar's cache for vocabulary v, created on first use (g->mu held). NULL when the
+// grammar already has caches for CACHE_MAX_VOCABS other vocabularies (masks are then computed
+// without caching: entries handed out are never freed before the grammar, so a cache is never
+// replaced) or on allocation failure.
+static struct gmask_cache *cache_for(struct tl_grammar *g, const struct tl_gvocab *v)
+{
+    int n = 0;
+    for (struct gmask_cache *c = g->cache; c; c = c->next, n++)
+        if (c->vocab_uid == v->uid) return c;
+    if (n >= CACHE_MAX_VOCABS) return NULL;
+    struct gmask_cache *c = tl_malloc(sizeof(*c));
+    if (!c) return NULL;
+    memset(c, 0, sizeof(*c));
+    c->vocab_uid = v->uid;
+    c->next = g->cache;
+    g->cache = c;
+    return c;
 }
 
 static uint64_t key_hash(const uint32_t *k, size_t n, bool full)
@@ -500,15 +588,8 @@ static struct gentry *get_entry(struct tl_gmatcher *m, const struct tl_gvocab *v
     const uint32_t *k = f + n - nk;
     *temp = true;
     pthread_mutex_lock(&g->mu);
-    if (!g->cache) {
-        g->cache = tl_malloc(sizeof(*g->cache));
-        if (g->cache) {
-            memset(g->cache, 0, sizeof(*g->cache));
-            g->cache->vocab_uid = v->uid;
-        }
-    }
-    struct gentry *e =
-        g->cache && g->cache->vocab_uid == v->uid ? cache_find(g->cache, k, nk, full) : NULL;
+    struct gmask_cache *c = cache_for(g, v);
+    struct gentry *e = c ? cache_find(c, k, nk, full) : NULL;
     pthread_mutex_unlock(&g->mu);
     if (e) {
         *temp = false;
@@ -529,14 +610,12 @@ static struct gentry *get_entry(struct tl_gmatcher *m, const struct tl_gvocab *v
     e->unc = unc.nodes;
     e->n_unc = unc.n;
     pthread_mutex_lock(&g->mu);
-    struct gentry *had =
-        g->cache && g->cache->vocab_uid == v->uid ? cache_find(g->cache, k, nk, full) : NULL;
+    struct gentry *had = c ? cache_find(c, k, nk, full) : NULL;
     if (had) {
         entry_free(e);
         e = had;
         *temp = false;
-    } else if (g->cache && g->cache->vocab_uid == v->uid &&
-               cache_insert(g->cache, e, words * 8 + unc.n * 4 + sizeof(*e))) {
+    } else if (c && cache_insert(c, e, words * 8 + unc.n * 4 + sizeof(*e))) {
         *temp = false;
     }
     pthread_mutex_unlock(&g->mu);
@@ -545,6 +624,16 @@ fail:
     free(unc.nodes);
     entry_free(e);
     return NULL;
+}
+
+size_t tl__gmask_cache_entries(struct tl_grammar *g, const struct tl_gvocab *v)
+{
+    size_t n = 0;
+    pthread_mutex_lock(&g->mu);
+    for (struct gmask_cache *c = g->cache; c; c = c->next)
+        if (c->vocab_uid == v->uid) n = c->n;
+    pthread_mutex_unlock(&g->mu);
+    return n;
 }
 
 // ---- masks ----------------------------------------------------------------------------------

@@ -3,11 +3,14 @@
  * grammar may allow a subset of the valid documents, never more). Covered (draft 2020-12 as the
  * common generators emit it): type (also a list), properties, required, additionalProperties
  * (false / true / a schema; absent means none are generated), items, prefixItems, minItems,
- * maxItems, enum, const, anyOf, oneOf (as anyOf), allOf (merged), local $ref into $defs /
+ * maxItems, enum, const, anyOf, oneOf (exact: only when its branches provably exclude each
+ * other, see schema_check.c), allOf (merged), local $ref into $defs /
  * definitions / any JSON pointer (recursion allowed), minLength, maxLength, pattern, format
  * (date, time, date-time, uuid, email, ipv4), minimum, maximum, exclusiveMinimum,
  * exclusiveMaximum, integers. Annotations (title, description, default, examples, ...) are
- * ignored; any other keyword is an error naming it and its JSON pointer.
+ * ignored; any other keyword is an error naming it and its JSON pointer. Keywords beside a
+ * $ref, an anyOf / oneOf or an enum / const apply too (merged into the target or each branch;
+ * enum values that fail them are left out); a combination that cannot be honoured is an error.
  *
  * Output shape: properties in the schema's order, whitespace bounded (at most three of space,
  * tab, newline between tokens), numbers with at most 16 integer digits.
@@ -63,22 +66,18 @@ struct sc {
     int depth;
 };
 
-static tl_status serr(const char *path, const char *fmt, const char *arg)
-{
-    char msg[256];
-    snprintf(msg, sizeof(msg), fmt, arg);
-    return tl__errorf(TL_ERR_INVALID_ARG, "json schema: at '%s': %s", *path ? path : "/", msg);
-}
+#define serr tl__schema_err
 
 static void child_path(char *out, size_t cap, const char *path, const char *seg)
 {
     snprintf(out, cap, "%s/%s", path, seg);
 }
 
-static const char *const ANNOTATIONS[] = {"title",    "description", "default",  "examples",
-                                          "$schema",  "$id",         "$comment", "deprecated",
-                                          "readOnly", "writeOnly",   "$anchor",  "strict",
-                                          "$defs",    "definitions", NULL};
+const char *const tl__schema_annotations[] = {"title",    "description", "default",  "examples",
+                                              "$schema",  "$id",         "$comment", "deprecated",
+                                              "readOnly", "writeOnly",   "$anchor",  "strict",
+                                              "$defs",    "definitions", NULL};
+#define ANNOTATIONS tl__schema_annotations
 static const char *const KEYWORDS[] = {"type",
                                        "properties",
                                        "required",
@@ -122,159 +121,6 @@ static void put_json_literal(struct gstr *o, json_t *v)
     }
     tl__gstr_literal(o, t, strlen(t));
     free(t);
-}
-
-// ---- numbers --------------------------------------------------------------------------------
-
-#define UINT_CAP 9999999999999999ull // 16 digits
-
-// Digit strings a <= b of the same length n: an expression matching exactly [a, b].
-static void range_same_len(struct gstr *o, const char *a, const char *b, int n)
-{
-    if (n == 0) {
-        tl__gstr_puts(o, "\"\"");
-        return;
-    }
-    if (!memcmp(a, b, (size_t)n)) {
-        tl__gstr_literal(o, a, (size_t)n);
-        return;
-    }
-    bool a_rest0 = true, b_rest9 = true;
-    for (int i = 1; i < n; i++) {
-        if (a[i] != '0') a_rest0 = false;
-        if (b[i] != '9') b_rest9 = false;
-    }
-    if (a_rest0 && b_rest9) {
-        tl__gstr_printf(o, "[%c-%c]", a[0], b[0]);
-        if (n > 1) tl__gstr_printf(o, " [0-9]{%d}", n - 1);
-        return;
-    }
-    if (a[0] == b[0]) {
-        tl__gstr_printf(o, "\"%c\" (", a[0]);
-        range_same_len(o, a + 1, b + 1, n - 1);
-        tl__gstr_puts(o, ")");
-        return;
-    }
-    char nines[20], zeros[20];
-    memset(nines, '9', sizeof(nines));
-    memset(zeros, '0', sizeof(zeros));
-    tl__gstr_printf(o, "(\"%c\" (", a[0]);
-    range_same_len(o, a + 1, nines, n - 1);
-    tl__gstr_puts(o, ")");
-    if (a[0] + 1 <= b[0] - 1) {
-        tl__gstr_printf(o, " | [%c-%c]", a[0] + 1, b[0] - 1);
-        if (n > 1) tl__gstr_printf(o, " [0-9]{%d}", n - 1);
-    }
-    tl__gstr_printf(o, " | \"%c\" (", b[0]);
-    range_same_len(o, zeros, b + 1, n - 1);
-    tl__gstr_puts(o, "))");
-}
-
-// Decimal numbers without leading zeros in [a, b] (a <= b <= UINT_CAP).
-static void uint_range(struct gstr *o, uint64_t a, uint64_t b)
-{
-    tl__gstr_puts(o, "(");
-    bool first = true;
-    uint64_t lo_len = 1;
-    for (int len = 1; len <= 16; len++, lo_len *= 10) {
-        uint64_t lo = len == 1 ? 0 : lo_len, hi = lo_len * 10 - 1;
-        if (lo < a) lo = a;
-        if (hi > b) hi = b;
-        if (lo > hi) continue;
-        char sa[24], sb[24];
-        snprintf(sa, sizeof(sa), "%0*llu", len, (unsigned long long)lo);
-        snprintf(sb, sizeof(sb), "%0*llu", len, (unsigned long long)hi);
-        if (!first) tl__gstr_puts(o, " | ");
-        first = false;
-        tl__gstr_puts(o, "(");
-        range_same_len(o, sa, sb, len);
-        tl__gstr_puts(o, ")");
-    }
-    tl__gstr_puts(o, ")");
-}
-
-// Integers in [lo, hi] (clamped to 16 digits). Appends alternatives; returns false if empty.
-static bool int_range(struct gstr *o, double lo, double hi, bool *first)
-{
-    const double cap = (double)UINT_CAP;
-    if (lo < -cap) lo = -cap;
-    if (hi > cap) hi = cap;
-    if (lo > hi) return false;
-    if (hi >= 0) {
-        uint64_t a = lo > 0 ? (uint64_t)lo : 0, b = (uint64_t)hi;
-        if (!*first) tl__gstr_puts(o, " | ");
-        *first = false;
-        uint_range(o, a, b);
-    }
-    if (lo < 0) { // -m for m in [max(1, -hi), -lo]
-        uint64_t a = hi < -1 ? (uint64_t)(-hi) : 1, b = (uint64_t)(-lo);
-        if (!*first) tl__gstr_puts(o, " | ");
-        *first = false;
-        tl__gstr_puts(o, "\"-\" ");
-        uint_range(o, a, b);
-    }
-    return true;
-}
-
-static tl_status gen_number(struct sc *c, json_t *s, const char *path, bool integer, struct gstr *o)
-{
-    (void)c;
-    json_t *mn = json_object_get(s, "minimum"), *mx = json_object_get(s, "maximum");
-    json_t *emn = json_object_get(s, "exclusiveMinimum"),
-           *emx = json_object_get(s, "exclusiveMaximum");
-    json_t *all[4] = {mn, mx, emn, emx};
-    static const char *names[4] = {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"};
-    for (int i = 0; i < 4; i++)
-        if (all[i] && !json_is_number(all[i])) return serr(path, "'%s' must be a number", names[i]);
-    if (!mn && !mx && !emn && !emx) {
-        tl__gstr_puts(o, integer ? "jint" : "jnumber");
-        return TL_OK;
-    }
-    // Integer bounds [ilo, ihi]; the bound values lo_v, hi_v (for numbers with a fraction).
-    double ilo = -INFINITY, ihi = INFINITY, lo_v = -INFINITY, hi_v = INFINITY;
-    if (mn) {
-        ilo = fmax(ilo, ceil(json_number_value(mn)));
-        lo_v = fmax(lo_v, json_number_value(mn));
-    }
-    if (emn) {
-        ilo = fmax(ilo, floor(json_number_value(emn)) + 1);
-        lo_v = fmax(lo_v, json_number_value(emn));
-    }
-    if (mx) {
-        ihi = fmin(ihi, floor(json_number_value(mx)));
-        hi_v = fmin(hi_v, json_number_value(mx));
-    }
-    if (emx) {
-        ihi = fmin(ihi, ceil(json_number_value(emx)) - 1);
-        hi_v = fmin(hi_v, json_number_value(emx));
-    }
-    bool first = true;
-    tl__gstr_puts(o, "(");
-    bool any = int_range(o, ilo, ihi, &first);
-    if (!integer) {
-        // n.f with a non-zero fraction lies in (n, n + 1): n in [ceil(lo_v), floor(hi_v) - 1];
-        // -m.f in (-(m + 1), -m): m in [max(1, ceil(-hi_v)), floor(-lo_v) - 1].
-        const double cap = (double)UINT_CAP;
-        double a = fmax(ceil(lo_v), 0), b = isinf(hi_v) ? cap : fmin(floor(hi_v) - 1, cap);
-        if (a <= b) {
-            tl__gstr_puts(o, first ? "" : " | ");
-            first = false;
-            uint_range(o, (uint64_t)a, (uint64_t)b);
-            tl__gstr_puts(o, " \".\" [0-9]{0,5} [1-9]");
-            any = true;
-        }
-        double ma = fmax(1, ceil(-hi_v)), mb = isinf(lo_v) ? cap : fmin(floor(-lo_v) - 1, cap);
-        if (ma <= mb) {
-            tl__gstr_puts(o, first ? "\"-\" " : " | \"-\" ");
-            first = false;
-            uint_range(o, (uint64_t)ma, (uint64_t)mb);
-            tl__gstr_puts(o, " \".\" [0-9]{0,5} [1-9]");
-            any = true;
-        }
-    }
-    tl__gstr_puts(o, ")");
-    if (!any) return serr(path, "%s", "no number satisfies the bounds");
-    return TL_OK;
 }
 
 // ---- strings --------------------------------------------------------------------------------
@@ -580,45 +426,11 @@ static tl_status gen_array(struct sc *c, json_t *s, const char *path, struct gst
 
 // ---- dispatch -------------------------------------------------------------------------------
 
-static tl_status resolve_ref(struct sc *c, const char *ref, const char *path, json_t **out)
-{
-    if (ref[0] != '#') return serr(path, "only local $ref ('#...') is supported, not '%s'", ref);
-    json_t *cur = c->root;
-    const char *p = ref + 1;
-    while (*p) {
-        if (*p != '/') return serr(path, "bad $ref '%s'", ref);
-        p++;
-        char seg[256];
-        size_t n = 0;
-        while (*p && *p != '/' && n + 1 < sizeof(seg)) {
-            if (p[0] == '~' && p[1] == '1') {
-                seg[n++] = '/';
-                p += 2;
-            } else if (p[0] == '~' && p[1] == '0') {
-                seg[n++] = '~';
-                p += 2;
-            } else {
-                seg[n++] = *p++;
-            }
-        }
-        seg[n] = 0;
-        if (json_is_object(cur))
-            cur = json_object_get(cur, seg);
-        else if (json_is_array(cur))
-            cur = json_array_get(cur, (size_t)strtoul(seg, NULL, 10));
-        else
-            cur = NULL;
-        if (!cur) return serr(path, "$ref '%s' points to nothing", ref);
-    }
-    *out = cur;
-    return TL_OK;
-}
-
 static tl_status gen_typed(struct sc *c, json_t *s, const char *path, const char *t, struct gstr *o)
 {
     if (!strcmp(t, "string")) return gen_string(c, s, path, o);
-    if (!strcmp(t, "integer")) return gen_number(c, s, path, true, o);
-    if (!strcmp(t, "number")) return gen_number(c, s, path, false, o);
+    if (!strcmp(t, "integer")) return tl__schema_gen_number(s, path, true, o);
+    if (!strcmp(t, "number")) return tl__schema_gen_number(s, path, false, o);
     if (!strcmp(t, "object")) return gen_object(c, s, path, o);
     if (!strcmp(t, "array")) return gen_array(c, s, path, o);
     if (!strcmp(t, "boolean")) {
@@ -632,47 +444,97 @@ static tl_status gen_typed(struct sc *c, json_t *s, const char *path, const char
     return serr(path, "unknown type '%s'", t);
 }
 
-// Merges allOf's members (and s's own keywords) into one schema: properties are united,
-// required concatenated, anything else must agree.
-static tl_status merge_all_of(json_t *s, const char *path, json_t **out)
+// const / enum (both: their intersection), less the values that fail s's other keywords.
+static tl_status gen_values(struct sc *c, json_t *s, const char *path, struct gstr *o)
 {
-    json_t *m = json_object();
-    json_t *all = json_object_get(s, "allOf");
-    if (!json_is_array(all)) {
-        json_decref(m);
-        return serr(path, "%s", "allOf must be an array");
-    }
-    size_t n = json_array_size(all);
-    for (size_t i = 0; i <= n; i++) {
-        json_t *part = i < n ? json_array_get(all, i) : s;
-        if (!json_is_object(part)) {
-            json_decref(m);
-            return serr(path, "%s", "allOf members must be objects");
+    (void)c;
+    json_t *e = json_object_get(s, "enum"), *k = json_object_get(s, "const");
+    if (e && (!json_is_array(e) || !json_array_size(e)))
+        return serr(path, "%s", "enum must be a non-empty array");
+    json_t *vals = k ? json_pack("[O]", k) : json_incref(e);
+    size_t n = 0;
+    tl__gstr_puts(o, "(");
+    for (size_t i = 0; i < json_array_size(vals); i++) {
+        const char *unsup;
+        int ok = tl__schema_value_ok(s, json_array_get(vals, i), &unsup);
+        if (ok < 0) {
+            json_decref(vals);
+            return serr(path, "'enum' / 'const' together with '%s' is not supported", unsup);
         }
-        const char *k;
-        json_t *v;
-        json_object_foreach(part, k, v)
-        {
-            if (!strcmp(k, "allOf") && i == n) continue;
-            json_t *have = json_object_get(m, k);
-            if (!have) {
-                json_object_set(m, k, v);
-            } else if (!strcmp(k, "properties") && json_is_object(have) && json_is_object(v)) {
-                json_t *u = json_deep_copy(have);
-                json_object_update(u, v);
-                json_object_set_new(m, k, u);
-            } else if (!strcmp(k, "required") && json_is_array(have) && json_is_array(v)) {
-                json_t *u = json_deep_copy(have);
-                json_array_extend(u, v);
-                json_object_set_new(m, k, u);
-            } else if (!json_equal(have, v) && !in_list(k, ANNOTATIONS)) {
-                json_decref(m);
-                return serr(path, "allOf members disagree on '%s' (not supported)", k);
-            }
-        }
+        if (!ok) continue;
+        if (n++) tl__gstr_puts(o, " | ");
+        put_json_literal(o, json_array_get(vals, i));
     }
-    *out = m;
+    tl__gstr_puts(o, ")");
+    json_decref(vals);
+    if (!n)
+        return serr(path, "%s",
+                    "no value of 'enum' / 'const' satisfies the schema's other keywords");
     return TL_OK;
+}
+
+// anyOf / oneOf. Keywords beside it apply to every branch (each branch is merged with them).
+// oneOf is generated as anyOf only when no branch's documents can match another branch
+// (tl__schema_excludes proves it); otherwise it is an error, never a document that might match
+// two branches.
+static tl_status gen_alternatives(struct sc *c, json_t *s, const char *path, struct gstr *o)
+{
+    bool one = json_object_get(s, "oneOf") != NULL;
+    const char *key = one ? "oneOf" : "anyOf";
+    json_t *any = json_object_get(s, key);
+    if (!json_is_array(any) || !json_array_size(any))
+        return serr(path, "'%s' must be a non-empty array", key);
+    static const char *const skip[] = {"anyOf", "oneOf", NULL};
+    json_t *siblings = NULL;
+    if (tl__schema_other_keyword(s, skip)) {
+        siblings = json_copy(s);
+        json_object_del(siblings, "anyOf");
+        json_object_del(siblings, "oneOf");
+    }
+    json_t *branches = json_array();
+    tl_status rc = TL_OK;
+    for (size_t i = 0; i < json_array_size(any) && !rc; i++) {
+        char cp[512], seg[32];
+        snprintf(seg, sizeof(seg), "%s/%zu", key, i);
+        child_path(cp, sizeof(cp), path, seg);
+        json_t *b = json_array_get(any, i), *m = NULL;
+        if (siblings || one) { // resolved (and merged with the siblings) to compare branches
+            json_t *both = siblings ? json_pack("{s[OO]}", "allOf", siblings, b)
+                                    : json_pack("{s[O]}", "allOf", b);
+            rc = tl__schema_merge_parts(c->root, both, cp, &m);
+            json_decref(both);
+        } else {
+            m = json_incref(b);
+        }
+        if (!rc) json_array_append_new(branches, m);
+    }
+    for (size_t i = 0; one && !rc && i < json_array_size(branches); i++)
+        for (size_t j = 0; !rc && j < json_array_size(branches); j++) {
+            if (i == j ||
+                tl__schema_excludes(json_array_get(branches, i), json_array_get(branches, j)))
+                continue;
+            char msg[400];
+            snprintf(msg, sizeof(msg),
+                     "oneOf branches %zu and %zu may match the same document: oneOf is only "
+                     "supported when its branches exclude each other (different types, distinct "
+                     "const/enum values, a required const property, or a required property "
+                     "the other branch lacks); use anyOf if both may match",
+                     i, j);
+            rc = serr(path, "%s", msg);
+        }
+    tl__gstr_puts(o, "(");
+    for (size_t i = 0; i < json_array_size(branches) && !rc; i++) {
+        char cp[512], seg[32];
+        snprintf(seg, sizeof(seg), "%s/%zu", key, i);
+        child_path(cp, sizeof(cp), path, seg);
+        int r;
+        rc = gen_rule(c, json_array_get(branches, i), cp, &r);
+        if (!rc) tl__gstr_printf(o, "%sr%d", i ? " | " : "", r);
+    }
+    tl__gstr_puts(o, ")");
+    json_decref(branches);
+    json_decref(siblings);
+    return rc;
 }
 
 static tl_status gen_expr(struct sc *c, json_t *s, const char *path, struct gstr *o)
@@ -695,9 +557,13 @@ static tl_status gen_expr(struct sc *c, json_t *s, const char *path, struct gstr
     json_t *ref = json_object_get(s, "$ref"), *t = json_object_get(s, "type");
     json_t *any = json_object_get(s, "anyOf");
     if (!any) any = json_object_get(s, "oneOf");
-    if (json_object_get(s, "allOf")) {
+    static const char *const ref_only[] = {"$ref", NULL};
+    if (json_object_get(s, "anyOf") && json_object_get(s, "oneOf"))
+        return serr(path, "%s", "'anyOf' and 'oneOf' in the same schema are not supported");
+    if (json_object_get(s, "allOf") || (ref && tl__schema_other_keyword(s, ref_only))) {
+        // allOf, or a $ref with keywords beside it (they apply too): one merged schema
         json_t *m = NULL;
-        rc = merge_all_of(s, path, &m);
+        rc = tl__schema_merge_parts(c->root, s, path, &m);
         if (rc) return rc;
         rc = gen_expr(c, m, path, o);
         json_decref(m);
@@ -709,7 +575,7 @@ static tl_status gen_expr(struct sc *c, json_t *s, const char *path, struct gstr
             i++;
         if (i == c->n_refs) {
             json_t *target = NULL;
-            rc = resolve_ref(c, r, path, &target);
+            rc = tl__schema_resolve_ref(c->root, r, path, &target);
             if (rc) return rc;
             if (c->n_refs >= MAX_REFS ||
                 !tl_grow((void **)&c->refs, &c->cap_refs, c->n_refs + 1, sizeof(*c->refs)))
@@ -724,31 +590,10 @@ static tl_status gen_expr(struct sc *c, json_t *s, const char *path, struct gstr
             if (rc) return rc;
         }
         tl__gstr_printf(o, "r%d", c->refs[i].rule);
-    } else if (json_object_get(s, "const")) {
-        put_json_literal(o, json_object_get(s, "const"));
-    } else if (json_object_get(s, "enum")) {
-        json_t *e = json_object_get(s, "enum");
-        if (!json_is_array(e) || !json_array_size(e))
-            return serr(path, "%s", "enum must be a non-empty array");
-        tl__gstr_puts(o, "(");
-        for (size_t i = 0; i < json_array_size(e); i++) {
-            if (i) tl__gstr_puts(o, " | ");
-            put_json_literal(o, json_array_get(e, i));
-        }
-        tl__gstr_puts(o, ")");
+    } else if (json_object_get(s, "const") || json_object_get(s, "enum")) {
+        rc = gen_values(c, s, path, o);
     } else if (any) {
-        if (!json_is_array(any) || !json_array_size(any))
-            return serr(path, "%s", "anyOf / oneOf must be a non-empty array");
-        tl__gstr_puts(o, "(");
-        for (size_t i = 0; i < json_array_size(any) && !rc; i++) {
-            char cp[512], seg[32];
-            snprintf(seg, sizeof(seg), "anyOf/%zu", i);
-            child_path(cp, sizeof(cp), path, seg);
-            int r;
-            rc = gen_rule(c, json_array_get(any, i), cp, &r);
-            tl__gstr_printf(o, "%sr%d", i ? " | " : "", r);
-        }
-        tl__gstr_puts(o, ")");
+        rc = gen_alternatives(c, s, path, o);
     } else if (json_is_string(t)) {
         rc = gen_typed(c, s, path, json_string_value(t), o);
     } else if (json_is_array(t)) {
@@ -774,7 +619,7 @@ static tl_status gen_expr(struct sc *c, json_t *s, const char *path, struct gstr
         rc = gen_string(c, s, path, o);
     } else if (json_object_get(s, "minimum") || json_object_get(s, "maximum") ||
                json_object_get(s, "exclusiveMinimum") || json_object_get(s, "exclusiveMaximum")) {
-        rc = gen_number(c, s, path, false, o);
+        rc = tl__schema_gen_number(s, path, false, o);
     } else {
         tl__gstr_puts(o, "jvalue");
     }

@@ -196,6 +196,33 @@ SCHEMAS = {
         "required": ["shape"]},
     "numbers": {"type": "array", "items": {"type": "number", "exclusiveMinimum": 0,
                                            "exclusiveMaximum": 1}, "maxItems": 3},
+    # oneOf whose branches exclude each other: a const discriminator (the branches share the
+    # property "n"), required properties the other branch lacks, distinct types
+    "oneof_discriminated": {"type": "array", "maxItems": 3, "items": {"oneOf": [
+        {"type": "object", "properties": {"kind": {"const": "circle"},
+                                          "n": {"type": "integer", "minimum": 0, "maximum": 9}},
+         "required": ["kind", "n"]},
+        {"type": "object", "properties": {"kind": {"enum": ["square", "box"]},
+                                          "n": {"type": "integer", "minimum": 0, "maximum": 9}},
+         "required": ["kind"]}]}},
+    "oneof_required": {"type": "object", "properties": {"v": {"oneOf": [
+        {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]},
+        {"type": "object", "properties": {"b": {"type": "boolean"}}, "required": ["b"]},
+        {"type": "string", "maxLength": 2}]}}, "required": ["v"]},
+    # keywords beside $ref / anyOf / enum apply too (2020-12)
+    "ref_siblings": {"$defs": {"base": {"type": "object", "properties": {
+        "id": {"type": "integer", "minimum": 1, "maximum": 99}}, "required": ["id"]}},
+        "$ref": "#/$defs/base", "properties": {"tag": {"type": "string", "maxLength": 3}},
+        "required": ["tag"]},
+    "anyof_siblings": {"type": "object", "properties": {"id": {"type": "integer"}},
+                       "required": ["id"], "anyOf": [
+                           {"properties": {"a": {"type": "string", "maxLength": 2}},
+                            "required": ["a"]},
+                           {"properties": {"b": {"type": "boolean"}}, "required": ["b"]}]},
+    "enum_filtered": {"type": "object", "properties": {
+        "s": {"type": "string", "enum": ["a", 1, "bbb", None, "cc"], "maxLength": 2},
+        "k": {"type": "integer", "enum": [1, 5, 2.5, "x", 12], "minimum": 2}},
+        "required": ["s", "k"]},
 }
 
 
@@ -446,6 +473,19 @@ def run_bad(url):
         ("two constraints", {"grammar": "root ::= \"a\"", "guided_regex": "a"}, "only one"),
         ("structured_outputs field", {"structured_outputs": {"json_object": True}},
          "structured_outputs.json_object"),
+        ("oneOf with overlapping branches", {"json_schema": {"oneOf": [
+            {"type": "integer"}, {"type": "number", "minimum": 0}]}}, "oneOf branches 0 and 1"),
+        ("anyOf beside oneOf", {"json_schema": {"anyOf": [{"type": "integer"}],
+                                                "oneOf": [{"type": "string"}]}},
+         "'anyOf' and 'oneOf'"),
+        ("enum beside pattern", {"json_schema": {"enum": ["a", "b"], "pattern": "^a$"}},
+         "together with 'pattern'"),
+        ("enum with no valid value", {"json_schema": {"type": "integer", "enum": ["a", 1.5]}},
+         "no value of 'enum'"),
+        ("allOf closed object", {"json_schema": {"allOf": [
+            {"type": "object", "properties": {"a": {"type": "integer"}},
+             "additionalProperties": False},
+            {"properties": {"b": {"type": "integer"}}}]}}, "property 'b'"),
     ]
     for name, extra, want in bad:
         body = {"prompt": "x", "max_tokens": 4}

@@ -9,6 +9,7 @@
 
 #include "core/error.h"
 #include "grammar/grammar.h"
+#include "grammar/grammar_impl.h"
 
 // ---- helpers --------------------------------------------------------------------------------
 
@@ -84,12 +85,16 @@ static void make_pieces(void)
         add_piece(s);
     }
     static const char *frag[] = {
-        "{\"", "\":", "\": ", "\", \"", "\",\"", "\"}", "},", "}", "],", "[{", "[\"", "true",
-        "false", "null", "12", "3.", "0.5", "-1", "e+", "\\n", "\\\"", "\\u00e9", "\"\n",
-        "\n  ", "  ", " \"", "name", "age", "id", "é", "日本", "ã", "\xe2\x82\xac", "abc\"",
-        "a\",", "\":{\"", "x\"}", "2023-", "-01-", "T12:", ":00Z", "@", ".com", "1. ", " e4",
-        "O-O", "Nf3", "int ", "return ", "- ", "\n- ", "ok", "yes", "no", "red", "green", "=",
-        "(", ")", "+1", "hello", " world", "ぁ", "一", "、", "ア"};
+        "{\"",     "\":",  "\": ",  "\", \"", "\",\"",        "\"}",    "},",
+        "}",       "],",   "[{",    "[\"",    "true",         "false",  "null",
+        "12",      "3.",   "0.5",   "-1",     "e+",           "\\n",    "\\\"",
+        "\\u00e9", "\"\n", "\n  ",  "  ",     " \"",          "name",   "age",
+        "id",      "é",    "日本",  "ã",      "\xe2\x82\xac", "abc\"",  "a\",",
+        "\":{\"",  "x\"}", "2023-", "-01-",   "T12:",         ":00Z",   "@",
+        ".com",    "1. ",  " e4",   "O-O",    "Nf3",          "int ",   "return ",
+        "- ",      "\n- ", "ok",    "yes",    "no",           "red",    "green",
+        "=",       "(",    ")",     "+1",     "hello",        " world", "ぁ",
+        "一",      "、",   "ア"};
     for (size_t i = 0; i < sizeof(frag) / sizeof(frag[0]); i++)
         add_piece(frag[i]);
     uint64_t x = 88172645463325252ull;
@@ -121,60 +126,141 @@ static bool piece_eog(void *ctx, int32_t id)
     return id == N_PIECES - 1;
 }
 
+// A vocabulary for the walks: the trie, each token's text, the end-of-generation token.
+struct walk_vocab {
+    struct tl_gvocab *v;
+    int32_t n;
+    const char *(*text)(int32_t id); // the token's bytes ("" for a token never produced)
+    int32_t eog;
+};
+
+static const char *piece_text(int32_t id)
+{
+    return id == 0 ? "" : pieces[id];
+}
+
 // Random walks: at each step the mask must equal the per-token check; the finished text must
 // be accepted from scratch. Returns how many walks ended (EOG).
-static int random_walks(struct tl_grammar *g, int n_walks, int max_steps, uint64_t seed)
+static int walks_over(struct tl_grammar *g, const struct walk_vocab *wv, int n_walks, int max_steps,
+                      uint64_t seed)
 {
-    make_pieces();
-    struct tl_gvocab *v = tl_gvocab_create(N_PIECES, piece_bytes, piece_eog, NULL);
-    assert_non_null(v);
-    uint64_t mask[(N_PIECES + 63) / 64];
+    int32_t n = wv->n, eog = wv->eog;
+    size_t words = ((size_t)n + 63) / 64;
+    uint64_t *mask = malloc(words * sizeof(uint64_t));
+    int32_t *allowed = malloc((size_t)n * sizeof(int32_t));
     int ended = 0;
     for (int w = 0; w < n_walks; w++) {
         struct tl_gmatcher *m = tl_gmatcher_create(g);
         char text[8192];
         size_t len = 0;
         for (int step = 0; step < max_steps; step++) {
-            assert_true(tl_gmatcher_fill_mask(m, v, mask));
-            int32_t allowed[N_PIECES], n_allowed = 0;
-            for (int32_t t = 0; t < N_PIECES; t++) {
+            assert_true(tl_gmatcher_fill_mask(m, wv->v, mask));
+            int32_t n_allowed = 0;
+            for (int32_t t = 0; t < n; t++) {
                 bool bit = (mask[t >> 6] >> (t & 63)) & 1;
-                bool one = tl_gmatcher_allows(m, v, t);
+                bool one = tl_gmatcher_allows(m, wv->v, t);
                 if (bit != one)
-                    fail_msg("walk %d step %d token %d '%s': mask %d, direct check %d (text '%.*s')",
-                             w, step, t, pieces[t], bit, one, (int)len, text);
+                    fail_msg(
+                        "walk %d step %d token %d '%s': mask %d, direct check %d (text '%.*s')", w,
+                        step, t, wv->text(t), bit, one, (int)len, text);
                 if (bit) allowed[n_allowed++] = t;
             }
             assert_true(n_allowed > 0); // never a dead end
             seed ^= seed << 13, seed ^= seed >> 7, seed ^= seed << 17;
             int32_t t = allowed[seed % (uint64_t)n_allowed];
-            bool can_end = (mask[(N_PIECES - 1) >> 6] >> ((N_PIECES - 1) & 63)) & 1;
-            if (can_end && (seed >> 40) % 3 == 0) t = N_PIECES - 1;
-            if (t == N_PIECES - 1) {
+            bool can_end = (mask[eog >> 6] >> (eog & 63)) & 1;
+            if (can_end && (seed >> 40) % 3 == 0) t = eog;
+            if (t == eog) {
                 assert_true(tl_gmatcher_can_end(m));
                 text[len] = 0;
                 if (!full_match(g, text)) fail_msg("finished text not accepted: '%s'", text);
                 ended++;
                 break;
             }
-            assert_true(tl_gmatcher_accept_token(m, v, t));
-            size_t pl = strlen(pieces[t]);
+            assert_true(tl_gmatcher_accept_token(m, wv->v, t));
+            size_t pl = strlen(wv->text(t));
             if (len + pl >= sizeof(text) - 1) break;
-            memcpy(text + len, pieces[t], pl);
+            memcpy(text + len, wv->text(t), pl);
             len += pl;
             text[len] = 0;
             assert_true(prefix_ok(g, text));
         }
         tl_gmatcher_destroy(m);
     }
-    tl_gvocab_destroy(v);
+    free(mask);
+    free(allowed);
     return ended;
+}
+
+static struct walk_vocab pieces_vocab(void)
+{
+    make_pieces();
+    struct walk_vocab wv = {tl_gvocab_create(N_PIECES, piece_bytes, piece_eog, NULL), N_PIECES,
+                            piece_text, N_PIECES - 1};
+    assert_non_null(wv.v);
+    return wv;
+}
+
+static int random_walks(struct tl_grammar *g, int n_walks, int max_steps, uint64_t seed)
+{
+    struct walk_vocab wv = pieces_vocab();
+    int ended = walks_over(g, &wv, n_walks, max_steps, seed);
+    tl_gvocab_destroy(wv.v);
+    return ended;
+}
+
+// ---- a real vocabulary (32000 tokens: big trie walks, the dense transition rows) -------------
+
+static tl_model *vocab_model;
+static char (*model_texts)[64];
+
+static int model_bytes(void *ctx, int32_t id, char *buf, int cap)
+{
+    (void)ctx;
+    size_t n = tl_model_token_text(vocab_model, id, buf, (size_t)cap);
+    return n == 0 || n > (size_t)cap ? -1 : (int)n;
+}
+
+static bool model_eog(void *ctx, int32_t id)
+{
+    (void)ctx;
+    struct tl_model_info info;
+    tl_model_get_info(vocab_model, &info);
+    return id == info.eos;
+}
+
+static const char *model_text(int32_t id)
+{
+    return model_texts[id];
+}
+
+static struct walk_vocab model_vocab(void)
+{
+    if (!vocab_model)
+        assert_int_equal(
+            tl_model_load(tl_test_shared("models/llama-2-tiny-random.gguf"), NULL, &vocab_model),
+            TL_OK);
+    struct tl_model_info info;
+    tl_model_get_info(vocab_model, &info);
+    if (!model_texts) {
+        model_texts = calloc((size_t)info.n_vocab, sizeof(*model_texts));
+        for (int32_t t = 0; t < info.n_vocab; t++) {
+            int n = model_bytes(NULL, t, model_texts[t], 63);
+            // tokens the trie never produces, or with bytes a C string cannot hold
+            if (n < 0 || model_eog(NULL, t) || memchr(model_texts[t], 0, (size_t)n)) n = 0;
+            model_texts[t][n] = 0;
+        }
+    }
+    struct walk_vocab wv = {tl_gvocab_create(info.n_vocab, model_bytes, model_eog, NULL),
+                            info.n_vocab, model_text, info.eos};
+    assert_non_null(wv.v);
+    return wv;
 }
 
 // ---- tests ----------------------------------------------------------------------------------
 
-static const char *const SHARED[] = {"arithmetic", "c", "chess", "english", "japanese",
-                                     "json", "json_arr", "list"};
+static const char *const SHARED[] = {"arithmetic", "c",    "chess",    "english",
+                                     "japanese",   "json", "json_arr", "list"};
 
 static void test_shared_grammars_parse_and_walk(void **state)
 {
@@ -205,8 +291,8 @@ static void test_known_strings(void **state)
     assert_false(full_match(g, "{\"a\": }"));
     assert_false(full_match(g, "{\"a\":1"));
     assert_true(prefix_ok(g, "{\"a\":1"));
-    assert_false(prefix_ok(g, "[1]")); // root is an object
-    assert_false(prefix_ok(g, "{\"a\xff"));      // invalid UTF-8 inside a string
+    assert_false(prefix_ok(g, "[1]"));             // root is an object
+    assert_false(prefix_ok(g, "{\"a\xff"));        // invalid UTF-8 inside a string
     assert_false(prefix_ok(g, "{\"\xed\xa0\x80")); // a surrogate
     assert_true(prefix_ok(g, "{\"\xe6\x97"));      // a partial character is a valid prefix
     tl_grammar_unref(g);
@@ -236,7 +322,8 @@ static void test_errors(void **state)
     compile_err(TL_GRAMMAR_GBNF, "root ::= x\n", "rule 'x' is used but never defined");
     compile_err(TL_GRAMMAR_GBNF, "foo ::= \"a\"", "no rule named 'root'");
     compile_err(TL_GRAMMAR_GBNF, "root ::= root \"a\" | \"b\"", "left-recursive");
-    compile_err(TL_GRAMMAR_GBNF, "root ::= x \"a\" | \"b\"\nx ::= y? root\ny ::= \"c\"", "left-recursive");
+    compile_err(TL_GRAMMAR_GBNF, "root ::= x \"a\" | \"b\"\nx ::= y? root\ny ::= \"c\"",
+                "left-recursive");
     compile_err(TL_GRAMMAR_GBNF, "root ::= (\"a\"?)*", "can match empty text");
     compile_err(TL_GRAMMAR_GBNF, "root ::= \"a\" x\nx ::= \"b\" x", "empty language");
     compile_err(TL_GRAMMAR_GBNF, "root ::= [^\\x00-\\U0010FFFF]", "matches nothing");
@@ -245,8 +332,9 @@ static void test_errors(void **state)
     compile_err(TL_GRAMMAR_GBNF, "root ::= \"a\"{5,2}", "n < m");
     compile_err(TL_GRAMMAR_GBNF, "root ::= (\"a\"*){999999}", "can match empty text");
     compile_err(TL_GRAMMAR_GBNF, "root ::= \"\\q\"", "line 1, column 11: unknown escape");
-    compile_err(TL_GRAMMAR_GBNF, "root ::= \"a\"\nroot ::= \"b\"", "line 2, column 1: rule "
-                                                                  "defined twice");
+    compile_err(TL_GRAMMAR_GBNF, "root ::= \"a\"\nroot ::= \"b\"",
+                "line 2, column 1: rule "
+                "defined twice");
     compile_err(TL_GRAMMAR_GBNF, "root ::= [b-a]", "reversed");
     compile_err(TL_GRAMMAR_GBNF, "\n  root = \"a\"", "line 2, column 3");
     compile_err(TL_GRAMMAR_JSON_SCHEMA, "{\"type\":\"object\",\"patternProperties\":{}}",
@@ -264,10 +352,64 @@ static void test_errors(void **state)
                 "exceed");
     compile_err(TL_GRAMMAR_JSON_SCHEMA, "{\"type\":\"string\",\"pattern\":\"(a)\\\\1\"}",
                 "back-references");
+    compile_err(TL_GRAMMAR_JSON_SCHEMA,
+                "{\"oneOf\":[{\"type\":\"integer\"},{\"type\":\"number\"}]}",
+                "oneOf branches 0 and 1 may match the same document");
+    compile_err(TL_GRAMMAR_JSON_SCHEMA,
+                "{\"oneOf\":[{\"properties\":{\"a\":{}}},{\"properties\":{\"b\":{}}}]}",
+                "oneOf branches 0 and 1"); // nothing required: {} matches both
+    compile_err(TL_GRAMMAR_JSON_SCHEMA, "{\"anyOf\":[{}],\"oneOf\":[{}]}", "'anyOf' and 'oneOf'");
+    compile_err(TL_GRAMMAR_JSON_SCHEMA, "{\"enum\":[\"a\"],\"pattern\":\"a\"}",
+                "'enum' / 'const' together with 'pattern' is not supported");
+    compile_err(TL_GRAMMAR_JSON_SCHEMA, "{\"const\":3,\"type\":\"string\"}",
+                "no value of 'enum' / 'const'");
+    compile_err(TL_GRAMMAR_JSON_SCHEMA,
+                "{\"$defs\":{\"a\":{\"type\":\"string\"}},\"$ref\":\"#/$defs/a\","
+                "\"type\":\"integer\"}",
+                "disagree on 'type'");
     compile_err(TL_GRAMMAR_REGEX, "a(?=b)", "look-around");
     compile_err(TL_GRAMMAR_REGEX, "(ab", "unclosed");
     compile_err(TL_GRAMMAR_CHOICE, "[]", "non-empty");
     compile_err(TL_GRAMMAR_CHOICE, "[\"a\", 3]", "choice 1 is not a string");
+}
+
+// Keywords beside $ref, anyOf and enum apply; oneOf with exclusive branches is exact.
+static void test_schema_combinations(void **state)
+{
+    (void)state;
+    struct tl_grammar *g = compile_ok(
+        TL_GRAMMAR_JSON_SCHEMA,
+        "{\"type\":\"string\",\"enum\":[\"a\",1,\"bbb\",null,\"cc\"],\"maxLength\":2}");
+    assert_true(full_match(g, "\"a\""));
+    assert_true(full_match(g, "\"cc\""));
+    assert_false(full_match(g, "\"bbb\"")); // too long
+    assert_false(full_match(g, "1"));       // not a string
+    assert_false(full_match(g, "null"));
+    tl_grammar_unref(g);
+    g = compile_ok(TL_GRAMMAR_JSON_SCHEMA,
+                   "{\"$defs\":{\"b\":{\"type\":\"object\",\"properties\":{\"id\":{\"type\":"
+                   "\"integer\"}},\"required\":[\"id\"]}},\"$ref\":\"#/$defs/b\","
+                   "\"properties\":{\"t\":{\"type\":\"boolean\"}},\"required\":[\"t\"]}");
+    assert_true(full_match(g, "{\"id\": 3, \"t\": true}"));
+    assert_false(full_match(g, "{\"id\": 3}")); // the sibling's required
+    assert_false(full_match(g, "{\"t\": true}")); // the target's required
+    tl_grammar_unref(g);
+    g = compile_ok(TL_GRAMMAR_JSON_SCHEMA,
+                   "{\"type\":\"object\",\"properties\":{\"id\":{\"type\":\"integer\"}},"
+                   "\"required\":[\"id\"],\"anyOf\":[{\"properties\":{\"a\":{\"type\":"
+                   "\"null\"}},\"required\":[\"a\"]},{\"properties\":{\"b\":{\"type\":"
+                   "\"boolean\"}},\"required\":[\"b\"]}]}");
+    assert_true(full_match(g, "{\"id\": 1, \"a\": null}"));
+    assert_true(full_match(g, "{\"id\": 1, \"b\": false}"));
+    assert_false(full_match(g, "{\"a\": null}")); // the sibling's required applies to branches
+    tl_grammar_unref(g);
+    g = compile_ok(TL_GRAMMAR_JSON_SCHEMA,
+                   "{\"allOf\":[{\"properties\":{\"x\":{\"type\":\"integer\",\"minimum\":5}}},"
+                   "{\"properties\":{\"x\":{\"maximum\":7}},\"required\":[\"x\"]}]}");
+    assert_true(full_match(g, "{\"x\": 6}"));
+    assert_false(full_match(g, "{\"x\": 4}")); // both parts' constraints on x hold
+    assert_false(full_match(g, "{\"x\": 8}"));
+    tl_grammar_unref(g);
 }
 
 static void test_regex_and_choices(void **state)
@@ -303,6 +445,10 @@ static void test_schema_walks(void **state)
         "{\"type\":\"object\",\"additionalProperties\":{\"type\":\"boolean\"},"
         "\"properties\":{\"id\":{\"const\":7}}}",
         "{\"type\":\"string\",\"format\":\"date-time\"}",
+        "{\"oneOf\":[{\"type\":\"object\",\"properties\":{\"k\":{\"const\":\"a\"},\"x\":{"
+        "\"type\":\"integer\"}},\"required\":[\"k\"]},{\"type\":\"object\",\"properties\":{"
+        "\"k\":{\"const\":\"b\"}},\"required\":[\"k\"]}]}",
+        "{\"type\":\"string\",\"enum\":[\"a\",1,\"bbb\",null],\"maxLength\":2}",
     };
     for (size_t i = 0; i < sizeof(schemas) / sizeof(schemas[0]); i++) {
         struct tl_grammar *g = compile_ok(TL_GRAMMAR_JSON_SCHEMA, schemas[i]);
@@ -316,7 +462,51 @@ static void test_schema_walks(void **state)
     tl_grammar_unref(g);
 }
 
+// The 32000-token vocabulary (trie walks big enough for the dense transition rows and the
+// byte classes) and a grammar used with two vocabularies in turn: each vocabulary gets its own
+// cache, and every mask still equals the per-token check (a cache bound to the first
+// vocabulary would hand the second one wrong bits, or none cached).
+static void test_model_vocab_and_two_vocabs(void **state)
+{
+    (void)state;
+    struct walk_vocab big = model_vocab(), small = pieces_vocab();
+    static const char *schemas[] = {
+        "{\"type\":\"object\",\"properties\":{\"name\":{\"type\":\"string\",\"maxLength\":20},"
+        "\"age\":{\"type\":\"integer\",\"minimum\":0,\"maximum\":150},\"email\":{\"type\":"
+        "\"string\",\"format\":\"email\"}},\"required\":[\"name\",\"age\"]}",
+        "{\"type\":\"array\",\"items\":{\"type\":\"string\",\"pattern\":\"^[a-z ]+$\"},"
+        "\"maxItems\":5}",
+    };
+    for (size_t i = 0; i < sizeof(schemas) / sizeof(schemas[0]); i++) {
+        struct tl_grammar *g = compile_ok(TL_GRAMMAR_JSON_SCHEMA, schemas[i]);
+        for (int round = 0; round < 2; round++) { // the second round finds the caches warm
+            walks_over(g, &big, 1, 40, 500 + i * 10 + (uint64_t)round);
+            walks_over(g, &small, 3, 40, 600 + i * 10 + (uint64_t)round);
+        }
+        // both vocabularies' entries are cached, each in its own cache
+        assert_true(tl__gmask_cache_entries(g, big.v) > 0);
+        assert_true(tl__gmask_cache_entries(g, small.v) > 0);
+        tl_grammar_unref(g);
+    }
+    size_t len;
+    char *src = read_file(tl_test_shared("grammars/json.gbnf"), &len);
+    struct tl_grammar *g = NULL;
+    assert_int_equal(tl_grammar_compile(TL_GRAMMAR_GBNF, src, len, &g), TL_OK);
+    walks_over(g, &small, 2, 40, 7);
+    walks_over(g, &big, 2, 40, 8);
+    tl_grammar_unref(g);
+    free(src);
+    tl_gvocab_destroy(big.v);
+    tl_gvocab_destroy(small.v);
+    tl_model_destroy(vocab_model);
+    vocab_model = NULL;
+    free(model_texts);
+    model_texts = NULL;
+}
+
 TL_TEST_MAIN(cmocka_unit_test(test_known_strings), cmocka_unit_test(test_errors),
+             cmocka_unit_test(test_model_vocab_and_two_vocabs),
+             cmocka_unit_test(test_schema_combinations),
              cmocka_unit_test(test_regex_and_choices),
              cmocka_unit_test(test_shared_grammars_parse_and_walk),
              cmocka_unit_test(test_schema_walks))
