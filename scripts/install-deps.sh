@@ -36,6 +36,8 @@ if [ "$SET" != build ]; then
     command -v nginx >/dev/null 2>&1 || missing="$missing nginx"
     command -v prometheus >/dev/null 2>&1 || missing="$missing prometheus"
     command -v kubectl >/dev/null 2>&1 || missing="$missing kubernetes-client"
+    # tests/dashboard: the dashboard page in headless Chromium (driven by npm playwright-core).
+    command -v chromium >/dev/null 2>&1 || missing="$missing chromium"
 fi
 [ -z "$missing" ] && exit 0
 if [ "$(id -u)" -ne 0 ]; then

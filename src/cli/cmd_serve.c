@@ -54,6 +54,9 @@ static void usage(FILE *f)
                "  --http-timeout S          per-connection idle read/write timeout (default 60)\n"
                "  --max-unsent-bytes N      a stream whose client leaves more than N bytes unread\n"
                "                            is cancelled (default 8388608)\n"
+               "  --log-format FMT          text (default) or json: one JSON object per line\n"
+               "                            (time, level, msg; access lines add request_id,\n"
+               "                            method, path, status, tokens, durations, client)\n"
                "  --grpc-port [N]           also serve the Open Inference Protocol over gRPC\n"
                "                            (off by default; 8500 without a value; 0 = any)\n"
                "\n");
@@ -68,7 +71,7 @@ static const char *const serve_flag_names[] = {
     "--chat-template", "--chat-template-file", "--jinja", "--tool-call-syntax", "--grpc-port",
     "--max-body-bytes",
     "--max-queued-requests", "--shutdown-timeout", "--http-timeout", "--max-unsent-bytes",
-    "--help", NULL};
+    "--log-format", "--help", NULL};
 // clang-format on
 
 // The listen address must be an IPv4/IPv6 literal or a name that resolves; a dotted quad that
@@ -114,6 +117,16 @@ static const char *server_error(void)
 {
     const char *e = tl_last_error();
     return strncmp(e, "serve: ", 7) ? e : e + 7;
+}
+
+// A failure after the flags were read goes through the log, so that with --log-format json
+// every line on stderr is JSON (flag errors before that are plain usage messages).
+static void runtime_error(const char *msg)
+{
+    if (tl_log_get_format() == TL_LOG_FORMAT_JSON)
+        TL_LOGE("serve: %s", msg);
+    else
+        fprintf(stderr, "tokenloom serve: %s\n", msg);
 }
 
 int tl_cmd_serve(int argc, char **argv)
@@ -199,6 +212,14 @@ int tl_cmd_serve(int argc, char **argv)
             if (m < 0 || tl_cli_int("serve", "--max-unsent-bytes", v, 4096, 1ll << 40, &n))
                 return 2;
             c.max_unsent_bytes = (size_t)n;
+        } else if ((m = tl_cli_flag("serve", NAMES("--log-format"), argc, argv, &i, &v)) != 0) {
+            enum tl_log_format fmt;
+            if (m < 0) return 2;
+            if (!tl_log_format_from_name(v, &fmt)) {
+                fprintf(stderr, "tokenloom serve: --log-format: '%s' is not text or json\n", v);
+                return 2;
+            }
+            tl_log_set_format(fmt);
         } else if ((m = tl_cli_flag("serve", NAMES("--http-timeout"), argc, argv, &i, &v)) != 0) {
             if (m < 0 || tl_cli_int("serve", "--http-timeout", v, 1, 86400, &n)) return 2;
             c.http_timeout_s = (int)n;
@@ -232,7 +253,7 @@ int tl_cmd_serve(int argc, char **argv)
     }
     struct tl_server *s = tl_server_create(&c);
     if (!s) {
-        fprintf(stderr, "tokenloom serve: %s\n", server_error());
+        runtime_error(server_error());
         return 1;
     }
     struct tl_grpc_front *g = NULL;
@@ -244,7 +265,7 @@ int tl_cmd_serve(int argc, char **argv)
                                     .api_key = c.api_key};
         g = tl_grpc_start(s, &gc);
         if (!g) {
-            fprintf(stderr, "tokenloom serve: %s\n", server_error());
+            runtime_error(server_error());
             tl_server_destroy(s);
             return 1;
         }

@@ -91,7 +91,8 @@ struct tl_grpc_call {
     bool want_status, status_sent;
     grpc_status_code status;
     char status_msg[256];
-    grpc_slice status_slice;
+    grpc_slice status_slice; // ours until the call is freed (the core keeps its own ref)
+    bool has_status_slice;
     struct tl_grpc_gen_req *gens; // live generations
     int n_live;
 };

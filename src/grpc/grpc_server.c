@@ -127,6 +127,7 @@ static void pump_send(struct tl_grpc_call *c)
     }
     if (with_status) {
         c->status_slice = grpc_slice_from_copied_string(c->status_msg);
+        c->has_status_slice = true;
         ops[n].op = GRPC_OP_SEND_STATUS_FROM_SERVER;
         ops[n].data.send_status_from_server.status = c->status;
         ops[n++].data.send_status_from_server.status_details = &c->status_slice;
@@ -364,6 +365,8 @@ static void request_call(struct tl_grpc_front *g)
 
 static void free_call(struct tl_grpc_call *c)
 {
+    // The core took its own reference to the status text when the batch started.
+    if (c->has_status_slice) grpc_slice_unref(c->status_slice);
     if (c->call) grpc_call_unref(c->call);
     grpc_call_details_destroy(&c->details);
     grpc_metadata_array_destroy(&c->md);

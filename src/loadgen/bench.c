@@ -19,6 +19,8 @@
  */
 #include "loadgen/bench.h"
 
+#include "loadgen/report.h"
+
 #include "core/alloc.h"
 #include "core/clock.h"
 #include "core/error.h"
@@ -527,24 +529,9 @@ out:
 void tl_bench_print(const struct tl_bench_config *c, const struct tl_bench_result *r, bool json,
                     FILE *f)
 {
-    const char *names[4] = {"ttft", "tpot", "itl", "e2el"};
     const double *v[4] = {r->ttft, r->tpot, r->itl, r->e2e};
     if (json) {
-        fprintf(f,
-                "{\"concurrency\":%d,\"rate\":%g,\"completed\":%lld,\"failed\":%lld,"
-                "\"duration_s\":%.3f,\"prompt_tokens\":%lld,\"output_tokens\":%lld,"
-                "\"request_throughput\":%.3f,\"output_throughput\":%.2f,"
-                "\"total_token_throughput\":%.2f",
-                c->concurrency, c->rate, (long long)r->n_ok, (long long)r->n_failed, r->duration_s,
-                (long long)r->prompt_tokens, (long long)r->output_tokens, r->req_per_s,
-                r->out_tok_per_s, r->total_tok_per_s);
-        for (int i = 0; i < 4; i++)
-            fprintf(f,
-                    ",\"mean_%s_ms\":%.3f,\"p50_%s_ms\":%.3f,\"p90_%s_ms\":%.3f,"
-                    "\"p99_%s_ms\":%.3f",
-                    names[i], v[i][0] * 1e3, names[i], v[i][1] * 1e3, names[i], v[i][2] * 1e3,
-                    names[i], v[i][3] * 1e3);
-        fprintf(f, "}\n");
+        tl_bench_write_level_json(c, r, f);
         return;
     }
     const char *titles[4] = {"Time to first token", "Time per output token (excl. 1st)",

@@ -1,6 +1,6 @@
 /*
- * The server's HTTP transport (see http.h): evhttp setup and binding, replies, SSE events,
- * the access log, and the connections it watches.
+ * The server's HTTP transport (see http.h): evhttp setup and binding, request ids, replies,
+ * SSE events, the access log, and the connections it watches.
  *
  * DESIGN
  * evhttp parses HTTP/1.1 (keep-alive, chunked replies) and calls the one handler it was
@@ -16,6 +16,15 @@
  * at exit. The record lives until the connection closes (its callback frees it) or until it
  * has neither a watcher nor unsent bytes.
  *
+ * A body larger than the limit: evhttp checks the declared Content-Length against it before
+ * reading the body and answers 413 itself (libevent 2.1 has no hook to answer in our format;
+ * its page is HTML and does not reach the handler or the access log). With
+ * EVHTTP_SERVER_LINGERING_CLOSE it first reads and discards the declared body, as nginx's
+ * lingering close does, so a client that sends the whole body before reading (most do) gets
+ * the 413 instead of a reset on a socket closed with unread data. A chunked body is counted
+ * as it arrives and refused the same way once over the limit (libevent then discards the
+ * current chunk only). The handler's own size check (route_checks.c) stays as a backstop.
+ *
  * THREADS: the event-loop thread only. Ownership: struct tl_http owns evh and the records;
  * libevent owns connections and requests.
  */
@@ -26,6 +35,8 @@
 #include "core/log.h"
 #include "core/sse.h"
 
+#include "core/hash.h"
+
 #include <errno.h>
 #include <event2/buffer.h>
 #include <event2/bufferevent.h>
@@ -33,7 +44,10 @@
 #include <netinet/in.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
 
 struct tl_http_conn {
     struct tl_http *h;
@@ -44,7 +58,69 @@ struct tl_http_conn {
     bool flushing; // a finished reply's bytes are still buffered
 };
 
+// ---- request ids -----------------------------------------------------------------------------
+
+enum { REQUEST_ID_MAX = 128 };
+
+// A client's id is kept when it is 1-128 visible ASCII characters (no spaces or controls: it
+// goes into a log line and the OpenAI id).
+static bool request_id_acceptable(const char *id)
+{
+    size_t n = 0;
+    for (; id[n]; n++)
+        if ((unsigned char)id[n] < 0x21 || (unsigned char)id[n] > 0x7e || n >= REQUEST_ID_MAX)
+            return false;
+    return n > 0;
+}
+
+static void seed_ids(struct tl_http *h)
+{
+    uint64_t seed = 0;
+    if (getrandom(&seed, sizeof(seed), GRND_NONBLOCK) != (ssize_t)sizeof(seed)) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        seed = (uint64_t)ts.tv_nsec ^ ((uint64_t)ts.tv_sec << 30) ^ ((uint64_t)getpid() << 48);
+    }
+    h->id_state = seed;
+}
+
+// Gives r its id (the client's or a new one) in the X-Request-Id response header, then hands
+// it to the server's handler. splitmix64 is a bijection of its counter, so the first 64 bits
+// of generated ids never repeat within a process; the random seed separates replicas.
+static void on_request(struct evhttp_request *r, void *arg)
+{
+    struct tl_http *h = arg;
+    struct evkeyvalq *out = evhttp_request_get_output_headers(r);
+    const char *given = evhttp_find_header(evhttp_request_get_input_headers(r), "X-Request-Id");
+    if (given && request_id_acceptable(given)) {
+        evhttp_add_header(out, "X-Request-Id", given);
+    } else {
+        char id[33];
+        uint64_t a = tl_splitmix64(&h->id_state), b = tl_splitmix64(&h->id_state);
+        snprintf(id, sizeof(id), "%016llx%016llx", (unsigned long long)a, (unsigned long long)b);
+        evhttp_add_header(out, "X-Request-Id", id);
+    }
+    h->handler(r, h->handler_arg);
+}
+
+const char *tl_http_request_id(struct evhttp_request *r)
+{
+    const char *id = evhttp_find_header(evhttp_request_get_output_headers(r), "X-Request-Id");
+    return id ? id : "";
+}
+
 // ---- setup -----------------------------------------------------------------------------------
+
+// libevent's own warnings go through our log (so --log-format json holds for them too).
+static void libevent_log(int severity, const char *msg)
+{
+    if (severity >= EVENT_LOG_ERR)
+        TL_LOGE("libevent: %s", msg);
+    else if (severity == EVENT_LOG_WARN)
+        TL_LOGW("libevent: %s", msg);
+    else
+        TL_LOGD("libevent: %s", msg);
+}
 
 tl_status tl_http_open(struct tl_http *h, struct event_base *base, const struct tl_http_config *c,
                        struct tl_metrics *metrics, tl_http_handler_fn handler, void *arg)
@@ -52,16 +128,21 @@ tl_status tl_http_open(struct tl_http *h, struct event_base *base, const struct 
     memset(h, 0, sizeof(*h));
     h->metrics = metrics;
     h->max_body_bytes = c->max_body_bytes;
+    h->handler = handler;
+    h->handler_arg = arg;
+    seed_ids(h);
+    event_set_log_callback(libevent_log);
     h->evh = evhttp_new(base);
     if (!h->evh) return tl__errorf(TL_ERR_NOMEM, "cannot set up the HTTP server");
     evhttp_set_max_body_size(h->evh, (ev_ssize_t)c->max_body_bytes);
     evhttp_set_max_headers_size(h->evh, 64 * 1024);
+    evhttp_set_flags(h->evh, EVHTTP_SERVER_LINGERING_CLOSE); // see the header comment
     evhttp_set_timeout(h->evh, c->timeout_s > 0 ? c->timeout_s : 60);
     // Every method reaches the handler, which answers 405 in the API's error format.
     evhttp_set_allowed_methods(h->evh, EVHTTP_REQ_GET | EVHTTP_REQ_POST | EVHTTP_REQ_HEAD |
                                            EVHTTP_REQ_PUT | EVHTTP_REQ_DELETE | EVHTTP_REQ_OPTIONS |
                                            EVHTTP_REQ_PATCH);
-    evhttp_set_gencb(h->evh, handler, arg);
+    evhttp_set_gencb(h->evh, on_request, h);
     h->listener = evhttp_bind_socket_with_handle(h->evh, c->host, (ev_uint16_t)c->port);
     if (!h->listener) {
         int e = errno;
@@ -87,6 +168,11 @@ void tl_http_stop_listening(struct tl_http *h)
         evhttp_del_accept_socket(h->evh, h->listener);
         h->listener = NULL;
     }
+}
+
+void tl_http_set_draining(struct tl_http *h)
+{
+    h->draining = true;
 }
 
 static void record_free(struct tl_http_conn *w);
@@ -267,14 +353,46 @@ static const char *method_name(enum evhttp_cmd_type cmd)
     }
 }
 
+// "addr:port" of r's peer ("[addr]:port" for IPv6) into buf; NULL when unknown.
+static const char *peer_of(struct evhttp_request *r, char *buf, size_t cap)
+{
+    struct evhttp_connection *conn = evhttp_request_get_connection(r);
+    char *addr = NULL;
+    ev_uint16_t port = 0;
+    if (!conn) return NULL;
+    evhttp_connection_get_peer(conn, &addr, &port);
+    if (!addr) return NULL;
+    snprintf(buf, cap, strchr(addr, ':') ? "[%s]:%u" : "%s:%u", addr, (unsigned)port);
+    return buf;
+}
+
+void tl_http_access_log_usage(struct evhttp_request *r, int status, const struct tl_http_usage *u)
+{
+    if (!tl_log_enabled(TL_LOG_INFO)) return;
+    int64_t now = tl_time_us();
+    char peer[96];
+    struct tl_log_access a = {
+        .request_id = tl_http_request_id(r),
+        .method = method_name(evhttp_request_get_command(r)),
+        .path = evhttp_request_get_uri(r),
+        .client = peer_of(r, peer, sizeof(peer)),
+        .status = status,
+        .prompt_tokens = u->n_in,
+        .completion_tokens = u->n_out,
+        .queue_ms = u->queue_us >= 0 ? (double)u->queue_us / 1000.0 : -1.0,
+        .ttft_ms = u->t_first_token_us > 0 && u->t_start_us > 0
+                       ? (double)(u->t_first_token_us - u->t_start_us) / 1000.0
+                       : -1.0,
+        .total_ms = u->t_start_us > 0 ? (double)(now - u->t_start_us) / 1000.0 : -1.0,
+    };
+    tl_log_access(&a);
+}
+
 void tl_http_access_log(struct evhttp_request *r, int status, int64_t t_start_us, int64_t n_in,
                         int64_t n_out)
 {
-    if (!tl_log_enabled(TL_LOG_INFO)) return;
-    const char *uri = evhttp_request_get_uri(r);
-    double ms = t_start_us ? (double)(tl_time_us() - t_start_us) / 1000.0 : 0.0;
-    TL_LOGI("%s %.200s %d in=%lld out=%lld %.1fms", method_name(evhttp_request_get_command(r)),
-            uri ? uri : "?", status, (long long)n_in, (long long)n_out, ms);
+    struct tl_http_usage u = {t_start_us, n_in, n_out, -1, 0};
+    tl_http_access_log_usage(r, status, &u);
 }
 
 void tl_http_send_text(struct tl_http *h, struct evhttp_request *r, int status,
@@ -282,6 +400,7 @@ void tl_http_send_text(struct tl_http *h, struct evhttp_request *r, int status,
 {
     struct evkeyvalq *hdr = evhttp_request_get_output_headers(r);
     evhttp_add_header(hdr, "Content-Type", content_type);
+    if (h->draining) evhttp_add_header(hdr, "Connection", "close");
     // A HEAD answer has the headers of the GET answer and no body: libevent would write the
     // body anyway, and a keep-alive client would read it as the start of the next response.
     bool head = evhttp_request_get_command(r) == EVHTTP_REQ_HEAD;
@@ -323,14 +442,22 @@ static char *dump_json(const json_t *j)
 void tl_http_send_json(struct tl_http *h, struct evhttp_request *r, int status, json_t *body,
                        int64_t t_start_us, int64_t n_in, int64_t n_out)
 {
+    struct tl_http_usage u = {t_start_us, n_in, n_out, -1, 0};
+    tl_http_send_json_usage(h, r, status, body, &u);
+}
+
+void tl_http_send_json_usage(struct tl_http *h, struct evhttp_request *r, int status, json_t *body,
+                             const struct tl_http_usage *u)
+{
     char *text = dump_json(body);
     json_decref(body);
     static const char oom[] = "{\"error\":{\"message\":\"out of memory\",\"type\":\"server_error\","
                               "\"param\":null,\"code\":null}}";
     if (!text) status = 500;
-    if (status == 429) evhttp_add_header(evhttp_request_get_output_headers(r), "Retry-After", "1");
+    if (status == 429 || status == 503)
+        evhttp_add_header(evhttp_request_get_output_headers(r), "Retry-After", "1");
     // Log first: sending may free an orphaned request.
-    tl_http_access_log(r, status, t_start_us, n_in, n_out);
+    tl_http_access_log_usage(r, status, u);
     tl_http_send_text(h, r, status, "application/json", text ? text : oom,
                       text ? strlen(text) : sizeof(oom) - 1);
     free(text);
@@ -342,6 +469,7 @@ void tl_http_stream_start(struct tl_http *h, struct evhttp_request *r)
     evhttp_add_header(hdr, "Content-Type", "text/event-stream");
     evhttp_add_header(hdr, "Cache-Control", "no-cache");
     evhttp_add_header(hdr, "X-Accel-Buffering", "no");
+    if (h->draining) evhttp_add_header(hdr, "Connection", "close");
     evhttp_send_reply_start(r, 200, "OK");
     tl_metrics_count_http(h->metrics, 200);
 }

@@ -1,8 +1,13 @@
 /*
  * The server's HTTP transport: libevent's evhttp bound to a socket, the replies (whole, or a
- * chunked stream), the access log, and connection watching (close callbacks, a liveness
- * probe, the output still unsent). It knows nothing of endpoints or of requests in flight:
- * whoever creates it hands it the request handler, and a watcher hands it a close callback.
+ * chunked stream), request ids, the access log, and connection watching (close callbacks, a
+ * liveness probe, the output still unsent). It knows nothing of endpoints or of requests in
+ * flight: whoever creates it hands it the request handler, and a watcher hands it a close
+ * callback.
+ *
+ * Request ids: every request gets one before the handler runs, the client's X-Request-Id when
+ * it is 1-128 visible ASCII characters (0x21-0x7e), else 32 random hex digits; it is echoed in
+ * the X-Request-Id response header of every reply and written in the access log.
  *
  * Threads: everything runs on the event-loop thread that owns the event_base.
  */
@@ -29,17 +34,30 @@ struct tl_http_config {
 
 struct tl_http_conn; // a watched connection (http.c)
 
+typedef void (*tl_http_handler_fn)(struct evhttp_request *r, void *arg);
+typedef void (*tl_http_close_fn)(void *arg);
+
+// What the access log says of a finished request beyond its status. A negative count or
+// duration means "not applicable" (null in the JSON log).
+struct tl_http_usage {
+    int64_t t_start_us;       // when the handler got the request (tl_time_us); 0 = unknown
+    int64_t n_in, n_out;      // prompt and completion tokens
+    int64_t queue_us;         // the engine's queueing time (generation only)
+    int64_t t_first_token_us; // when the first token came (tl_time_us; generation only)
+};
+
 struct tl_http {
     struct evhttp *evh;                   // owned
     struct evhttp_bound_socket *listener; // owned by evh; NULL once closed
     struct tl_metrics *metrics;           // borrowed: every reply counts its status here
     struct tl_http_conn *conns;           // owned: watched connections (doubly linked)
+    tl_http_handler_fn handler;           // the server's request handler and its argument
+    void *handler_arg;
+    uint64_t id_state; // splitmix64 state for generated request ids (seeded from getrandom)
+    bool draining;     // every reply closes its connection (tl_http_set_draining)
     size_t max_body_bytes;
     int port; // the port actually bound
 };
-
-typedef void (*tl_http_handler_fn)(struct evhttp_request *r, void *arg);
-typedef void (*tl_http_close_fn)(void *arg);
 
 // Creates the evhttp on base with the limits of c, binds it and routes every request (any
 // method) to handler. Fails with TL_ERR_IO when the address cannot be bound.
@@ -47,21 +65,30 @@ tl_status tl_http_open(struct tl_http *h, struct event_base *base, const struct 
                        struct tl_metrics *metrics, tl_http_handler_fn handler, void *arg);
 // Stops accepting new connections; open connections stay.
 void tl_http_stop_listening(struct tl_http *h);
+// From now on every reply carries "Connection: close" (a draining server keeps accepting, so
+// a gateway gets 503s it can retry elsewhere instead of refused connections, but lets no
+// keep-alive connection outlive it).
+void tl_http_set_draining(struct tl_http *h);
 // Closes every connection and frees evh (pending output is dropped: drain first).
 void tl_http_close(struct tl_http *h);
 
 // ---- replies (each counts its status in h->metrics) -------------------------------------------
 
-// Logs "METHOD uri status in=N out=N latency" (call before the reply that may free r).
+// The request's id (see above; "" for a request that never reached the handler).
+const char *tl_http_request_id(struct evhttp_request *r);
+// Writes the access-log line of r (call before the reply that may free r).
 void tl_http_access_log(struct evhttp_request *r, int status, int64_t t_start_us, int64_t n_in,
                         int64_t n_out);
+void tl_http_access_log_usage(struct evhttp_request *r, int status, const struct tl_http_usage *u);
 // A whole reply (a HEAD request gets the headers only).
 void tl_http_send_text(struct tl_http *h, struct evhttp_request *r, int status,
                        const char *content_type, const char *text, size_t len);
-// A JSON reply (body stolen; NULL or unserialisable -> 500), logged first. 429 adds
+// A JSON reply (body stolen; NULL or unserialisable -> 500), logged first. 429 and 503 add
 // Retry-After: 1.
 void tl_http_send_json(struct tl_http *h, struct evhttp_request *r, int status, json_t *body,
                        int64_t t_start_us, int64_t n_in, int64_t n_out);
+void tl_http_send_json_usage(struct tl_http *h, struct evhttp_request *r, int status, json_t *body,
+                             const struct tl_http_usage *u);
 // Starts a 200 text/event-stream reply.
 void tl_http_stream_start(struct tl_http *h, struct evhttp_request *r);
 // Sends one SSE event with data text; returns the bytes the connection holds unsent (0 when

@@ -359,7 +359,8 @@ static void finish_request(struct tl_srv_req *q)
                 sse_send(q, NULL, with_usage(o, tl_oai_usage_json(np, nc, ncached)));
             }
             if (!q->params.kserve) sse_send_raw(q, sse_done, sizeof(sse_done) - 1);
-            tl_http_access_log(q->http, 200, q->t_start_us, np, nc);
+            struct tl_http_usage u = {q->t_start_us, np, nc, q->queue_us, q->t_first_token_us};
+            tl_http_access_log_usage(q->http, 200, &u);
             tl_http_stream_end(&s->http, q->http); // also frees an orphaned request
         } else {
             const struct tl_srv_choice *failed = NULL;
@@ -369,7 +370,8 @@ static void finish_request(struct tl_srv_req *q)
                         : q->params.kserve ? kserve_reply(q)
                                            : whole_reply(q, np, nc, ncached);
             if (o) {
-                tl_http_send_json(&s->http, q->http, 200, o, q->t_start_us, np, nc);
+                struct tl_http_usage u = {q->t_start_us, np, nc, q->queue_us, q->t_first_token_us};
+                tl_http_send_json_usage(&s->http, q->http, 200, o, &u);
             } else {
                 struct tl_oai_error err;
                 tl_oai_error_set(&err, 500, "server_error", "internal_error", NULL, "%s",
@@ -398,6 +400,7 @@ static void on_token(struct tl_server *s, struct tl_srv_req *q, struct tl_srv_ch
                      const struct tl_srv_msg *m)
 {
     mark_started(s, c);
+    if (!q->t_first_token_us) q->t_first_token_us = m->t_us;
     if (c->t_last_token_us)
         tl_hist_observe(&s->metrics.itl, (double)(m->t_us - c->t_last_token_us) / 1e6);
     c->t_last_token_us = m->t_us;
@@ -496,6 +499,8 @@ static void on_done(struct tl_server *s, struct tl_srv_req *q, struct tl_srv_cho
         c->error = tl_strndup(m->error[0] ? m->error : "generation failed",
                               strlen(m->error[0] ? m->error : "generation failed"));
     }
+    if (ev->queue_us >= 0 && (q->queue_us < 0 || ev->queue_us < q->queue_us))
+        q->queue_us = ev->queue_us;
     tl_metrics_observe_done(&s->metrics, ev->queue_us, ev->ttft_us, ev->total_us,
                             ev->n_prompt_tokens, ev->n_generated);
     if (q->http && !q->client_gone && q->streaming && q->params.kserve) {
@@ -655,9 +660,11 @@ void tl_srv_req_start(struct tl_server *s, struct evhttp_request *r, int64_t t0,
     q->params = *p; // taken
     memset(p, 0, sizeof(*p));
     q->created = tl_wall_time_us() / 1000000;
-    snprintf(q->id, sizeof(q->id), "%s-%016llx",
-             q->params.kind == TL_OAI_CHAT ? "chatcmpl" : "cmpl",
-             (unsigned long long)(next_seed(s) ^ ++s->id_counter));
+    q->queue_us = -1;
+    // The OpenAI id ends with the request id (X-Request-Id), so a client's complaint quoting
+    // either finds the access-log line.
+    snprintf(q->id, sizeof(q->id), "%s-%s", q->params.kind == TL_OAI_CHAT ? "chatcmpl" : "cmpl",
+             tl_http_request_id(r));
     req_link(s, q);
     if (!tl_srv_prompts_prepare(s, &q->params, &q->prompts, &err)) goto refuse;
     int64_t n_choices = (int64_t)q->prompts.n * q->params.n;

@@ -55,9 +55,11 @@ struct tl_srv_req {
     int n_choices;
     struct tl_srv_choice *choices; // owned, n_choices
     int n_live;                    // choices submitted and not yet DONE
-    char id[48];                   // "cmpl-..." / "chatcmpl-..."
+    char id[160];                  // "cmpl-<request id>" / "chatcmpl-<request id>"
     int64_t created;               // Unix seconds
     int64_t t_start_us;
+    int64_t t_first_token_us; // the first generated token of any choice (0 = none yet)
+    int64_t queue_us;         // the shortest engine queueing time of its choices (-1 = none)
 };
 
 // Runs a parsed request: validates it against the model, submits it, and answers (at once

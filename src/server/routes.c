@@ -1,12 +1,13 @@
 /*
  * The server's endpoints (see routes.h).
  *
- * Routes: GET /health, GET /metrics, GET /v1/models, POST /v1/completions,
- * POST /v1/chat/completions, POST /tokenize, POST /detokenize; /v2/... goes to kserve.c. Unknown
- * paths get 404 and known paths with the wrong method 405 (with Allow), both as OpenAI error
- * objects; with an API key set, everything but /health and /metrics needs "Authorization: Bearer
- * <key>" (401). Every route but /health and /metrics needs the model loaded and the server not
- * draining (503).
+ * Routes: GET /health, GET /metrics, GET /stats and the dashboard page GET / and GET /dashboard
+ * (stats.c, dashboard.c), GET /v1/models, POST /v1/completions, POST /v1/chat/completions,
+ * POST /tokenize, POST /detokenize; /v2/... goes to kserve.c. Unknown paths get 404 and known
+ * paths with the wrong method 405 (with Allow), both as OpenAI error objects; with an API key
+ * set, everything but /health, /metrics and the page (which holds no data) needs
+ * "Authorization: Bearer <key>" (401). Every route but /health, /metrics, /stats and the page
+ * needs the model loaded and the server not draining (503).
  *
  * The checks every route passes (route_checks.c) run here before the handler: the API key,
  * readiness, and for a POST the body parsed once with its "model" checked once; the handler
@@ -22,6 +23,7 @@
 #include "server/kserve.h"
 #include "server/request.h"
 #include "server/route_checks.h"
+#include "server/stats.h"
 
 #include <event2/buffer.h>
 #include <event2/keyvalq_struct.h>
@@ -242,6 +244,9 @@ static const struct route {
 } routes[] = {
     {"/health", EVHTTP_REQ_GET, false, false, h_health},
     {"/metrics", EVHTTP_REQ_GET, false, false, h_metrics},
+    {"/stats", EVHTTP_REQ_GET, true, false, tl_srv_h_stats},
+    {"/", EVHTTP_REQ_GET, false, false, tl_srv_h_dashboard},
+    {"/dashboard", EVHTTP_REQ_GET, false, false, tl_srv_h_dashboard},
     {"/v1/models", EVHTTP_REQ_GET, true, true, h_models},
     {"/v1/models/{id}", EVHTTP_REQ_GET, true, true, h_model}, // any /v1/models/<id>
     {"/v1/completions", EVHTTP_REQ_POST, true, true, h_completions},

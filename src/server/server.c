@@ -11,11 +11,15 @@
  * No thread per connection; the loop never blocks on the engine.
  *
  * INVARIANTS
- * - Stopping (signal or tl_server_stop): the listener closes, the state turns DRAINING
- *   (/health 503, new work 503), in-flight requests get until the shutdown timeout, then are
- *   cancelled and get two more seconds. The loop ends only when no request is alive AND every
- *   connection's finished reply has left libevent's buffers (or the time is up), so a stream's
- *   last bytes are not lost at exit.
+ * - Stopping (signal or tl_server_stop): the state turns DRAINING (/health 503, new work 503
+ *   with Retry-After and Connection: close), in-flight requests get until the shutdown
+ *   timeout, then are cancelled and get two more seconds. The listener stays open until the
+ *   loop ends: behind a gateway (nginx's proxy_next_upstream http_503, a Kubernetes Service
+ *   whose readiness probe now fails) a 503 is retried elsewhere at once, while a refused
+ *   connection during the seconds before the endpoint is removed would cost a failed try
+ *   or, without retries, the request. Every reply while draining closes its connection. The loop
+ * ends only when no request is alive AND every connection's finished reply has left libevent's
+ * buffers (or the time is up), so a stream's last bytes are not lost at exit.
  * - After the loop: the engine thread is told to quit and joined, late messages are handled,
  *   anything still alive is ended by force, their replies get up to two seconds to flush, and
  *   only then are the connections, the engine and the model freed.
@@ -217,7 +221,7 @@ static void begin_drain(struct tl_server *s)
         return;
     }
     atomic_store(&s->state, TL_SRV_DRAINING);
-    tl_http_stop_listening(&s->http);
+    tl_http_set_draining(&s->http); // keeps listening: new requests get 503 (see INVARIANTS)
     s->drain_deadline_us = tl_time_us() + (int64_t)(s->cfg.shutdown_timeout_s * 1e6);
     TL_LOGI("serve: stopping: %d request(s) in flight (+%lld gRPC), up to %.0f s to finish",
             tl_srv_reqs_count(s), (long long)front_in_flight(s), s->cfg.shutdown_timeout_s);

@@ -470,6 +470,47 @@ def test_limits(model):
     s.stop()
 
 
+def test_unsent(model):
+    """--max-unsent-bytes: a stream whose client stops reading is cancelled; the server lives on.
+
+    The client keeps its HTTP/2 windows small (no BDP probing, 1 KB lookahead) so the responses
+    it does not read pile up in the server's per-call queue rather than in its own buffers.
+    """
+    cap = 65536
+    s = Server("--max-unsent-bytes", str(cap))
+    ch = grpc.insecure_channel(f"127.0.0.1:{s.grpc}", options=[
+        ("grpc.http2.bdp_probe", 0), ("grpc.http2.lookahead_bytes", 1024)])
+    stub = rpc.GRPCInferenceServiceStub(ch)
+    # 16 requests x 1000 tokens x ~150 bytes per response: far more than cap + the windows.
+    reqs = [infer_req(model, PROMPTS[i % 4], max_tokens=1000, stream=True, rid="u" * 100,
+                      extra=[t_bool("ignore_eos", True)]) for i in range(16)]
+    call = stub.ModelStreamInfer(iter(reqs), timeout=120)
+    end = time.time() + 60
+    while time.time() < end and not any("unread" in l for l in s.lines):
+        time.sleep(0.05)
+    warned = [l for l in s.lines if "unread" in l]
+    n, code, detail = 0, grpc.StatusCode.OK, ""
+    try:
+        for _ in call:  # what got through before the cancel, then the status
+            n += 1
+    except grpc.RpcError as e:
+        code, detail = e.code(), e.details()
+    ok(warned and code == grpc.StatusCode.RESOURCE_EXHAUSTED and "max-unsent-bytes" in detail
+       and n < 16 * 1000, "a stream whose client stops reading ends RESOURCE_EXHAUSTED",
+       f"{code} {detail} after {n} responses; {warned}")
+    ok(s.wait_idle(), "after the slow client: its requests cancelled, KV back to idle")
+    gen = s.metric("generation_tokens_total")
+    ok(gen is not None and gen < 16 * 1000, "the cancelled requests stopped generating", gen)
+    ok(re.search(r'tokenloom:grpc_requests_total\{method="ModelStreamInfer",'
+                 r'code="RESOURCE_EXHAUSTED"\} 1', s.metrics()),
+       "/metrics counts the slow stream as RESOURCE_EXHAUSTED")
+    rs = collect_stream(s.stub, [infer_req(model, PROMPTS[0], stream=True, max_tokens=8)])
+    ok(rs and param(rs[-1].infer_response, "triton_final_response") is True,
+       "the server serves the next stream normally")
+    ch.close()
+    s.stop()
+
+
 def test_sigterm(model):
     """SIGTERM while streams run: they finish, new work is refused, the process exits 0."""
     s = Server()
@@ -508,7 +549,8 @@ def test_sigterm(model):
         rc = s.proc.wait(timeout=20)
     except subprocess.TimeoutExpired:
         rc = None
-    ok(rc == 0, "SIGTERM: the server exits 0", rc)
+    time.sleep(0.2)  # the stderr reader catches up
+    ok(rc == 0, "SIGTERM: the server exits 0", f"rc {rc}\n" + "".join(s.lines[-40:]))
     s.stop()
 
 
@@ -524,6 +566,7 @@ def main():
         test_cancel_deadline(s, model)
         test_bad_input(s, model)
         test_limits(model)
+        test_unsent(model)
         test_sigterm(model)
     except Exception as e:  # a crash counts as a failure, with its reason
         import traceback
