@@ -105,8 +105,8 @@ static float packed_value(enum tl_dtype type, const uint8_t *rec, int i, int v)
     }
     float D = f16_at(rec + 2304 + 2 * i) * (float)rec[2048 + 16 * j + i];
     float M = -(f16_at(rec + 2336 + 2 * i) * (float)rec[2176 + 16 * j + i]);
-    float v = D * (float)q; // two statements: no compiler may fuse them (dequantize does not)
-    return v + M;
+    float dq = D * (float)q; // two statements: no compiler may fuse them (dequantize does not)
+    return dq + M;
 }
 
 static void test_packed_layout_matches_dequantized_rows(void **state)
