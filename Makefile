@@ -114,17 +114,20 @@ $(DASHBOARD_H): src/server/dashboard/index.html src/server/dashboard/embed.sh
 	sh src/server/dashboard/embed.sh tl_dashboard_html $< $@
 $(BUILD)/src/server/dashboard.o $(BUILD)/pic/src/server/dashboard.o: $(DASHBOARD_H)
 
-# `tokenloom version` reports the git revision and build flags; the stamp file changes (and the
-# object is rebuilt) only when they do.
+# `tokenloom version` and /metrics report the git revision and build flags (server/build_info.c);
+# the stamp file changes (and the object is rebuilt) only when they do.
 GIT_REV     := $(or $(shell git rev-parse --short=7 HEAD 2>/dev/null),unknown)$(shell \
                git diff --quiet HEAD -- 2>/dev/null || echo -dirty)
 BUILD_FLAGS := $(strip $(OPT) $(SAN))
 VERSION_STAMP := $(BUILD)/version.stamp
 $(shell mkdir -p $(BUILD) && echo '$(GIT_REV) $(BUILD_FLAGS)' | cmp -s - $(VERSION_STAMP) || \
         echo '$(GIT_REV) $(BUILD_FLAGS)' > $(VERSION_STAMP))
-$(BUILD)/src/cli/cmd_version.o: src/cli/cmd_version.c $(VERSION_STAMP)
+$(BUILD)/src/server/build_info.o: src/server/build_info.c $(VERSION_STAMP)
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) -DTL_GIT_REV='"$(GIT_REV)"' -DTL_BUILD_FLAGS='"$(BUILD_FLAGS)"' -c $< -o $@
+$(BUILD)/pic/src/server/build_info.o: src/server/build_info.c $(VERSION_STAMP)
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) -fPIC -DTL_GIT_REV='"$(GIT_REV)"' -DTL_BUILD_FLAGS='"$(BUILD_FLAGS)"' -c $< -o $@
 
 # The shared library for the Python binding (python/tokenloom, ctypes): the same sources built
 # again with -fPIC into $(BUILD)/pic, so the static library and the executable keep their code.

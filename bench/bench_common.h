@@ -8,6 +8,7 @@
 
 #include "core/clock.h"
 #include "core/pool.h"
+#include "kernels/ceilings.h"
 #include "kernels/kernels.h"
 
 #include <stdbool.h>
@@ -38,39 +39,11 @@ static inline double thread_cpu_s(void)
 
 // ---- streaming-read ceiling ---------------------------------------------------------------------
 
-struct bw_job {
-    const uint64_t *p;
-    size_t n;
-    uint64_t sink[64];
-};
-
-static inline void bw_worker(void *arg, int ith, int nth)
-{
-    struct bw_job *j = arg;
-    int64_t b, e;
-    tl_pool_range((int64_t)j->n, 1024, ith, nth, &b, &e);
-    uint64_t a0 = 0, a1 = 0, a2 = 0, a3 = 0;
-    for (int64_t i = b; i + 4 <= e; i += 4) {
-        a0 += j->p[i];
-        a1 += j->p[i + 1];
-        a2 += j->p[i + 2];
-        a3 += j->p[i + 3];
-    }
-    j->sink[ith * 8] = a0 + a1 + a2 + a3;
-}
-
+// GB/s of a streaming read of buf on every thread of pool (kernels/ceilings.c, shared with the
+// server's utilization gauges).
 static inline double stream_read_gbs(struct tl_pool *pool, const void *buf, size_t bytes)
 {
-    struct bw_job j = {.p = buf, .n = bytes / 8};
-    tl_pool_run(pool, bw_worker, &j); // warm the TLB and the threads
-    double best = 0;
-    for (int rep = 0; rep < 5; rep++) {
-        double t0 = now_s();
-        tl_pool_run(pool, bw_worker, &j);
-        double gbs = (double)bytes / (now_s() - t0) / 1e9;
-        if (gbs > best) best = gbs;
-    }
-    return best;
+    return tl_ceiling_read_bytes_per_s(pool, buf, bytes) / 1e9;
 }
 
 // ---- timed matmul -------------------------------------------------------------------------------

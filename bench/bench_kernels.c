@@ -1,8 +1,8 @@
 /*
  * Kernel benchmark. First checks every ISA variant against the scalar reference (exit 1 on a
- * mismatch), then measures the machine's ceilings (streaming read bandwidth, peak f32 FMA and
- * int8 VNNI rate of one core) and times tl_matmul for the shapes of a 110M and a 1B Llama at
- * n_tok = 1..128 for each weight type, ISA and thread count, then attention (1B-like with
+ * mismatch), then measures the machine's ceilings (kernels/ceilings.c: streaming read bandwidth,
+ * peak f32 FMA and int8 dot-product rate of the active kernel ISA on 1 and 2 threads) and times
+ * tl_matmul for the shapes of a 110M and a 1B Llama at n_tok = 1..128 for each weight type, ISA and thread count, then attention (1B-like with
  * grouped-query heads, and 110M-like without).
  *
  * Weights are "cold": each timed call uses the next copy of the matrix in a 1 GiB arena, so a
@@ -31,75 +31,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-#if defined(__x86_64__)
-#include <immintrin.h>
-#endif
-
-#if defined(__x86_64__)
-// 16 independent accumulators keep both FMA ports busy whatever the latency.
-__attribute__((target("avx512f"))) static double peak_fma512(void)
-{
-    __m512 a[16];
-    for (int i = 0; i < 16; i++)
-        a[i] = _mm512_set1_ps((float)i);
-    const __m512 m = _mm512_set1_ps(0.999999f), c = _mm512_set1_ps(1e-7f);
-    const long iters = 20000000;
-    double t0 = now_s();
-    for (long it = 0; it < iters; it++)
-#pragma GCC unroll 16
-        for (int i = 0; i < 16; i++)
-            a[i] = _mm512_fmadd_ps(a[i], m, c);
-    double dt = now_s() - t0;
-    float s = 0;
-    for (int i = 0; i < 16; i++)
-        s += _mm512_reduce_add_ps(a[i]);
-    if (s == 12345.f) puts("");
-    return (double)iters * 16 * 16 * 2 / dt / 1e9; // GFLOP/s
-}
-
-__attribute__((target("avx2,fma"))) static double peak_fma256(void)
-{
-    __m256 a[12];
-    for (int i = 0; i < 12; i++)
-        a[i] = _mm256_set1_ps((float)i);
-    const __m256 m = _mm256_set1_ps(0.999999f), c = _mm256_set1_ps(1e-7f);
-    const long iters = 20000000;
-    double t0 = now_s();
-    for (long it = 0; it < iters; it++)
-#pragma GCC unroll 16
-        for (int i = 0; i < 12; i++)
-            a[i] = _mm256_fmadd_ps(a[i], m, c);
-    double dt = now_s() - t0;
-    float s = 0;
-    for (int i = 0; i < 12; i++) {
-        float v[8];
-        _mm256_storeu_ps(v, a[i]);
-        s += v[0];
-    }
-    if (s == 12345.f) puts("");
-    return (double)iters * 12 * 8 * 2 / dt / 1e9;
-}
-
-__attribute__((target("avx512f,avx512vnni"))) static double peak_vnni512(void)
-{
-    __m512i a[16];
-    for (int i = 0; i < 16; i++)
-        a[i] = _mm512_set1_epi32(i);
-    const __m512i u = _mm512_set1_epi8(3), s8 = _mm512_set1_epi8(-2);
-    const long iters = 20000000;
-    double t0 = now_s();
-    for (long it = 0; it < iters; it++)
-#pragma GCC unroll 16
-        for (int i = 0; i < 16; i++)
-            a[i] = _mm512_dpbusd_epi32(a[i], u, s8);
-    double dt = now_s() - t0;
-    int s = 0;
-    for (int i = 0; i < 16; i++)
-        s += _mm512_reduce_add_epi32(a[i]);
-    if (s == 12345) puts("");
-    return (double)iters * 16 * 64 * 2 / dt / 1e9; // int8 GOP/s (a MAC = 2 ops)
-}
-#endif
 
 // ---- correctness ------------------------------------------------------------------------------
 
@@ -310,14 +241,11 @@ int main(int argc, char **argv)
                stream_read_gbs(pools[1], arena, arena_bytes));
         printf("  stream read, 4 MiB (cache): 1 thread %.1f GB/s\n",
                stream_read_gbs(pools[0], arena, 4 << 20));
-#if defined(__x86_64__)
-        if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
-            printf("  peak f32 FMA, 1 core, AVX2: %.1f GFLOP/s\n", peak_fma256());
-        if (__builtin_cpu_supports("avx512f"))
-            printf("  peak f32 FMA, 1 core, AVX-512: %.1f GFLOP/s\n", peak_fma512());
-        if (__builtin_cpu_supports("avx512vnni"))
-            printf("  peak int8 VNNI (vpdpbusd), 1 core: %.1f GOP/s\n", peak_vnni512());
-#endif
+        // kernels/ceilings.c: the same probes the server divides its counted work by
+        for (int th = 1; th <= 2; th++)
+            printf("  peak, %d thread(s), %s kernels: f32 FMA %.1f GFLOP/s, int8 dot %.1f GOP/s\n",
+                   th, tl_kernels_isa(), tl_ceiling_fp32_flops_per_s(pools[th - 1], 5, 0.05) / 1e9,
+                   tl_ceiling_int8_ops_per_s(pools[th - 1], 5, 0.05) / 1e9);
     }
 
     int64_t max_tok = toks[sizeof(toks) / sizeof(toks[0]) - 1];

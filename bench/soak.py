@@ -24,6 +24,7 @@ import argparse
 import http.client
 import json
 import os
+import re
 import random
 import socket
 import subprocess
@@ -171,7 +172,8 @@ def metrics(host, port):
     for line in data.decode().splitlines():
         parts = line.split()
         if len(parts) == 2 and not line.startswith("#"):
-            out[parts[0]] = float(parts[1])
+            # every tokenloom series carries model_name: key the one-label ones by bare name
+            out[re.sub(r'\{model_name="[^"]*"\}$', "", parts[0])] = float(parts[1])
     return out
 
 

@@ -292,6 +292,19 @@ struct tl_engine_stats {
     int64_t step_tokens_sum;
     int64_t step_us_total;    // wall time inside tl_engine_step
     int64_t forward_us_total; // of which the forward pass
+    // Work counted from the model's shapes per step (src/model/work.c): int8 ops of
+    // quantized-weight matmuls, f32 FLOPs (float matmuls, attention), bytes of weights and of
+    // K/V read. Zero for backends without a model.
+    double int8_ops_total, flops_total, weight_bytes_total, kv_bytes_total;
+    // Batch composition, in the step_hist_le buckets: sequences per step (every step), decode
+    // tokens per step (steps that decode), prefill tokens per step (steps that prefill: prompt
+    // chunks and recomputation after preemption).
+    int64_t seqs_hist_count[TL_STEP_HIST_BUCKETS];
+    int64_t seqs_sum;
+    int64_t decode_hist_count[TL_STEP_HIST_BUCKETS];
+    int64_t decode_tokens_sum;
+    int64_t prefill_hist_count[TL_STEP_HIST_BUCKETS];
+    int64_t prefill_tokens_sum;
 };
 // A consistent snapshot; thread-safe.
 void tl_engine_get_stats(tl_engine *e, struct tl_engine_stats *out);

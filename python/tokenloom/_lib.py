@@ -188,6 +188,16 @@ class EngineStats(ctypes.Structure):
         ("step_tokens_sum", ctypes.c_int64),
         ("step_us_total", ctypes.c_int64),
         ("forward_us_total", ctypes.c_int64),
+        ("int8_ops_total", ctypes.c_double),
+        ("flops_total", ctypes.c_double),
+        ("weight_bytes_total", ctypes.c_double),
+        ("kv_bytes_total", ctypes.c_double),
+        ("seqs_hist_count", ctypes.c_int64 * STEP_HIST_BUCKETS),
+        ("seqs_sum", ctypes.c_int64),
+        ("decode_hist_count", ctypes.c_int64 * STEP_HIST_BUCKETS),
+        ("decode_tokens_sum", ctypes.c_int64),
+        ("prefill_hist_count", ctypes.c_int64 * STEP_HIST_BUCKETS),
+        ("prefill_tokens_sum", ctypes.c_int64),
         ("_reserved", ctypes.c_char * _RESERVED),
     ]
 

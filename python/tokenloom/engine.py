@@ -254,7 +254,8 @@ class Engine:
         st = _lib.EngineStats()
         _lib.tl_engine_get_stats(self.handle, ctypes.byref(st))
         out = {name: getattr(st, name) for name, _ in _lib.EngineStats._fields_
-               if not name.startswith("_") and not name.startswith("step_hist")}
+               if not name.startswith("_") and not name.endswith("hist_count")
+               and name != "step_hist_le"}
         out["finished_total"] = {_FINISH[i] or "none": st.finished_total[i] for i in range(6)}
         return out
 

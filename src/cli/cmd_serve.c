@@ -54,6 +54,9 @@ static void usage(FILE *f)
                "  --http-timeout S          per-connection idle read/write timeout (default 60)\n"
                "  --max-unsent-bytes N      a stream whose client leaves more than N bytes unread\n"
                "                            is cancelled (default 8388608)\n"
+               "  --no-ceilings             do not measure the machine's peak compute and memory\n"
+               "                            bandwidth at start (cached per machine in\n"
+               "                            ~/.cache/tokenloom): no utilization gauges\n"
                "  --log-format FMT          text (default) or json: one JSON object per line\n"
                "                            (time, level, msg; access lines add request_id,\n"
                "                            method, path, status, tokens, durations, client)\n"
@@ -69,7 +72,7 @@ static void usage(FILE *f)
 static const char *const serve_flag_names[] = {
     "--model", "-m", "--tokenizer", "--host", "--port", "--api-key", "--served-model-name",
     "--chat-template", "--chat-template-file", "--jinja", "--tool-call-syntax", "--grpc-port",
-    "--max-body-bytes",
+    "--max-body-bytes", "--no-ceilings",
     "--max-queued-requests", "--shutdown-timeout", "--http-timeout", "--max-unsent-bytes",
     "--log-format", "--help", NULL};
 // clang-format on
@@ -148,6 +151,10 @@ int tl_cmd_serve(int argc, char **argv)
             return 0;
         }
         if (!strcmp(argv[i], "--jinja")) continue; // llama.cpp's; templates are always used
+        if (!strcmp(argv[i], "--no-ceilings")) {
+            c.no_ceilings = true;
+            continue;
+        }
         if (!strcmp(argv[i], "--grpc-port")) {
             // The value is optional: a number may follow (serve takes no positional arguments).
             grpc_port = TL_GRPC_DEFAULT_PORT;

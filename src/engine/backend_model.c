@@ -36,6 +36,13 @@ static tl_status mb_forward(void *ctx, const struct tl_batch *b, const struct tl
     return tl_forward_run(mb->fwd, b, kv, logits);
 }
 
+static void mb_step_work(void *ctx, const struct tl_batch *b, const struct tl_kv_pages *kv,
+                         struct tl_step_work *out)
+{
+    struct model_backend *mb = ctx;
+    tl_model_step_work(mb->m, kv->n_layer > 0 ? kv->layers[0].type : TL_DTYPE_F16, b, out);
+}
+
 static tl_status mb_tokenize(void *ctx, const char *text, size_t len, bool add_special,
                              bool parse_special, int32_t **ids, int64_t *n_ids)
 {
@@ -111,6 +118,7 @@ tl_status tl__engine_backend_model(const tl_model *m, struct tl_engine_backend *
         .head_dim = hp->head_dim,
         .prepare = mb_prepare,
         .forward = mb_forward,
+        .step_work = mb_step_work,
         .tokenize = mb_tokenize,
         .is_eog = mb_is_eog,
         .token_bytes = mb_token_bytes,

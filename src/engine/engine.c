@@ -641,6 +641,7 @@ tl_status tl_engine_step(tl_engine *e, int64_t *n_pending)
             for (int64_t i = 0; i < e->n_b_seqs; i++)
                 tl__seq_finish(e, e->b_seqs[i], TL_FINISH_ERROR, msg);
         } else {
+            tl__engine_count_work(e, b);
             e->n_to_sample = 0;
             for (int64_t i = 0; i < e->n_b_seqs; i++) {
                 struct tl_seq *s = e->b_seqs[i];
@@ -674,11 +675,7 @@ tl_status tl_engine_step(tl_engine *e, int64_t *n_pending)
         }
         e->stats.steps_total++;
         e->stats.step_tokens_sum += b->n_tok;
-        for (int i = 0; i < TL_STEP_HIST_BUCKETS; i++)
-            if (b->n_tok <= e->stats.step_hist_le[i]) {
-                e->stats.step_hist_count[i]++;
-                break;
-            }
+        tl__engine_hist_add(&e->stats, e->stats.step_hist_count, b->n_tok);
         e->stats.step_us_total += tl_time_us() - t0;
     }
     publish_stats(e);

@@ -40,6 +40,9 @@ struct tl_engine_backend {
     // Runs the batch: writes K/V of every token into kv, logits (b->n_out, n_vocab).
     tl_status (*forward)(void *ctx, const struct tl_batch *b, const struct tl_kv_pages *kv,
                          float *logits);
+    // Adds up what the batch just run computed and read (model/work.c); NULL = not counted.
+    void (*step_work)(void *ctx, const struct tl_batch *b, const struct tl_kv_pages *kv,
+                      struct tl_step_work *out);
     // Text prompts; NULL when the backend has no tokenizer (token prompts only). Thread-safe.
     tl_status (*tokenize)(void *ctx, const char *text, size_t len, bool add_special,
                           bool parse_special, int32_t **ids, int64_t *n_ids);
@@ -213,6 +216,13 @@ enum tl_finish_reason tl__seq_accept_token(tl_engine *e, struct tl_seq *s,
 // Ends s: removes it from its queue and the live map, releases its blocks, delivers DONE with
 // whatever text is still held (unless a stop string ended it), destroys it.
 void tl__seq_finish(tl_engine *e, struct tl_seq *s, enum tl_finish_reason why, const char *error);
+
+// step_stats.c: per-step accounting (engine thread).
+// Counts v in a step histogram whose bounds are st->step_hist_le (the last is a catch-all).
+void tl__engine_hist_add(struct tl_engine_stats *st, int64_t *count, int64_t v);
+// Adds the planned batch's work (backend step_work) and composition to e->stats; call after a
+// successful forward pass, before the sequences' n_computed moves past the step.
+void tl__engine_count_work(tl_engine *e, const struct tl_batch *b);
 
 // sched.c: plans one step into e->batch (and e->b_seqs); admits, chunks, preempts.
 void tl__sched_plan(tl_engine *e);

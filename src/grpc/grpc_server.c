@@ -548,7 +548,7 @@ static void hook_cancel_all(void *arg)
     atomic_store(&g->cancel_all, true);
 }
 
-static void hook_metrics(void *arg, struct tl_sb *out)
+static void hook_metrics(void *arg, const char *labels, struct tl_sb *out)
 {
     struct tl_grpc_front *g = arg;
     tl_sb_printf(out, "# HELP tokenloom:grpc_requests_total gRPC calls finished, by method and "
@@ -557,16 +557,18 @@ static void hook_metrics(void *arg, struct tl_sb *out)
         for (int k = 0; k < TL_GRPC_N_CODES; k++) {
             long long n = atomic_load(&g->counts[m][k]);
             if (n)
-                tl_sb_printf(out, "tokenloom:grpc_requests_total{method=\"%s\",code=\"%s\"} %lld\n",
-                             method_names[m], code_names[k], n);
+                tl_sb_printf(out,
+                             "tokenloom:grpc_requests_total{method=\"%s\",code=\"%s\",%s} %lld\n",
+                             method_names[m], code_names[k], labels, n);
         }
     tl_sb_printf(out,
                  "# HELP tokenloom:grpc_stream_generations_total generations started on "
                  "ModelStreamInfer streams.\n# TYPE tokenloom:grpc_stream_generations_total "
-                 "counter\ntokenloom:grpc_stream_generations_total %lld\n"
+                 "counter\ntokenloom:grpc_stream_generations_total{%s} %lld\n"
                  "# HELP tokenloom:grpc_busy_calls gRPC calls with work in progress.\n"
-                 "# TYPE tokenloom:grpc_busy_calls gauge\ntokenloom:grpc_busy_calls %lld\n",
-                 (long long)atomic_load(&g->stream_requests), (long long)atomic_load(&g->busy));
+                 "# TYPE tokenloom:grpc_busy_calls gauge\ntokenloom:grpc_busy_calls{%s} %lld\n",
+                 labels, (long long)atomic_load(&g->stream_requests), labels,
+                 (long long)atomic_load(&g->busy));
 }
 
 // ---- lifecycle -------------------------------------------------------------------------------

@@ -95,4 +95,17 @@ void tl_forward_destroy(struct tl_forward *f);
 tl_status tl_forward_run(struct tl_forward *f, const struct tl_batch *b,
                          const struct tl_kv_pages *kv, float *logits) TL_WARN_UNUSED;
 
+// ---- work accounting (work.c) -----------------------------------------------------------------
+
+// What one forward pass over a batch computes and reads, counted from the shapes (work.c has
+// the rules): the engine sums it per step for the utilization metrics.
+struct tl_step_work {
+    double int8_ops;     // matmul ops with quantized weights (a multiply-add = 2 ops)
+    double flops;        // f32 FLOPs: float-weight matmuls and attention
+    double weight_bytes; // weight bytes read (each matrix once, plus the embedding rows)
+    double kv_bytes;     // K and V bytes read by attention
+};
+void tl_model_step_work(const struct tl_model *m, enum tl_dtype kv_type, const struct tl_batch *b,
+                        struct tl_step_work *out);
+
 #endif

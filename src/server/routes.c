@@ -45,12 +45,12 @@ static void h_health(struct tl_server *s, struct evhttp_request *r, int64_t t0, 
 static void h_metrics(struct tl_server *s, struct evhttp_request *r, int64_t t0, json_t *body)
 {
     struct tl_engine_stats es;
-    bool up = atomic_load(&s->engine_up);
+    bool up = tl_srv_metrics_sync(s);
     if (up) s->be->get_stats(s->engine, &es);
     struct tl_sb sb;
     tl_sb_init(&sb);
-    tl_metrics_render(&s->metrics, up ? &es : NULL, &sb);
-    if (s->front.metrics) s->front.metrics(s->front.arg, &sb);
+    tl_metrics_render(&s->metrics, up ? &es : NULL, tl_time_us(), &sb);
+    if (s->front.metrics) s->front.metrics(s->front.arg, s->metrics.model_label, &sb);
     if (!tl_sb_ok(&sb)) {
         tl_sb_free(&sb);
         tl_srv_reply_status(s, r, t0, TL_ERR_NOMEM, "out of memory");

@@ -146,6 +146,41 @@ static void wake_loop(struct tl_server *s)
     (void)n;
 }
 
+// The machine's ceilings for the utilization metrics, on the engine's thread count: from the
+// per-machine cache, else measured (about half a second, before the server turns READY).
+static void measure_ceilings(struct tl_server *s)
+{
+    if (s->cfg.no_ceilings || s->cfg.backend) return;
+    int64_t t0 = tl_time_us();
+    bool cached = false;
+    if (tl_ceilings_get(s->cfg.engine.n_threads, s->cfg.ceilings_cache_dir, &s->ceilings,
+                        &cached)) {
+        TL_LOGW("serve: cannot measure the machine's ceilings (utilization not reported): %s",
+                tl_last_error());
+        return;
+    }
+    s->have_ceilings = true;
+    const struct tl_ceilings *c = &s->ceilings;
+    TL_LOGI("serve: machine ceilings on %d thread(s), %s kernels (%s in %.0f ms): int8 %.1f GOP/s, "
+            "f32 FMA %.1f GFLOP/s, memory read %.1f GB/s",
+            c->n_threads, c->isa, cached ? "cached" : "measured",
+            (double)(tl_time_us() - t0) / 1000.0, c->int8_ops_per_s / 1e9,
+            c->fp32_flops_per_s / 1e9, c->mem_read_bytes_per_s / 1e9);
+}
+
+bool tl_srv_metrics_sync(struct tl_server *s)
+{
+    if (!atomic_load(&s->engine_up)) return false;
+    if (!s->metrics_ready) {
+        static const char *const kv_names[] = {"f32", "f16", "q8_0"};
+        int kt = (int)s->cfg.engine.kv_type;
+        tl_metrics_set_model(&s->metrics, s->model_name, kt >= 0 && kt < 3 ? kv_names[kt] : "f16",
+                             s->have_ceilings ? &s->ceilings : NULL);
+        s->metrics_ready = true;
+    }
+    return true;
+}
+
 static void *engine_main(void *arg)
 {
     struct tl_server *s = arg;
@@ -169,6 +204,7 @@ static void *engine_main(void *arg)
         wake_loop(s);
         return NULL;
     }
+    measure_ceilings(s);
     atomic_store(&s->engine_up, true);
     int expected = TL_SRV_LOADING;
     if (atomic_compare_exchange_strong(&s->state, &expected, TL_SRV_READY))
@@ -273,13 +309,20 @@ static void on_signal(evutil_socket_t sig, short what, void *arg)
     check_drained(s);
 }
 
-// Every 100 ms (and when the last request is freed while draining): liveness probes and the
-// drain check.
+// Every 100 ms (and when the last request is freed while draining): liveness probes, the
+// drain check, and the metrics' window samples.
 static void on_tick(evutil_socket_t fd, short what, void *arg)
 {
     struct tl_server *s = arg;
     tl_srv_reqs_probe(s);
     check_drained(s);
+    // The utilization window's samples, about once a second.
+    int64_t now = tl_time_us();
+    if (tl_metrics_tick_due(&s->metrics, now) && tl_srv_metrics_sync(s)) {
+        struct tl_engine_stats es;
+        s->be->get_stats(s->engine, &es);
+        tl_metrics_tick(&s->metrics, &es, now);
+    }
 }
 
 void tl_server_stop(struct tl_server *s)

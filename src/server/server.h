@@ -51,6 +51,10 @@ struct tl_server_config {
     const char *chat_template_file; // a Jinja file overriding both, or NULL
     const char *tool_call_syntax;   // a tool-call syntax name overriding detection, or NULL
     bool handle_signals;            // stop on SIGINT/SIGTERM (the CLI sets it)
+    // The machine's ceilings (kernels/ceilings.h) are measured once the model is loaded (or read
+    // from the per-machine cache) for the utilization metrics; never with a test backend.
+    bool no_ceilings;               // skip them: utilization and machine_* gauges are absent
+    const char *ceilings_cache_dir; // NULL = $XDG_CACHE_HOME/tokenloom or ~/.cache/tokenloom
 
     // Loading (on the engine thread, while /health says 503):
     const char *model_path;
@@ -85,9 +89,11 @@ void tl_server_destroy(struct tl_server *s);
 // a drain then also waits for its requests, and /metrics appends its counters.
 struct tl_sb;
 struct tl_server_front {
-    int64_t (*in_flight)(void *arg);               // its requests still running; thread-safe
-    void (*cancel_all)(void *arg);                 // the shutdown timeout passed; must not block
-    void (*metrics)(void *arg, struct tl_sb *out); // appends Prometheus text; must not block
+    int64_t (*in_flight)(void *arg); // its requests still running; thread-safe
+    void (*cancel_all)(void *arg);   // the shutdown timeout passed; must not block
+    // Appends Prometheus text, each series labelled with `labels` (`model_name="..."`, to put
+    // last inside the braces); must not block.
+    void (*metrics)(void *arg, const char *labels, struct tl_sb *out);
     void *arg;
 };
 void tl_server_set_front(struct tl_server *s, const struct tl_server_front *f);

@@ -79,7 +79,14 @@ struct tl_server {
     uint64_t rng;      // seeds for requests without one
     int64_t started_s; // Unix seconds at start
     struct tl_metrics metrics;
+    struct tl_ceilings ceilings; // measured by the engine thread before engine_up (if have_)
+    bool have_ceilings;
+    bool metrics_ready; // the loop has given metrics the model facts (tl_srv_metrics_sync)
     struct tl_server_front front; // another front on the engine (gRPC); zeroed when none
 };
+
+// Gives the metrics the model's facts once the engine is up (event-loop thread; cheap, call
+// before reading s->metrics). Returns whether the engine is up (stats can be asked for).
+bool tl_srv_metrics_sync(struct tl_server *s);
 
 #endif

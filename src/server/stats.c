@@ -13,8 +13,12 @@
  *     histogram_quantile over rate(); a ring of recent samples would have cost every token an
  *     extra store on the loop and given no more than the buckets resolve);
  *   - "utilization": the engine's busy time (inside steps, and inside the forward pass), as
- *     counters the page turns into a busy ratio. Fields the engine does not export are left
- *     out, never filled with placeholders.
+ *     counters the page turns into a busy ratio, and metrics.c's 10 s window: compute and
+ *     memory-bandwidth utilization against the measured ceilings, and the ceilings. Fields
+ *     the server does not have (no ceilings, no window yet) are left out, never filled with
+ *     placeholders;
+ *   - counters of the batch composition (sequences, decode and prefill tokens over all steps)
+ *     and of the work counted from the model's shapes (int8 ops, f32 FLOPs, bytes read).
  *
  * Cost: one stats snapshot (a mutex held for a struct copy), about 250 JSON values, one
  * serialisation: tens of microseconds on the loop, measured against a 32-client load by
@@ -150,6 +154,20 @@ static json_t *counters_json(const struct tl_server *s, const struct tl_engine_s
         "client_disconnects", (json_int_t)s->metrics.client_disconnects);
 }
 
+// The batch composition and work counters beside the others (metrics.c exports the same as
+// histogram sums and engine_ops_total / engine_bytes_read_total).
+static bool add_work_counters(json_t *c, const struct tl_engine_stats *es)
+{
+    json_t *w = json_pack("{sI sI sI sf sf sf sf}", "step_sequences", (json_int_t)es->seqs_sum,
+                          "decode_tokens", (json_int_t)es->decode_tokens_sum, "prefill_tokens",
+                          (json_int_t)es->prefill_tokens_sum, "int8_ops", es->int8_ops_total,
+                          "fp32_flops", es->flops_total, "weight_bytes_read",
+                          es->weight_bytes_total, "kv_bytes_read", es->kv_bytes_total);
+    bool ok = c && w && json_object_update(c, w) == 0;
+    json_decref(w);
+    return ok;
+}
+
 static json_t *gauges_json(const struct tl_engine_stats *es)
 {
     return json_pack("{sI sI sI sI sI sI}", "running", (json_int_t)es->n_running, "waiting",
@@ -159,17 +177,43 @@ static json_t *gauges_json(const struct tl_engine_stats *es)
                      (json_int_t)es->kv_blocks_total);
 }
 
-// Only what the engine measures; the page derives ratios from these counters' differences.
-static json_t *utilization_json(const struct tl_engine_stats *es)
+// Only what the engine measures; the page derives ratios from the *_seconds counters'
+// differences and charts the *_ratio gauges. From metrics.c's 10 s window (the numbers of
+// /metrics' gauges): compute and memory-bandwidth utilization against the machine's ceilings
+// (absent with --no-ceilings or before the window has data), the busy ratio, and the ceilings.
+static json_t *utilization_json(struct tl_server *s, const struct tl_engine_stats *es)
 {
-    return json_pack("{sf sf}", "busy_seconds", (double)es->step_us_total / 1e6, "forward_seconds",
-                     (double)es->forward_us_total / 1e6);
+    json_t *u = json_pack("{sf sf}", "busy_seconds", (double)es->step_us_total / 1e6,
+                          "forward_seconds", (double)es->forward_us_total / 1e6);
+    if (!u) return NULL;
+    struct tl_metrics_window w;
+    tl_metrics_window(&s->metrics, es, tl_time_us(), &w);
+    bool ok = true;
+    if (w.seconds > 0) {
+        put(u, "window_s", json_real(w.seconds), &ok);
+        put(u, "busy_window_ratio", json_real(w.busy_ratio), &ok);
+        if (w.compute_utilization >= 0)
+            put(u, "compute_ratio", json_real(w.compute_utilization), &ok);
+        if (w.memory_utilization >= 0)
+            put(u, "memory_bandwidth_ratio", json_real(w.memory_utilization), &ok);
+    }
+    if (s->metrics.have_ceilings) {
+        const struct tl_ceilings *c = &s->metrics.ceilings;
+        put(u, "peak_int8_ops_per_s", json_real(c->int8_ops_per_s), &ok);
+        put(u, "peak_fp32_flops_per_s", json_real(c->fp32_flops_per_s), &ok);
+        put(u, "peak_memory_read_bytes_per_s", json_real(c->mem_read_bytes_per_s), &ok);
+    }
+    if (!ok) {
+        json_decref(u);
+        return NULL;
+    }
+    return u;
 }
 
 json_t *tl_srv_stats_json(struct tl_server *s)
 {
     int st = atomic_load(&s->state);
-    bool up = atomic_load(&s->engine_up);
+    bool up = tl_srv_metrics_sync(s);
     struct tl_engine_stats es;
     if (up) s->be->get_stats(s->engine, &es);
     double now = (double)tl_wall_time_us() / 1e6;
@@ -185,9 +229,11 @@ json_t *tl_srv_stats_json(struct tl_server *s)
     if (st == TL_SRV_READY || st == TL_SRV_DRAINING) put(o, "model", model_json(s), &ok);
     if (up) {
         put(o, "engine", engine_json(s, &es), &ok);
-        put(o, "counters", counters_json(s, &es), &ok);
+        json_t *counters = counters_json(s, &es);
+        if (counters && !add_work_counters(counters, &es)) ok = false;
+        put(o, "counters", counters, &ok);
         put(o, "gauges", gauges_json(&es), &ok);
-        put(o, "utilization", utilization_json(&es), &ok);
+        put(o, "utilization", utilization_json(s, &es), &ok);
     }
     json_t *lat = json_object();
     if (lat) {

@@ -110,7 +110,8 @@ def stats(url, key=None):
 
 
 def parse_metrics(text):
-    """{(name, frozenset(labels)): value} from the Prometheus text format."""
+    """{(name, frozenset(labels)): value} from the Prometheus text format; the model_name label
+    every tokenloom series carries (one model per server) is left out of the key."""
     out = {}
     for line in text.splitlines():
         if not line or line.startswith("#"):
@@ -120,7 +121,8 @@ def parse_metrics(text):
         if "{" in head:
             name, rest = head.split("{", 1)
             labels = frozenset(tuple(p.split("=", 1)[0:1]) + (p.split("=", 1)[1].strip('"'),)
-                               for p in rest.rstrip("}").split(",") if p)
+                               for p in rest.rstrip("}").split(",")
+                               if p and not p.startswith("model_name="))
         else:
             name = head
         out[(name, labels)] = float(value)

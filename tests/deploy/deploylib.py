@@ -10,6 +10,7 @@ Environment: TL_BIN (tokenloom binary), TL_SHARED (shared data folder), as tests
 import http.client
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -77,13 +78,14 @@ def http_get(url, timeout=5):
 
 
 def metric(base_url, name):
-    """The value of one unlabelled sample of /metrics, or None."""
+    """The value of the sample of /metrics named `name` whose only label is model_name (every
+    tokenloom series carries it), or None."""
     status, body = http_get(base_url + "/metrics")
     if status != 200:
         return None
     for line in body.decode().splitlines():
         parts = line.split()
-        if len(parts) == 2 and parts[0] == name:
+        if len(parts) == 2 and re.sub(r'\{model_name="(?:[^"\\]|\\.)*"\}$', "", parts[0]) == name:
             return float(parts[1])
     return None
 

@@ -160,11 +160,13 @@ def check_vllm_names(replica):
         if not line.startswith("#") and " " in line:
             name, v = line.rsplit(" ", 1)
             vals[name] = float(v)
-    want = {"vllm:num_requests_waiting": vals.get("tokenloom:num_requests_waiting"),
-            "vllm:num_requests_running": vals.get("tokenloom:num_requests_running"),
-            "vllm:kv_cache_usage_perc": vals.get("tokenloom:kv_cache_usage_perc"),
-            'vllm:cache_config_info{block_size="16",num_gpu_blocks="%d"}' % int(
-                vals.get("tokenloom:kv_cache_blocks_total", -1)): 1.0}
+    # the served id (every series carries it): the model file's stem here
+    mn = 'model_name="%s"' % os.path.splitext(os.path.basename(dl.MODEL))[0]
+    want = {"vllm:num_requests_waiting{%s}" % mn: vals.get("tokenloom:num_requests_waiting{%s}" % mn),
+            "vllm:num_requests_running{%s}" % mn: vals.get("tokenloom:num_requests_running{%s}" % mn),
+            "vllm:kv_cache_usage_perc{%s}" % mn: vals.get("tokenloom:kv_cache_usage_perc{%s}" % mn),
+            'vllm:cache_config_info{block_size="16",num_gpu_blocks="%d",%s}' % (
+                int(vals.get("tokenloom:kv_cache_blocks_total{%s}" % mn, -1)), mn): 1.0}
     got = {k: vals.get(k) for k in want}
     return got == want and None not in want.values(), "want %s\ngot %s" % (want, got)
 

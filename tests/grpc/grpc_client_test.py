@@ -464,8 +464,8 @@ def test_limits(model):
        "full queue: RESOURCE_EXHAUSTED for some, the others served", codes)
     ok(s.wait_idle(), "after the burst: KV back to idle")
     m = s.metrics()
-    ok(re.search(r'tokenloom:grpc_requests_total\{method="ModelInfer",code="RESOURCE_EXHAUSTED"\} [1-9]', m)
-       and re.search(r'tokenloom:grpc_requests_total\{method="ModelInfer",code="UNAUTHENTICATED"\} 2', m),
+    ok(re.search(r'tokenloom:grpc_requests_total\{method="ModelInfer",code="RESOURCE_EXHAUSTED",model_name="[^"]*"\} [1-9]', m)
+       and re.search(r'tokenloom:grpc_requests_total\{method="ModelInfer",code="UNAUTHENTICATED",model_name="[^"]*"\} 2', m),
        "/metrics counts gRPC calls by method and code")
     s.stop()
 
@@ -502,7 +502,7 @@ def test_unsent(model):
     gen = s.metric("generation_tokens_total")
     ok(gen is not None and gen < 16 * 1000, "the cancelled requests stopped generating", gen)
     ok(re.search(r'tokenloom:grpc_requests_total\{method="ModelStreamInfer",'
-                 r'code="RESOURCE_EXHAUSTED"\} 1', s.metrics()),
+                 r'code="RESOURCE_EXHAUSTED",model_name="[^"]*"\} 1', s.metrics()),
        "/metrics counts the slow stream as RESOURCE_EXHAUSTED")
     rs = collect_stream(s.stub, [infer_req(model, PROMPTS[0], stream=True, max_tokens=8)])
     ok(rs and param(rs[-1].infer_response, "triton_final_response") is True,

@@ -187,13 +187,13 @@ while [ $i -lt 20 ]; do
 done
 if [ -z "$bad" ]; then ok "random bodies give 400"; else notok "random bodies give 400" "$bad"; fi
 
-metric() { # metric URL NAME -> value
-    curl -s "$1/metrics" | awk -v m="tokenloom:$2" '$1 == m { print $2 }'
+metric() { # metric URL NAME -> value (of the series labelled only with model_name)
+    curl -s "$1/metrics" | awk -v m="tokenloom:$2" '{ n = $1; sub(/\{model_name="[^"]*"\}$/, "", n) } n == m { print $2 }'
 }
 
 # Disconnect: a client reading a long stream goes away; its request is cancelled and the KV
 # cache returns to idle.
-aborts0=$(curl -s "$URL_main/metrics" | sed -n 's/^tokenloom:request_success_total{finished_reason="abort"} //p')
+aborts0=$(curl -s "$URL_main/metrics" | sed -n 's/^tokenloom:request_success_total{finished_reason="abort",model_name="[^"]*"} //p')
 curl -sN --max-time 30 -H 'Content-Type: application/json' \
     --data-binary '{"prompt":"Once upon a time","max_tokens":1800,"ignore_eos":true,"stream":true,"n":4}' \
     "$URL_main/v1/completions" 2>/dev/null | head -c 400 >/dev/null
@@ -204,7 +204,7 @@ while [ $i -lt 100 ]; do
     if [ "$run" = 0 ] && [ "$kv" = 0 ]; then idle=yes; break; fi
     sleep 0.1; i=$((i + 1))
 done
-aborts1=$(curl -s "$URL_main/metrics" | sed -n 's/^tokenloom:request_success_total{finished_reason="abort"} //p')
+aborts1=$(curl -s "$URL_main/metrics" | sed -n 's/^tokenloom:request_success_total{finished_reason="abort",model_name="[^"]*"} //p')
 gone=$(metric "$URL_main" client_disconnects_total)
 if [ "$idle" = yes ] && [ "${aborts1:-0}" -gt "${aborts0:-0}" ] && [ "${gone:-0}" -ge 1 ]; then
     ok "disconnect mid-stream cancels; KV usage back to 0"

@@ -59,6 +59,11 @@ int main(void)
     F(tl_engine_stats, prefix_hits_total), F(tl_engine_stats, finished_total);
     F(tl_engine_stats, step_hist_le), F(tl_engine_stats, step_hist_count);
     F(tl_engine_stats, step_tokens_sum), F(tl_engine_stats, step_us_total);
-    F(tl_engine_stats, forward_us_total);
+    F(tl_engine_stats, forward_us_total), F(tl_engine_stats, int8_ops_total);
+    F(tl_engine_stats, flops_total), F(tl_engine_stats, weight_bytes_total);
+    F(tl_engine_stats, kv_bytes_total), F(tl_engine_stats, seqs_hist_count);
+    F(tl_engine_stats, seqs_sum), F(tl_engine_stats, decode_hist_count);
+    F(tl_engine_stats, decode_tokens_sum), F(tl_engine_stats, prefill_hist_count);
+    F(tl_engine_stats, prefill_tokens_sum);
     return 0;
 }

@@ -33,7 +33,7 @@ static void test_health_models_metrics(void **state)
     request(s_port, "GET", "/metrics", NULL, NULL, &r);
     assert_int_equal(r.status, 200);
     assert_non_null(strstr(r.headers, "text/plain"));
-    assert_non_null(strstr(r.body, "\ntokenloom:kv_cache_usage_perc 0\n"));
+    assert_non_null(strstr(r.body, "\ntokenloom:kv_cache_usage_perc{model_name=\"fake-model\"} 0\n"));
     assert_non_null(strstr(r.body, "# TYPE tokenloom:time_to_first_token_seconds histogram"));
     resp_free(&r);
     assert_int_equal(stop(sv), 0);
@@ -384,8 +384,8 @@ static void test_disconnect_cancels(void **state)
     assert_true(cancel_calls() > cancels0);
     struct resp r;
     request(port, "GET", "/metrics", NULL, NULL, &r);
-    assert_non_null(strstr(r.body, "\ntokenloom:client_disconnects_total 2\n"));
-    assert_non_null(strstr(r.body, "\ntokenloom:kv_cache_usage_perc 0\n"));
+    assert_non_null(strstr(r.body, "\ntokenloom:client_disconnects_total{model_name=\"fake-model\"} 2\n"));
+    assert_non_null(strstr(r.body, "\ntokenloom:kv_cache_usage_perc{model_name=\"fake-model\"} 0\n"));
     resp_free(&r);
     fe.step_sleep_ms = 1;
     assert_int_equal(stop(sv), 0);
@@ -515,7 +515,7 @@ static void test_stalled_reader_is_cancelled(void **state)
     assert_true(server_healthy()); // the stalled connection is still open
     struct resp r;
     request(port, "GET", "/metrics", NULL, NULL, &r);
-    assert_non_null(strstr(r.body, "\ntokenloom:client_disconnects_total 1\n"));
+    assert_non_null(strstr(r.body, "\ntokenloom:client_disconnects_total{model_name=\"fake-model\"} 1\n"));
     resp_free(&r);
     close(fd);
     fe.step_sleep_ms = 1;
