@@ -16,6 +16,13 @@
  *     from the end of the first c requests to the last submission: the throughput at
  *     concurrency c without the closed batch's ramp-in and ramp-out, where one run's c
  *     requests start together and its last steps carry a shrinking batch.
+ *   - decode against the DRAM bound: bytes a decode step reads (every weight matrix once, plus
+ *     each sequence's K/V, prompt + gen / 2 positions on average), the streaming-read rate
+ *     measured right after the run (bench_kernels' probe, the bench's thread count), the decode
+ *     tok/s those allow, and the share of it reached.
+ * Each engine first runs one prefill-only request per sequence as long as a whole run
+ * (warm_kv), so every KV block is touched before anything is timed: the pool is mapped lazily,
+ * and a server pays those page faults once, not on every decode step.
  * Correctness first: request 0 of every run is greedy on a fixed prompt, and its tokens must
  * be the same at every concurrency (exit 1 otherwise).
  *
@@ -23,16 +30,28 @@
  * interleaved, so a burst of outside load hits one round rather than one level) and reports
  * the best round of each level, plus the spread of generation tok/s over the rounds.
  *
+ * --profile replaces the runs above by, per concurrency c, a profile of the steps that decode all c sequences at once
+ * (after every prompt is in, before the first one finishes): the forward pass phase by phase
+ * (tl_forward_profile: wall time and the engine thread's CPU time) and the rest of the step
+ * (sampling, scheduling, detokenizing, events) as the step's process CPU time minus the
+ * forward's. With --threads 1 the CPU columns are the whole work and are not inflated by
+ * preemption, so they are the numbers to compare on a loaded machine.
+ *
  * Usage: bench_engine [-m MODEL] [--threads N] [--conc 1,4,16] [--prompt N] [--gen N]
- *                     [--kv-type f16|f32|q8_0] [--budget N] [--repeat N]
+ *                     [--kv-type f16|f32|q8_0] [--budget N] [--repeat N] [--profile]
+ *                     [--no-steady]
  */
 #include <tokenloom.h>
 
+#include "bench_common.h"
+#include "core/alloc.h"
 #include "core/clock.h"
+#include "model/model.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 struct req {
     int32_t tokens[4096];
@@ -55,18 +74,44 @@ static void on_event(void *user, const struct tl_event *ev)
     }
 }
 
-static uint64_t rng = 0x9e3779b97f4a7c15ull;
+static uint64_t prompt_rng = 0x9e3779b97f4a7c15ull;
 static int32_t rnd_token(int32_t n_vocab)
 {
-    rng ^= rng << 13;
-    rng ^= rng >> 7;
-    rng ^= rng << 17;
-    return 3 + (int32_t)(rng % (uint64_t)(n_vocab - 3));
+    prompt_rng ^= prompt_rng << 13;
+    prompt_rng ^= prompt_rng >> 7;
+    prompt_rng ^= prompt_rng << 17;
+    return 3 + (int32_t)(prompt_rng % (uint64_t)(n_vocab - 3));
+}
+
+// Bytes of weights one decode step reads: every matrix it multiplies (the token embedding only
+// gives one row per token), in the file's bytes (a packed copy adds only padding rows).
+static double weight_bytes(const tl_model *m)
+{
+    double b = (double)m->output.n_out * (double)m->output.row_bytes;
+    for (int il = 0; il < m->hp.n_layer; il++) {
+        const struct tl_layer *L = &m->layers[il];
+        const struct tl_weight *ws[] = {&L->wq,     &L->wk,   &L->wv,    &L->wo,
+                                        &L->w_gate, &L->w_up, &L->w_down};
+        for (int i = 0; i < 7; i++)
+            b += (double)ws[i]->n_out * (double)ws[i]->row_bytes;
+    }
+    return b;
+}
+
+// The DRAM ceiling of the moment: streaming read GB/s of the bench's thread count (bench_kernels'
+// probe), over `bytes` of the arena, measured right after each run.
+static bool g_no_steady; // --no-steady: skip the open-loop run (long prompts: 4c more prefills)
+static struct tl_pool *g_bw_pool;
+static char *g_bw_arena;
+static const size_t g_bw_bytes = (size_t)512 << 20;
+static double probe_gbs(void)
+{
+    return g_bw_pool && g_bw_arena ? stream_read_gbs(g_bw_pool, g_bw_arena, g_bw_bytes) : 0;
 }
 
 struct result {
     double wall_s, decode_s, prefill_tok_s, gen_tok_s, decode_tok_s, overhead, kv_used_mib,
-        kv_need_mib, steady_tok_s;
+        kv_need_mib, steady_tok_s, dram_gbs;
     int64_t steps, preemptions;
 };
 
@@ -130,6 +175,110 @@ fail:
     return -1;
 }
 
+
+// Touches every KV block the runs will use: c prefill-only requests as long as a whole run's
+// sequences (prompt + gen - 1 positions). The pool is mapped lazily, so without this the first
+// run's decode steps also pay the page faults of fresh memory (on the 110M model at 64
+// sequences: ~12% of a step's CPU time), which a server pays once in its first minutes.
+static int warm_kv(tl_engine *e, const struct tl_model_info *info, int c, int n_prompt,
+                   int n_gen, struct req *reqs)
+{
+    int n = n_prompt + n_gen - 1;
+    int32_t *prompt = malloc((size_t)n * sizeof(int32_t));
+    if (!prompt) return -1;
+    memset(reqs, 0, (size_t)c * sizeof(*reqs));
+    for (int i = 0; i < c; i++)
+        if (submit(e, info, prompt, n, 1, i, false, &reqs[i])) {
+            free(prompt);
+            return -1;
+        }
+    for (int64_t left = 1; left > 0;)
+        if (tl_engine_step(e, &left)) {
+            fprintf(stderr, "bench_engine: step: %s\n", tl_last_error());
+            free(prompt);
+            return -1;
+        }
+    free(prompt);
+    return 0;
+}
+
+static int64_t process_cpu_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+// The --profile run: c requests; only steps that decode all c at once are counted.
+static int run_profile(tl_model *m, const struct tl_engine_config *cfg, int c, int n_prompt,
+                       int n_gen, struct req *reqs)
+{
+    struct tl_model_info mi;
+    tl_model_get_info(m, &mi);
+    tl_engine *e;
+    if (tl_engine_create(m, cfg, &e)) {
+        fprintf(stderr, "bench_engine: %s\n", tl_last_error());
+        return -1;
+    }
+    if (warm_kv(e, &mi, c, n_prompt, n_gen, reqs)) return -1;
+    int32_t *prompt = malloc((size_t)n_prompt * sizeof(int32_t));
+    memset(reqs, 0, (size_t)c * sizeof(*reqs));
+    for (int i = 0; i < c; i++)
+        if (submit(e, &mi, prompt, n_prompt, n_gen, i, false, &reqs[i])) return -1;
+    struct tl_forward_profile sum = {0}, p0, p1;
+    int64_t steps = 0, step_wall = 0, step_cpu = 0, n = 1;
+    tl_forward_profile_enable(true);
+    while (n > 0) {
+        tl_forward_profile_get(&p0);
+        int64_t w0 = tl_time_us() * 1000, c0 = process_cpu_ns();
+        if (tl_engine_step(e, &n)) {
+            fprintf(stderr, "bench_engine: step: %s\n", tl_last_error());
+            return -1;
+        }
+        int64_t w1 = tl_time_us() * 1000, c1 = process_cpu_ns();
+        tl_forward_profile_get(&p1);
+        if (p1.tokens - p0.tokens != c || p1.outputs - p0.outputs != c) continue;
+        bool all_in = true; // a step whose batch is c tokens with c outputs, after every prompt
+        for (int i = 0; i < c; i++)
+            all_in = all_in && reqs[i].n >= 2 && !reqs[i].done;
+        if (!all_in) continue;
+        steps++;
+        step_wall += w1 - w0;
+        step_cpu += c1 - c0;
+        for (int ph = 0; ph < TL_FWD_N_PHASES; ph++) {
+            sum.wall_ns[ph] += p1.wall_ns[ph] - p0.wall_ns[ph];
+            sum.cpu_ns[ph] += p1.cpu_ns[ph] - p0.cpu_ns[ph];
+        }
+    }
+    tl_forward_profile_enable(false);
+    free(prompt);
+    tl_engine_destroy(e);
+    if (!steps) {
+        printf("profile at %d sequences: no step decoded all of them at once\n", c);
+        return 0;
+    }
+    double fw = 0, fc = 0, d = (double)steps * 1e6;
+    for (int ph = 0; ph < TL_FWD_N_PHASES; ph++)
+        fw += (double)sum.wall_ns[ph], fc += (double)sum.cpu_ns[ph];
+    double tw = (double)step_wall, tc = (double)step_cpu;
+    printf("\nprofile of %lld steps decoding %d sequences at once (contexts %d..%d), ms per step\n",
+           (long long)steps, c, n_prompt, n_prompt + n_gen);
+    printf("%-34s %9s %7s %9s %7s\n", "phase", "wall ms", "wall %", "cpu ms", "cpu %");
+    for (int ph = 0; ph < TL_FWD_N_PHASES; ph++)
+        printf("%-34s %9.3f %6.1f%% %9.3f %6.1f%%\n", tl_forward_phase_name(ph),
+               (double)sum.wall_ns[ph] / d, 100 * (double)sum.wall_ns[ph] / tw,
+               (double)sum.cpu_ns[ph] / d, 100 * (double)sum.cpu_ns[ph] / tc);
+    printf("%-34s %9.3f %6.1f%% %9.3f %6.1f%%\n", "forward pass", fw / d, 100 * fw / tw, fc / d,
+           100 * fc / tc);
+    printf("%-34s %9.3f %6.1f%% %9.3f %6.1f%%\n", "rest (sample, schedule, detok, events)",
+           (tw - fw) / d, 100 * (tw - fw) / tw, (tc - fc) / d, 100 * (tc - fc) / tc);
+    printf("%-34s %9.3f %6.1f%% %9.3f %6.1f%%\n", "step", tw / d, 100.0, tc / d, 100.0);
+    printf("(cpu: the engine thread's in the forward phases, the process's for the step; decode "
+           "at this rate: %.0f tok/s by wall, %.0f tok/s by cpu)\n",
+           c * steps * 1e9 / tw, c * steps * 1e9 / tc);
+    return 0;
+}
+
 static int run(tl_model *m, const struct tl_engine_config *cfg, int c, int n_prompt, int n_gen,
                struct req *reqs, struct result *res, double block_bytes, double pos_bytes)
 {
@@ -142,6 +291,7 @@ static int run(tl_model *m, const struct tl_engine_config *cfg, int c, int n_pro
         fprintf(stderr, "bench_engine: %s\n", tl_last_error());
         return -1;
     }
+    if (warm_kv(e, info, c, n_prompt, n_gen, reqs)) return -1;
     int32_t *prompt = malloc((size_t)n_prompt * sizeof(int32_t));
     // Phase A: prefill only.
     for (int pass = 0; pass < 2; pass++) {
@@ -183,7 +333,8 @@ static int run(tl_model *m, const struct tl_engine_config *cfg, int c, int n_pro
         res->kv_used_mib = (double)peak_used * block_bytes / (1024.0 * 1024.0);
         res->kv_need_mib = (double)c * (n_prompt + n_gen - 1) * pos_bytes / (1024.0 * 1024.0);
     }
-    res->steady_tok_s = run_steady(e, info, c, n_prompt, n_gen, prompt);
+    res->dram_gbs = probe_gbs();
+    res->steady_tok_s = g_no_steady ? 0 : run_steady(e, info, c, n_prompt, n_gen, prompt);
     free(prompt);
     tl_engine_destroy(e);
     return res->steady_tok_s < 0 ? -1 : 0;
@@ -193,6 +344,7 @@ int main(int argc, char **argv)
 {
     const char *model_path = getenv("MODEL");
     int threads = 0, n_prompt = 128, n_gen = 64, budget = 512, repeat = 1;
+    bool profile = false;
     int conc[16] = {1, 4, 16, 32, 64}, n_conc = 5;
     enum tl_kv_type kv_type = TL_KV_F16;
     for (int i = 1; i < argc; i++) {
@@ -209,6 +361,10 @@ int main(int argc, char **argv)
             budget = atoi(v), i++;
         else if (!strcmp(a, "--repeat") && v)
             repeat = atoi(v), i++;
+        else if (!strcmp(a, "--profile"))
+            profile = true;
+        else if (!strcmp(a, "--no-steady"))
+            g_no_steady = true;
         else if (!strcmp(a, "--kv-type") && v) {
             kv_type = !strcmp(v, "f32") ? TL_KV_F32 : !strcmp(v, "q8_0") ? TL_KV_Q8_0 : TL_KV_F16;
             i++;
@@ -221,7 +377,8 @@ int main(int argc, char **argv)
         } else {
             fprintf(stderr,
                     "usage: bench_engine [-m MODEL] [--threads N] [--conc 1,4,16] "
-                    "[--prompt N] [--gen N] [--kv-type f16|f32|q8_0] [--budget N] [--repeat N]\n");
+                    "[--prompt N] [--gen N] [--kv-type f16|f32|q8_0] [--budget N] [--repeat N] "
+                    "[--profile] [--no-steady]\n");
             return 2;
         }
     }
@@ -267,9 +424,18 @@ int main(int argc, char **argv)
     struct req *reqs = calloc((size_t)max_c, sizeof(*reqs));
     struct result *best = calloc((size_t)n_conc, sizeof(*best));
     double *gen_lo = calloc((size_t)n_conc, sizeof(*gen_lo));
+    double *dec_best = calloc((size_t)n_conc, sizeof(double));
+    double *dec_gbs = calloc((size_t)n_conc, sizeof(double));
+    if (!profile) { // the bandwidth probe's threads and memory (touched once here)
+        g_bw_pool = tl_pool_create(threads > 0 ? threads : 2);
+        g_bw_arena = tl_aligned_alloc(g_bw_bytes);
+        if (g_bw_arena) memset(g_bw_arena, 1, g_bw_bytes);
+    }
     int32_t ref[4096];
     int n_ref = -1, bad = 0;
-    for (int round = 0; round < repeat; round++)
+    for (int k = 0; profile && k < n_conc; k++)
+        if (run_profile(m, &cfg, conc[k], n_prompt, n_gen, reqs)) return 1;
+    for (int round = 0; !profile && round < repeat; round++)
         for (int k = 0; k < n_conc; k++) {
             struct result res = {0};
             if (run(m, &cfg, conc[k], n_prompt, n_gen, reqs, &res, block_bytes, pos_bytes))
@@ -286,6 +452,7 @@ int main(int argc, char **argv)
                     "round %d, %d sequences: gen %.1f tok/s, decode %.1f tok/s, steady %.1f\n",
                     round + 1, conc[k], res.gen_tok_s, res.decode_tok_s, res.steady_tok_s);
             if (!round || res.gen_tok_s < gen_lo[k]) gen_lo[k] = res.gen_tok_s;
+            if (res.decode_tok_s > dec_best[k]) dec_best[k] = res.decode_tok_s, dec_gbs[k] = res.dram_gbs;
             // prefill and steady are runs of their own: keep the best of each independently
             double prefill = best[k].prefill_tok_s > res.prefill_tok_s ? best[k].prefill_tok_s
                                                                        : res.prefill_tok_s;
@@ -295,7 +462,9 @@ int main(int argc, char **argv)
             best[k].prefill_tok_s = prefill;
             best[k].steady_tok_s = steady;
         }
-    printf("%5s %12s %12s %12s %8s %9s %7s %12s %12s %14s %11s\n", "conc", "prefill t/s", "gen t/s",
+    if (profile) n_conc = 0; // no table
+    if (!profile)
+        printf("%5s %12s %12s %12s %8s %9s %7s %12s %12s %14s %11s\n", "conc", "prefill t/s", "gen t/s",
            "decode t/s", "steps", "overhead", "preempt", "KV used MiB", "KV need MiB",
            "gen t/s worst", "steady t/s");
     for (int k = 0; k < n_conc; k++) {
@@ -305,6 +474,26 @@ int main(int argc, char **argv)
                100 * r->overhead, (long long)r->preemptions, r->kv_used_mib, r->kv_need_mib,
                gen_lo[k], r->steady_tok_s);
     }
+    // The DRAM bound of decode: a step reads every weight once and every sequence's K/V (on
+    // average prompt + gen / 2 positions), at the streaming read rate measured right after the
+    // round with the best decode tok/s.
+    double wb = weight_bytes(m);
+    if (n_conc)
+        printf("\ndecode against the DRAM bound (weights %.1f MB per step; stream read measured "
+               "after the best decode round)\n%5s %14s %14s %10s %12s %12s %9s\n",
+               wb / 1e6, "conc", "KV MB/step", "bytes MB/step", "DRAM GB/s", "bound t/s",
+               "decode t/s", "of bound");
+    for (int k = 0; k < n_conc; k++) {
+        double kvb = (double)conc[k] * (n_prompt + n_gen / 2.0) * pos_bytes;
+        double bound = dec_gbs[k] * 1e9 / (wb + kvb) * conc[k];
+        printf("%5d %14.1f %14.1f %10.1f %12.1f %12.1f %8.1f%%\n", conc[k], kvb / 1e6,
+               (wb + kvb) / 1e6, dec_gbs[k], bound, dec_best[k],
+               bound > 0 ? 100 * dec_best[k] / bound : 0);
+    }
+    free(dec_best);
+    free(dec_gbs);
+    tl_pool_destroy(g_bw_pool);
+    tl_aligned_free(g_bw_arena);
     free(best);
     free(gen_lo);
     free(reqs);

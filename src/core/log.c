@@ -230,6 +230,7 @@ void tl_log_access(const struct tl_log_access *a)
     const char *method = a->method ? a->method : "?";
     const char *path = a->path ? a->path : "?";
     size_t path_len = strnlen(path, 1024);
+    size_t raw_path_len = a->path ? path_len : 0;
     struct line l;
     l.len = 0;
     if (tl_log_get_format() == TL_LOG_FORMAT_JSON) {
@@ -239,8 +240,8 @@ void tl_log_access(const struct tl_log_access *a)
         if (n >= (int)sizeof(msg)) n = (int)sizeof(msg) - 1;
         json_open(&l, TL_LOG_INFO, msg, n > 0 ? (size_t)n : 0);
         put_field_str(&l, "request_id", a->request_id, a->request_id ? strlen(a->request_id) : 0);
-        put_field_str(&l, "method", method, strlen(method));
-        put_field_str(&l, "path", path, path_len);
+        put_field_str(&l, "method", a->method, a->method ? strlen(a->method) : 0);
+        put_field_str(&l, "path", a->path, raw_path_len);
         putf(&l, ",\"status\":%d", a->status);
         put_field_num(&l, "prompt_tokens", (double)a->prompt_tokens, true);
         put_field_num(&l, "completion_tokens", (double)a->completion_tokens, true);

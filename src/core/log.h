@@ -29,7 +29,7 @@ enum tl_log_format tl_log_get_format(void);
 // "text" or "json" -> *out; false for anything else.
 bool tl_log_format_from_name(const char *name, enum tl_log_format *out);
 
-// One finished HTTP request. Strings may be NULL (JSON null; "-" in text); path is the raw
+// One finished HTTP request. Strings may be NULL (JSON null; "?" or "-" in text); path is the raw
 // request target (any bytes). A negative count or duration means "not applicable" (null).
 struct tl_log_access {
     const char *request_id;

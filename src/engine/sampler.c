@@ -10,8 +10,11 @@
  * for the flat distributions of high temperatures or random models. min-p is a threshold on
  * the probability relative to the best token (again a cut of the ranking). The draw walks the
  * kept tokens in a fixed order (whole bins in id order, then the cut bin in rank order) against
- * u * total mass, sums in double. Log-probabilities come from the raw logits (as OpenAI reports
- * them), independent of the sampling parameters.
+ * u * total mass, sums in double in a fixed order (per block of 64 ids, then the blocks), so it
+ * finds its block among n / 64 sums. Without a top-k or top-p cut nothing is binned. The
+ * vocabulary-wide passes use SSE2 (x86-64's baseline) with identical scalar twins.
+ * Log-probabilities come from the raw logits (as OpenAI reports them), independent of the sampling
+ * parameters.
  *
  * Thread model: a tl_sampler is one thread's scratch; the functions are re-entrant otherwise.
  */
@@ -25,6 +28,9 @@
 
 #include <math.h>
 #include <string.h>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 // ---- RNG ------------------------------------------------------------------------------------
 
@@ -99,6 +105,8 @@ tl_status tl_sampling_validate(const struct tl_sampling *p)
 // temperature); the last bin takes everything further down. Bins are ordered like the ranking,
 // so a top-k or top-p cut falls inside one bin, and only that bin's members need sorting.
 enum { N_BINS = 1024, BIN_SCALE = 32 };
+// The draw sums the kept mass per block of this many ids (see draw()).
+enum { DRAW_BLOCK = 64 };
 
 struct ranked {
     float v;
@@ -113,6 +121,7 @@ struct tl_sampler {
     struct ranked *ranked; // owned, (n_vocab): the cut bin's members, ranked
     int32_t *heap;         // owned, (n_vocab)
     int32_t *count;        // owned, (n_vocab): zero between calls
+    double *blk_mass;      // owned, (n_vocab / DRAW_BLOCK + 1): kept mass per block of ids
     int64_t bin_count[N_BINS];
     double bin_mass[N_BINS];
 };
@@ -134,7 +143,8 @@ struct tl_sampler *tl_sampler_create(int32_t n_vocab)
     s->ranked = tl_malloc_array(n, sizeof(struct ranked));
     s->heap = tl_malloc_array(n, sizeof(int32_t));
     s->count = tl_calloc_array(n, sizeof(int32_t));
-    if (!s->val || !s->prob || !s->bin || !s->ranked || !s->heap || !s->count) {
+    s->blk_mass = tl_malloc_array(n / DRAW_BLOCK + 1, sizeof(double));
+    if (!s->val || !s->prob || !s->bin || !s->ranked || !s->heap || !s->count || !s->blk_mass) {
         tl_sampler_destroy(s);
         goto out_nomem;
     }
@@ -153,6 +163,7 @@ void tl_sampler_destroy(struct tl_sampler *s)
     free(s->ranked);
     free(s->heap);
     free(s->count);
+    free(s->blk_mass);
     free(s);
 }
 
@@ -247,23 +258,183 @@ static void apply_penalties(struct tl_sampler *s, const struct tl_sampling *p,
 
 // ---- normalizers and cuts -------------------------------------------------------------------
 
-// prob[i] = e^(v[i] - m) for i < n (v[i] <= m; -inf gives exactly 0), with the kernels'
-// vectorized exp (libm's scalar expf over a 32000-token vocabulary was ~40% of sampling);
-// returns the sum, accumulated in eight fixed lanes of double (the same order every time).
-static double exp_sum(const float *v, float m, float *prob, int32_t n)
+// ---- vocabulary-wide passes ---------------------------------------------------------------------
+//
+// Every sampled token walks the whole vocabulary several times (32000 entries for Llama 2: at
+// 64 sequences that was ~10% of a decode step), so these passes are written for SSE2 (the
+// x86-64 baseline) with a scalar twin elsewhere. Both compute the same values: max over
+// NaN-free floats (the only difference, +0 vs -0 for the max, changes no later result), and
+// double sums in the same fixed lanes and order.
+
+// v[i] = logits[i], NaN as -inf; returns the max (-inf when empty).
+static float copy_sanitize_max(const float *logits, float *v, int32_t n)
+{
+    float mx = -INFINITY;
+    int32_t i = 0;
+#if defined(__SSE2__)
+    const __m128 ninf = _mm_set1_ps(-INFINITY);
+    __m128 m4 = ninf;
+    for (; i + 4 <= n; i += 4) {
+        __m128 x = _mm_loadu_ps(logits + i), nan = _mm_cmpunord_ps(x, x);
+        x = _mm_or_ps(_mm_andnot_ps(nan, x), _mm_and_ps(nan, ninf));
+        _mm_storeu_ps(v + i, x);
+        m4 = _mm_max_ps(m4, x);
+    }
+    float t[4];
+    _mm_storeu_ps(t, m4);
+    for (int j = 0; j < 4; j++)
+        mx = t[j] > mx ? t[j] : mx;
+#endif
+    for (; i < n; i++) {
+        float x = logits[i];
+        v[i] = isnan(x) ? -INFINITY : x;
+        if (v[i] > mx) mx = v[i];
+    }
+    return mx;
+}
+
+// v[i] *= f (f > 0, v NaN-free); returns the new max.
+static float scale_max(float *v, float f, int32_t n)
+{
+    float mx = -INFINITY;
+    int32_t i = 0;
+#if defined(__SSE2__)
+    const __m128 f4 = _mm_set1_ps(f);
+    __m128 m4 = _mm_set1_ps(-INFINITY);
+    for (; i + 4 <= n; i += 4) {
+        __m128 x = _mm_mul_ps(_mm_loadu_ps(v + i), f4);
+        _mm_storeu_ps(v + i, x);
+        m4 = _mm_max_ps(m4, x);
+    }
+    float t[4];
+    _mm_storeu_ps(t, m4);
+    for (int j = 0; j < 4; j++)
+        mx = t[j] > mx ? t[j] : mx;
+#endif
+    for (; i < n; i++) {
+        v[i] *= f;
+        if (v[i] > mx) mx = v[i];
+    }
+    return mx;
+}
+
+// The max of v (NaN-free), -inf when empty.
+static float max_of(const float *v, int32_t n)
+{
+    float mx = -INFINITY;
+    int32_t i = 0;
+#if defined(__SSE2__)
+    __m128 m4 = _mm_set1_ps(-INFINITY);
+    for (; i + 4 <= n; i += 4)
+        m4 = _mm_max_ps(m4, _mm_loadu_ps(v + i));
+    float t[4];
+    _mm_storeu_ps(t, m4);
+    for (int j = 0; j < 4; j++)
+        mx = t[j] > mx ? t[j] : mx;
+#endif
+    for (; i < n; i++)
+        if (v[i] > mx) mx = v[i];
+    return mx;
+}
+
+// The sum of p[0..n) in double: eight lanes (lane j takes p[8k + j]), the tail first, then the
+// lanes in order.
+static double sum8(const float *p, int32_t n)
 {
     double lane[8] = {0};
     int32_t i = 0;
-    tl_exp_sub(v, m, prob, n);
-    for (i = 0; i + 8 <= n; i += 8)
+#if defined(__SSE2__)
+    __m128d a0 = _mm_setzero_pd(), a1 = a0, a2 = a0, a3 = a0;
+    for (; i + 8 <= n; i += 8) {
+        __m128 lo = _mm_loadu_ps(p + i), hi = _mm_loadu_ps(p + i + 4);
+        a0 = _mm_add_pd(a0, _mm_cvtps_pd(lo));
+        a1 = _mm_add_pd(a1, _mm_cvtps_pd(_mm_movehl_ps(lo, lo)));
+        a2 = _mm_add_pd(a2, _mm_cvtps_pd(hi));
+        a3 = _mm_add_pd(a3, _mm_cvtps_pd(_mm_movehl_ps(hi, hi)));
+    }
+    _mm_storeu_pd(lane, a0);
+    _mm_storeu_pd(lane + 2, a1);
+    _mm_storeu_pd(lane + 4, a2);
+    _mm_storeu_pd(lane + 6, a3);
+#else
+    for (; i + 8 <= n; i += 8)
         for (int j = 0; j < 8; j++)
-            lane[j] += (double)prob[i + j];
+            lane[j] += (double)p[i + j];
+#endif
     double sum = 0;
     for (; i < n; i++)
-        sum += (double)prob[i];
+        sum += (double)p[i];
     for (int j = 0; j < 8; j++)
         sum += lane[j];
     return sum;
+}
+
+// prob[i] = e^(v[i] - m) for i < n (v[i] <= m; -inf gives exactly 0), with the kernels'
+// vectorized exp (libm's scalar expf over a 32000-token vocabulary was ~40% of sampling);
+// returns the sum (sum8).
+static double exp_sum(const float *v, float m, float *prob, int32_t n)
+{
+    tl_exp_sub(v, m, prob, n);
+    return sum8(prob, n);
+}
+
+// bin[i] = the bin of v[i] below cmax (see N_BINS), with every bin's count and mass. The mass
+// goes to two interleaved histograms (even, odd ids; summed at the end) so that runs of one bin
+// do not chain every add on the previous one's store.
+static void fill_bins(struct tl_sampler *s, const float *v, float cmax)
+{
+    const int32_t nv = s->n_vocab;
+    int32_t *bin = s->bin, i = 0;
+#if defined(__SSE2__)
+    const __m128 c4 = _mm_set1_ps(cmax), lim = _mm_set1_ps((float)N_BINS / BIN_SCALE);
+    const __m128 sc = _mm_set1_ps((float)BIN_SCALE);
+    const __m128i last = _mm_set1_epi32(N_BINS - 1);
+    for (; i + 4 <= nv; i += 4) {
+        __m128 d = _mm_sub_ps(c4, _mm_loadu_ps(v + i)); // >= 0, +inf for impossible tokens
+        __m128i in = _mm_castps_si128(_mm_cmplt_ps(d, lim));
+        __m128i b = _mm_cvttps_epi32(_mm_mul_ps(d, sc));
+        b = _mm_or_si128(_mm_and_si128(in, b), _mm_andnot_si128(in, last));
+        _mm_storeu_si128((__m128i *)(bin + i), b);
+    }
+#endif
+    for (; i < nv; i++) {
+        float d = cmax - v[i];
+        bin[i] = d < (float)N_BINS / BIN_SCALE ? (int32_t)(d * BIN_SCALE) : N_BINS - 1;
+    }
+    int32_t cnt[2][N_BINS];
+    double mass[2][N_BINS];
+    memset(cnt, 0, sizeof(cnt));
+    memset(mass, 0, sizeof(mass));
+    for (i = 0; i + 2 <= nv; i += 2) {
+        cnt[0][bin[i]]++;
+        mass[0][bin[i]] += (double)s->prob[i];
+        cnt[1][bin[i + 1]]++;
+        mass[1][bin[i + 1]] += (double)s->prob[i + 1];
+    }
+    if (i < nv) {
+        cnt[0][bin[i]]++;
+        mass[0][bin[i]] += (double)s->prob[i];
+    }
+    for (int b = 0; b < N_BINS; b++) {
+        s->bin_count[b] = cnt[0][b] + cnt[1][b];
+        s->bin_mass[b] = mass[0][b] + mass[1][b];
+    }
+}
+
+// The first id whose v equals m (m the max of v, finite), or -1.
+static int32_t first_equal(const float *v, float m, int32_t n)
+{
+    int32_t i = 0;
+#if defined(__SSE2__)
+    const __m128 m4 = _mm_set1_ps(m);
+    for (; i + 4 <= n; i += 4) {
+        int hit = _mm_movemask_ps(_mm_cmpeq_ps(_mm_loadu_ps(v + i), m4));
+        if (hit) return i + __builtin_ctz((unsigned)hit);
+    }
+#endif
+    for (; i < n; i++)
+        if (v[i] == m) return i;
+    return -1;
 }
 
 static int cmp_ranked(const void *a, const void *b)
@@ -277,7 +448,18 @@ static int cmp_ranked(const void *a, const void *b)
 static int64_t rank_bin(struct tl_sampler *s, int32_t b)
 {
     int64_t m = 0;
-    for (int32_t i = 0; i < s->n_vocab; i++)
+    int32_t i = 0;
+#if defined(__SSE2__)
+    const __m128i b4 = _mm_set1_epi32(b);
+    for (; i + 4 <= s->n_vocab; i += 4) {
+        __m128i eq = _mm_cmpeq_epi32(_mm_loadu_si128((const __m128i *)(s->bin + i)), b4);
+        for (int hit = _mm_movemask_ps(_mm_castsi128_ps(eq)); hit; hit &= hit - 1) {
+            int32_t id = i + __builtin_ctz((unsigned)hit);
+            s->ranked[m++] = (struct ranked){s->val[id], id};
+        }
+    }
+#endif
+    for (; i < s->n_vocab; i++)
         if (s->bin[i] == b) s->ranked[m++] = (struct ranked){s->val[i], i};
     qsort(s->ranked, (size_t)m, sizeof(*s->ranked), cmp_ranked);
     return m;
@@ -347,12 +529,7 @@ static void find_cut(struct tl_sampler *s, const struct tl_sampling *p, int32_t 
 static double log_normalizer(struct tl_sampler *s, const float *logits)
 {
     const int32_t nv = s->n_vocab;
-    float *v = s->val, mx = -INFINITY;
-    for (int32_t i = 0; i < nv; i++) {
-        float x = logits[i];
-        v[i] = isnan(x) ? -INFINITY : x;
-        if (v[i] > mx) mx = v[i];
-    }
+    float *v = s->val, mx = copy_sanitize_max(logits, v, nv);
     return mx > -INFINITY ? (double)mx + log(exp_sum(v, mx, s->prob, nv)) : 0.0;
 }
 
@@ -387,6 +564,93 @@ void tl_sampler_logprobs(struct tl_sampler *s, const float *logits, int32_t toke
     out->token = token;
     out->n_top = top_logprobs(s, lse, n_top, out->top);
     out->logprob = token_logprob(logits, token, lse);
+}
+
+// ---- the draw ----------------------------------------------------------------------------------
+//
+// The kept set: tokens of the bins before cut_bin (every token when cut_bin < 0) with a
+// probability (relative to the best token) of at least floor_p (min-p) and above 0, then the
+// first n_cut members of s->ranked (the cut bin, in rank order). The draw is u * (their total
+// mass) against the running sum in that order: whole bins in id order, then the ranked members.
+// Kept masses are summed per block of DRAW_BLOCK ids (four fixed lanes, the same in the SSE2 and
+// scalar code) and the block sums in order, so the draw finds its block among n / 64 sums and
+// walks only that block's ids.
+
+// Kept mass of block [i0, i1): lane j takes ids i0 + 4k + j, then (l0 + l1) + (l2 + l3).
+static double block_mass(const struct tl_sampler *s, int32_t i0, int32_t i1, int32_t cut_bin,
+                         float floor_p)
+{
+    double l[4] = {0};
+    int32_t i = i0;
+#if defined(__SSE2__)
+    const __m128i cb = _mm_set1_epi32(cut_bin < 0 ? N_BINS : cut_bin);
+    const __m128 fl = _mm_set1_ps(floor_p), zero = _mm_setzero_ps();
+    __m128d a01 = _mm_setzero_pd(), a23 = a01;
+    for (; i + 4 <= i1; i += 4) {
+        __m128 pr = _mm_loadu_ps(s->prob + i);
+        __m128 keep = _mm_and_ps(_mm_cmpge_ps(pr, fl), _mm_cmpgt_ps(pr, zero));
+        if (cut_bin >= 0)
+            keep = _mm_and_ps(keep, _mm_castsi128_ps(_mm_cmplt_epi32(
+                                        _mm_loadu_si128((const __m128i *)(s->bin + i)), cb)));
+        pr = _mm_and_ps(pr, keep);
+        a01 = _mm_add_pd(a01, _mm_cvtps_pd(pr));
+        a23 = _mm_add_pd(a23, _mm_cvtps_pd(_mm_movehl_ps(pr, pr)));
+    }
+    _mm_storeu_pd(l, a01);
+    _mm_storeu_pd(l + 2, a23);
+#endif
+    for (; i < i1; i++) {
+        float pr = s->prob[i];
+        bool keep = pr >= floor_p && pr > 0 && (cut_bin < 0 || s->bin[i] < cut_bin);
+        l[(i - i0) & 3] += keep ? (double)pr : 0.0;
+    }
+    return (l[0] + l[1]) + (l[2] + l[3]);
+}
+
+// Draws a token of the kept set with u in [0, 1); `fallback` when the set is empty.
+static int32_t draw(struct tl_sampler *s, int32_t cut_bin, int64_t n_cut, float floor_p, double u,
+                    int32_t fallback)
+{
+    const int32_t nv = s->n_vocab, n_blk = (nv + DRAW_BLOCK - 1) / DRAW_BLOCK;
+    double total = 0;
+    for (int32_t k = 0; k < n_blk; k++) {
+        int32_t i0 = k * DRAW_BLOCK, i1 = i0 + DRAW_BLOCK < nv ? i0 + DRAW_BLOCK : nv;
+        s->blk_mass[k] = block_mass(s, i0, i1, cut_bin, floor_p);
+        total += s->blk_mass[k];
+    }
+    for (int64_t j = 0; j < n_cut; j++) {
+        float pr = s->prob[s->ranked[j].id];
+        if (pr >= floor_p && pr > 0) total += (double)pr;
+    }
+    u *= total;
+    double acc = 0;
+    int32_t last = fallback;
+    for (int32_t k = 0; k < n_blk; k++) {
+        if (!(u < acc + s->blk_mass[k])) {
+            acc += s->blk_mass[k];
+            continue;
+        }
+        // the draw is in this block: walk its ids (rounding may leave the walk just short of
+        // the block's sum: then its last kept id)
+        int32_t i0 = k * DRAW_BLOCK, i1 = i0 + DRAW_BLOCK < nv ? i0 + DRAW_BLOCK : nv;
+        for (int32_t i = i0; i < i1; i++) {
+            float pr = s->prob[i];
+            if (!(pr >= floor_p && pr > 0 && (cut_bin < 0 || s->bin[i] < cut_bin))) continue;
+            acc += (double)pr;
+            last = i;
+            if (u < acc) return i;
+        }
+        return last;
+    }
+    for (int64_t j = 0; j < n_cut; j++) {
+        int32_t id = s->ranked[j].id;
+        float pr = s->prob[id];
+        if (!(pr >= floor_p && pr > 0)) continue;
+        acc += (double)pr;
+        last = id;
+        if (u < acc) return id;
+    }
+    return last; // empty set, or rounding left u just past the last sum
 }
 
 // ---- sampling -------------------------------------------------------------------------------
@@ -427,65 +691,24 @@ void tl_sampler_sample_masked(struct tl_sampler *s, const float *logits,
         if (chosen < 0) chosen = 0;
     }
     if (p->temperature == 0.0f || p->top_k == 1) {
-        for (int32_t i = chosen + 1; i < nv; i++)
-            if (v[i] > v[chosen]) chosen = i;
+        // the best value, the lowest id among equals; all -inf: the fallback stays
+        float m = max_of(v, nv);
+        if (m > -INFINITY) chosen = first_equal(v, m, nv);
         goto done;
     }
 
-    // Temperature; probabilities relative to the best token; bins.
-    float inv_t = 1.0f / p->temperature, cmax = -INFINITY;
-    for (int32_t i = 0; i < nv; i++) {
-        v[i] *= inv_t;
-        if (v[i] > cmax) cmax = v[i];
-    }
+    // Temperature; probabilities relative to the best token; bins (only when there is a cut).
+    float cmax = scale_max(v, 1.0f / p->temperature, nv);
     if (cmax == -INFINITY) goto done; // nothing possible: token 0
-    memset(s->bin_count, 0, sizeof(s->bin_count));
-    memset(s->bin_mass, 0, sizeof(s->bin_mass));
-    exp_sum(v, cmax, s->prob, nv);
-    for (int32_t i = 0; i < nv; i++) {
-        float d = cmax - v[i]; // >= 0, +inf for impossible tokens
-        int32_t b = d < (float)N_BINS / BIN_SCALE ? (int32_t)(d * BIN_SCALE) : N_BINS - 1;
-        s->bin[i] = b;
+    tl_exp_sub(v, cmax, s->prob, nv);
+    int32_t cut_bin = N_BINS;
+    int64_t n_cut = 0;
+    const bool cut = (p->top_k > 0 && p->top_k < nv) || p->top_p < 1.0f;
+    if (cut) {
+        fill_bins(s, v, cmax);
+        find_cut(s, p, &cut_bin, &n_cut);
     }
-    for (int32_t i = 0; i < nv; i++) {
-        s->bin_count[s->bin[i]]++;
-        s->bin_mass[s->bin[i]] += (double)s->prob[i];
-    }
-    int32_t cut_bin;
-    int64_t n_cut;
-    find_cut(s, p, &cut_bin, &n_cut);
-
-    // One draw over the kept set (min-p: relative to the best token, whose prob is 1), walking
-    // the whole bins in id order, then the cut bin's members in rank order.
-    const float floor_p = p->min_p;
-    double total = 0;
-    int32_t last = -1;
-    for (int32_t i = 0; i < nv; i++)
-        if (s->bin[i] < cut_bin && s->prob[i] >= floor_p) total += (double)s->prob[i];
-    for (int64_t j = 0; j < n_cut; j++)
-        if (s->prob[s->ranked[j].id] >= floor_p) total += (double)s->prob[s->ranked[j].id];
-    double u = tl_rng_uniform(rng) * total, acc = 0;
-    for (int32_t i = 0; i < nv; i++) {
-        if (s->bin[i] >= cut_bin || s->prob[i] < floor_p) continue;
-        if (allowed && !(s->prob[i] > 0)) continue;
-        acc += (double)s->prob[i];
-        last = i;
-        if (u < acc) {
-            chosen = i;
-            goto done;
-        }
-    }
-    for (int64_t j = 0; j < n_cut; j++) {
-        int32_t id = s->ranked[j].id;
-        if (s->prob[id] < floor_p || (allowed && !(s->prob[id] > 0))) continue;
-        acc += (double)s->prob[id];
-        last = id;
-        if (u < acc) {
-            chosen = id;
-            goto done;
-        }
-    }
-    if (last >= 0) chosen = last; // rounding left u just past the last sum
+    chosen = draw(s, cut ? cut_bin : -1, n_cut, p->min_p, tl_rng_uniform(rng), chosen);
 
 done:
     out->token = chosen;

@@ -229,7 +229,7 @@ static void write_svg(const struct tl_bench_sweep *sw, FILE *f)
     static const char *const lat_stat[3] = {"ttft", "itl", "e2el"};
     char ids[3][3][16];
     for (int i = 0; i < n; i++)
-        thr[0].values[i] = sw->levels[i].result.out_tok_per_s;
+        thr[0].values[i] = round(sw->levels[i].result.out_tok_per_s * 1e3) / 1e3;
     for (int a = 0; a < 3; a++)
         for (int p = 0; p < 3; p++) {
             snprintf(ids[a][p], sizeof(ids[a][p]), "%s_%s", lat_stat[a], pct_name[p]);
@@ -239,7 +239,7 @@ static void write_svg(const struct tl_bench_sweep *sw, FILE *f)
             for (int i = 0; i < n; i++) {
                 const struct tl_bench_result *r = &sw->levels[i].result;
                 const double *v = a == 0 ? r->ttft : a == 1 ? r->itl : r->e2e;
-                lat[a][p].values[i] = v[p + 1] * 1e3;
+                lat[a][p].values[i] = round(v[p + 1] * 1e3 * 1e3) / 1e3; // ms, as the JSON rounds
             }
         }
     const struct tl_bench_config *c0 = &sw->levels[0].config;

@@ -26,6 +26,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 struct tl_forward {
     const struct tl_model *model; // borrowed
@@ -192,6 +193,61 @@ static void run_phase(struct phase_arg *a, enum phase ph, int64_t n_rows)
         tl_pool_run(a->f->pool, phase_fn, a);
 }
 
+// ---- step profile -----------------------------------------------------------------------------
+
+static bool g_prof_on;
+static struct tl_forward_profile g_prof;
+
+static const char *const phase_names[TL_FWD_N_PHASES] = {
+    "embedding", "rmsnorm",     "q/k/v matmul",   "bias+rope+kv store",
+    "attention", "wo matmul",   "residual",       "gate/up matmul",
+    "swiglu",    "down matmul", "output rmsnorm", "output matmul"};
+
+void tl_forward_profile_enable(bool on)
+{
+    memset(&g_prof, 0, sizeof(g_prof));
+    g_prof_on = on;
+}
+
+void tl_forward_profile_get(struct tl_forward_profile *out)
+{
+    *out = g_prof;
+}
+
+const char *tl_forward_phase_name(enum tl_fwd_phase ph)
+{
+    return ph >= 0 && ph < TL_FWD_N_PHASES ? phase_names[ph] : "?";
+}
+
+struct prof_clock {
+    int64_t wall, cpu;
+};
+
+static int64_t clock_ns(clockid_t id)
+{
+    struct timespec ts;
+    clock_gettime(id, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+static void prof_start(struct prof_clock *c)
+{
+    if (!g_prof_on) return;
+    c->wall = clock_ns(CLOCK_MONOTONIC);
+    c->cpu = clock_ns(CLOCK_THREAD_CPUTIME_ID);
+}
+
+// Charges the time since the previous mark to phase ph.
+static void prof_mark(struct prof_clock *c, enum tl_fwd_phase ph)
+{
+    if (!g_prof_on) return;
+    int64_t wall = clock_ns(CLOCK_MONOTONIC), cpu = clock_ns(CLOCK_THREAD_CPUTIME_ID);
+    g_prof.wall_ns[ph] += wall - c->wall;
+    g_prof.cpu_ns[ph] += cpu - c->cpu;
+    c->wall = wall;
+    c->cpu = cpu;
+}
+
 // ---- the pass -----------------------------------------------------------------------------------
 
 static tl_status check_batch(const struct tl_forward *f, const struct tl_batch *b)
@@ -228,6 +284,8 @@ tl_status tl_forward_run(struct tl_forward *f, const struct tl_batch *b,
         return tl__errorf(TL_ERR_INVALID_ARG, "KV pages have %d layers, the model %d", kv->n_layer,
                           hp->n_layer);
     int64_t n = b->n_tok, n_embd = hp->n_embd;
+    struct prof_clock pc;
+    prof_start(&pc);
     for (int64_t t = 0; t < n; t++) {
         const char *row =
             (const char *)m->tok_embd.data + (size_t)b->token[t] * m->tok_embd.row_bytes;
@@ -235,6 +293,7 @@ tl_status tl_forward_run(struct tl_forward *f, const struct tl_batch *b,
         f->queries[t].block_table = b->block_tables[b->seq[t]];
         f->queries[t].n_ctx = (int64_t)b->pos[t] + 1;
     }
+    prof_mark(&pc, TL_FWD_EMBED);
     struct phase_arg pa = {.f = f, .b = b};
     float scale = 1.0f / sqrtf((float)hp->head_dim);
     for (int il = 0; il < hp->n_layer; il++) {
@@ -243,30 +302,44 @@ tl_status tl_forward_run(struct tl_forward *f, const struct tl_batch *b,
         pa.kv = &kv->layers[il];
         pa.norm_w = L->attn_norm, pa.src = f->x, pa.dst = f->xb;
         run_phase(&pa, PHASE_NORM, n);
+        prof_mark(&pc, TL_FWD_NORM);
         // q, k and v (then gate and up) share their input: one fork-join, one activation pass
         const struct tl_weight *qkv_w[] = {&L->wq, &L->wk, &L->wv};
         float *qkv_y[] = {f->q, f->k, f->v};
         tl_matmul_multi(f->pool, 3, qkv_w, f->xb, n, qkv_y, f->work);
+        prof_mark(&pc, TL_FWD_QKV);
         run_phase(&pa, PHASE_QKV_POST, n);
+        prof_mark(&pc, TL_FWD_ROPE_STORE);
         tl_attention(f->pool, pa.kv, f->q, f->queries, n, hp->n_head, scale, f->att, f->work);
+        prof_mark(&pc, TL_FWD_ATTN);
         tl_matmul(f->pool, &L->wo, f->att, n, f->tmp, f->work);
+        prof_mark(&pc, TL_FWD_WO);
         run_phase(&pa, PHASE_RESIDUAL, n);
+        prof_mark(&pc, TL_FWD_RESIDUAL);
 
         pa.norm_w = L->ffn_norm, pa.src = f->x, pa.dst = f->xb;
         run_phase(&pa, PHASE_NORM, n);
+        prof_mark(&pc, TL_FWD_NORM);
         const struct tl_weight *ffn_w[] = {&L->w_gate, &L->w_up};
         float *ffn_y[] = {f->h1, f->h2};
         tl_matmul_multi(f->pool, 2, ffn_w, f->xb, n, ffn_y, f->work);
+        prof_mark(&pc, TL_FWD_GATE_UP);
         run_phase(&pa, PHASE_SWIGLU, n);
+        prof_mark(&pc, TL_FWD_SWIGLU);
         tl_matmul(f->pool, &L->w_down, f->h1, n, f->tmp, f->work);
+        prof_mark(&pc, TL_FWD_DOWN);
         run_phase(&pa, PHASE_RESIDUAL, n);
+        prof_mark(&pc, TL_FWD_RESIDUAL);
     }
+    if (g_prof_on) g_prof.runs++, g_prof.tokens += n, g_prof.outputs += b->n_out;
     if (b->n_out == 0) return TL_OK;
     // Gather the rows to sample from, normalize, project to the vocabulary.
     for (int64_t i = 0; i < b->n_out; i++)
         memcpy(f->tmp + i * n_embd, f->x + (int64_t)b->out_idx[i] * n_embd, n_embd * sizeof(float));
     pa.norm_w = m->output_norm, pa.src = f->tmp, pa.dst = f->xb;
     run_phase(&pa, PHASE_NORM, b->n_out);
+    prof_mark(&pc, TL_FWD_OUT_NORM);
     tl_matmul(f->pool, &m->output, f->xb, b->n_out, logits, f->work);
+    prof_mark(&pc, TL_FWD_OUTPUT);
     return TL_OK;
 }

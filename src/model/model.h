@@ -95,6 +95,36 @@ void tl_forward_destroy(struct tl_forward *f);
 tl_status tl_forward_run(struct tl_forward *f, const struct tl_batch *b,
                          const struct tl_kv_pages *kv, float *logits) TL_WARN_UNUSED;
 
+// ---- step profile (benchmarks) ------------------------------------------------------------------
+
+// Where the time of tl_forward_run goes, phase by phase, summed over every run while profiling
+// is on: wall time, and CPU time of the calling thread (with a one-thread pool that is all the
+// work, and it does not count time the thread spent preempted on a loaded machine).
+enum tl_fwd_phase {
+    TL_FWD_EMBED,      // token embedding lookup
+    TL_FWD_NORM,       // RMSNorm before attention and before the FFN
+    TL_FWD_QKV,        // q/k/v matmuls
+    TL_FWD_ROPE_STORE, // bias, RoPE, K/V store into the paged cache
+    TL_FWD_ATTN,       // attention
+    TL_FWD_WO,         // attention output matmul
+    TL_FWD_RESIDUAL,   // residual adds
+    TL_FWD_GATE_UP,    // gate/up matmuls
+    TL_FWD_SWIGLU,     // SwiGLU
+    TL_FWD_DOWN,       // down matmul
+    TL_FWD_OUT_NORM,   // gather of the output rows + final RMSNorm
+    TL_FWD_OUTPUT,     // vocabulary projection (logits)
+    TL_FWD_N_PHASES
+};
+struct tl_forward_profile {
+    int64_t runs, tokens, outputs;
+    int64_t wall_ns[TL_FWD_N_PHASES], cpu_ns[TL_FWD_N_PHASES];
+};
+// Turns profiling on (counters reset) or off for every tl_forward of the process. Not
+// thread-safe: for benchmarks that run one engine and read the counters between steps.
+void tl_forward_profile_enable(bool on);
+void tl_forward_profile_get(struct tl_forward_profile *out);
+const char *tl_forward_phase_name(enum tl_fwd_phase ph);
+
 // ---- work accounting (work.c) -----------------------------------------------------------------
 
 // What one forward pass over a batch computes and reads, counted from the shapes (work.c has

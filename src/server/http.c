@@ -17,8 +17,8 @@
  * has neither a watcher nor unsent bytes.
  *
  * A body larger than the limit: evhttp checks the declared Content-Length against it before
- * reading the body and answers 413 itself (libevent 2.1 has no hook to answer in our format;
- * its page is HTML and does not reach the handler or the access log). With
+ * reading the body and answers 413 itself, without calling the handler; http_errors.c turns
+ * that HTML page (and libevent's other error pages) into the API's JSON error. With
  * EVHTTP_SERVER_LINGERING_CLOSE it first reads and discards the declared body, as nginx's
  * lingering close does, so a client that sends the whole body before reading (most do) gets
  * the 413 instead of a reset on a socket closed with unread data. A chunked body is counted
@@ -84,6 +84,12 @@ static void seed_ids(struct tl_http *h)
     h->id_state = seed;
 }
 
+void tl_http_new_request_id(struct tl_http *h, char out[33])
+{
+    uint64_t a = tl_splitmix64(&h->id_state), b = tl_splitmix64(&h->id_state);
+    snprintf(out, 33, "%016llx%016llx", (unsigned long long)a, (unsigned long long)b);
+}
+
 // Gives r its id (the client's or a new one) in the X-Request-Id response header, then hands
 // it to the server's handler. splitmix64 is a bijection of its counter, so the first 64 bits
 // of generated ids never repeat within a process; the random seed separates replicas.
@@ -96,8 +102,7 @@ static void on_request(struct evhttp_request *r, void *arg)
         evhttp_add_header(out, "X-Request-Id", given);
     } else {
         char id[33];
-        uint64_t a = tl_splitmix64(&h->id_state), b = tl_splitmix64(&h->id_state);
-        snprintf(id, sizeof(id), "%016llx%016llx", (unsigned long long)a, (unsigned long long)b);
+        tl_http_new_request_id(h, id);
         evhttp_add_header(out, "X-Request-Id", id);
     }
     h->handler(r, h->handler_arg);
@@ -143,6 +148,7 @@ tl_status tl_http_open(struct tl_http *h, struct event_base *base, const struct 
                                            EVHTTP_REQ_PUT | EVHTTP_REQ_DELETE | EVHTTP_REQ_OPTIONS |
                                            EVHTTP_REQ_PATCH);
     evhttp_set_gencb(h->evh, on_request, h);
+    evhttp_set_bevcb(h->evh, tl_http_new_bufferevent, h); // libevent's errors as JSON
     h->listener = evhttp_bind_socket_with_handle(h->evh, c->host, (ev_uint16_t)c->port);
     if (!h->listener) {
         int e = errno;
@@ -305,7 +311,7 @@ int tl_http_unflushed(struct tl_http *h)
 
 // ---- replies ---------------------------------------------------------------------------------
 
-static const char *reason_phrase(int status)
+const char *tl_http_reason_phrase(int status)
 {
     switch (status) {
     case 200:
@@ -324,6 +330,8 @@ static const char *reason_phrase(int status)
         return "Too Many Requests";
     case 500:
         return "Internal Server Error";
+    case 501:
+        return "Not Implemented";
     case 503:
         return "Service Unavailable";
     default:
@@ -412,7 +420,7 @@ void tl_http_send_text(struct tl_http *h, struct evhttp_request *r, int status,
         evhttp_add_header(hdr, "Content-Length", cl);
     }
     struct evhttp_connection *conn = evhttp_request_get_connection(r);
-    evhttp_send_reply(r, status, reason_phrase(status), b); // frees an orphaned r
+    evhttp_send_reply(r, status, tl_http_reason_phrase(status), b); // frees an orphaned r
     if (b) evbuffer_free(b);
     track_flush(h, conn);
     tl_metrics_count_http(h->metrics, status);

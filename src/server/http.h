@@ -74,6 +74,14 @@ void tl_http_close(struct tl_http *h);
 
 // ---- replies (each counts its status in h->metrics) -------------------------------------------
 
+// 32 fresh random hex digits (a generated request id) into out.
+void tl_http_new_request_id(struct tl_http *h, char out[33]);
+// The bufferevent of a new connection (evhttp_set_bevcb; arg = the struct tl_http): it turns
+// libevent's own HTML error pages (413 body too large, 400 malformed request, ...) into the
+// API's JSON error with an X-Request-Id, counted and logged (http_errors.c).
+struct bufferevent *tl_http_new_bufferevent(struct event_base *base, void *arg);
+// "Payload Too Large" for 413, etc. ("Error" for a status without a phrase here).
+const char *tl_http_reason_phrase(int status);
 // The request's id (see above; "" for a request that never reached the handler).
 const char *tl_http_request_id(struct evhttp_request *r);
 // Writes the access-log line of r (call before the reply that may free r).

@@ -3,8 +3,10 @@
 
 #include "core/error.h"
 #include "engine/sampler.h"
+#include "kernels/kernels.h"
 
 #include <math.h>
+#include <stdlib.h>
 
 static struct tl_sampling params(float temp)
 {
@@ -352,10 +354,107 @@ static void test_logit_bias(void **state)
     assert_int_equal(tl_sampling_validate(&p), TL_ERR_INVALID_ARG);
 }
 
+// ---- the draw against a sequential reference --------------------------------------------------
+
+enum { REF_V = 1037 }; // not a multiple of the sampler's 64-id blocks nor of its 4-wide passes
+static float ref_v[REF_V];
+
+static int cmp_rank(const void *a, const void *b)
+{
+    int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+    if (ref_v[x] != ref_v[y]) return ref_v[x] > ref_v[y] ? -1 : 1;
+    return (x > y) - (x < y);
+}
+
+// The sampler's draw written the plain way: the kept tokens in the sampler's order (whole bins
+// of 1/32 nat in id order, then the top-k cut bin's members in rank order), one sequential sum,
+// the first token whose running sum passes u * total. No top-p (its cut is rounding-sensitive).
+static int32_t ref_draw(const float *logits, const struct tl_sampling *p, double u)
+{
+    static float prob[REF_V];
+    static int32_t bin[REF_V], order[REF_V], rank[REF_V];
+    float inv_t = 1.0f / p->temperature, cmax = -INFINITY;
+    for (int i = 0; i < REF_V; i++) {
+        ref_v[i] = logits[i] * inv_t;
+        cmax = ref_v[i] > cmax ? ref_v[i] : cmax;
+    }
+    tl_exp_sub(ref_v, cmax, prob, REF_V);
+    for (int i = 0; i < REF_V; i++) {
+        float d = cmax - ref_v[i];
+        bin[i] = d < 32.0f ? (int32_t)(d * 32) : 1023;
+        rank[i] = i;
+    }
+    int n = 0;
+    if (p->top_k > 0 && p->top_k < REF_V) {
+        qsort(rank, REF_V, sizeof(rank[0]), cmp_rank);
+        int32_t cb = bin[rank[p->top_k - 1]];
+        for (int i = 0; i < REF_V; i++)
+            if (bin[i] < cb) order[n++] = i;
+        for (int j = 0; j < p->top_k; j++)
+            if (bin[rank[j]] == cb) order[n++] = rank[j];
+    } else {
+        for (int i = 0; i < REF_V; i++)
+            order[n++] = i;
+    }
+    double total = 0, acc = 0;
+    int32_t last = -1;
+    for (int j = 0; j < n; j++)
+        if (prob[order[j]] >= p->min_p && prob[order[j]] > 0) total += (double)prob[order[j]];
+    u *= total;
+    for (int j = 0; j < n; j++) {
+        float pr = prob[order[j]];
+        if (!(pr >= p->min_p && pr > 0)) continue;
+        acc += (double)pr;
+        last = order[j];
+        if (u < acc) return order[j];
+    }
+    return last;
+}
+
+static void test_draw_matches_sequential_reference(void **state)
+{
+    (void)state;
+    static float logits[REF_V];
+    struct tl_sampler *s = tl_sampler_create(REF_V);
+    assert_non_null(s);
+    const struct {
+        float temp, min_p;
+        int32_t top_k;
+    } cases[] = {{1.0f, 0, 0}, {0.8f, 0.05f, 0}, {0.7f, 0, 40}, {1.3f, 0.01f, 300}, {2.0f, 0, 1036}};
+    uint64_t x = 12345;
+    int n_checked = 0, seen_high = 0;
+    for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
+        struct tl_sampling p = params(cases[c].temp);
+        p.min_p = cases[c].min_p;
+        p.top_k = cases[c].top_k;
+        struct tl_rng r;
+        tl_rng_seed(&r, 99 + c);
+        for (int it = 0; it < 60; it++) {
+            float spread = it % 3 == 0 ? 1.0f : it % 3 == 1 ? 4.0f : 12.0f;
+            for (int i = 0; i < REF_V; i++) {
+                x = x * 6364136223846793005ull + 1442695040888963407ull;
+                logits[i] = spread * ((float)(x >> 40) / 16777216.0f - 0.5f);
+            }
+            struct tl_rng copy = r;
+            double u = tl_rng_uniform(&copy);
+            struct tl_sample_result res;
+            tl_sampler_sample(s, logits, &p, NULL, 0, 0, &r, &res);
+            assert_int_equal(res.token, ref_draw(logits, &p, u));
+            assert_memory_equal(&r, &copy, sizeof(r)); // one draw consumed
+            seen_high += res.token >= 1024; // the last, partial block is reachable
+            n_checked++;
+        }
+    }
+    assert_int_equal(n_checked, 300);
+    assert_true(seen_high > 0);
+    tl_sampler_destroy(s);
+}
+
 TL_TEST_MAIN(cmocka_unit_test(test_rng_vectors), cmocka_unit_test(test_greedy_ties_and_no_draw),
              cmocka_unit_test(test_logprobs_match_scalar_log_softmax),
              cmocka_unit_test(test_distribution_temperature_topk_topp_minp),
              cmocka_unit_test(test_topp_wide_vocabulary), cmocka_unit_test(test_penalties),
              cmocka_unit_test(test_same_seed_same_tokens),
              cmocka_unit_test(test_nan_and_inf_logits), cmocka_unit_test(test_validate),
-             cmocka_unit_test(test_logit_bias))
+             cmocka_unit_test(test_logit_bias),
+             cmocka_unit_test(test_draw_matches_sequential_reference))

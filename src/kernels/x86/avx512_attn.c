@@ -261,7 +261,10 @@ void tl__avx512_attn_head(const struct tl_kv_layer *kv, const int32_t *block_tab
 #endif
 // (token, head) pairs per call, and their accumulators
 enum { AK_MAX_PAIRS = 256, AK_ACC_FLOATS = 8192 };
-enum { AK_PF_MIN_CTX = 1024 }; // contexts from which K/V rows are prefetched a chunk ahead
+#ifndef TL_AVX512_AKPF_MIN
+#define TL_AVX512_AKPF_MIN 1024
+#endif
+enum { AK_PF_MIN_CTX = TL_AVX512_AKPF_MIN }; // contexts from which K/V rows are prefetched ahead
 
 static ALWAYS_INLINE void attn_kv_t(const struct tl_kv_layer *kv, const int32_t *table,
                                     int64_t n_ctx0, int n_q, int kvh0, int n_kvh, int group,
@@ -538,7 +541,9 @@ void tl__avx512_quantize_q8_0(const float *src, struct tl_block_q8_0 *dst, int64
             t = _mm512_max_ps(_mm512_min_ps(t, hi), lo);
             __mmask16 ord = _mm512_cmp_ps_mask(v, v, _CMP_ORD_Q);
             __m512i qi = _mm512_maskz_cvtps_epi32(ord, t);
-            _mm_storeu_si128((__m128i *)(dst[b].qs + 16 * h), _mm512_cvtepi32_epi8(qi));
+            __m128i q8 = _mm512_cvtepi32_epi8(qi);
+            __asm__("" : "+v"(q8)); // narrow in a register, then store (see f32_to_f16)
+            _mm_storeu_si128((__m128i *)(dst[b].qs + 16 * h), q8);
         }
     }
 }

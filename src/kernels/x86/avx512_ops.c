@@ -112,13 +112,23 @@ static void softmax(float *x, int64_t n)
 // ---- conversions ------------------------------------------------------------------------------
 
 // F16C rounds to nearest even like tl_f32_to_fp16 (the tests compare them over all inputs).
+// The KV store's conversion: its rows go to memory that is usually not in any cache. Converting
+// into a register and storing it whole (a masked store only for the tail) measured ~2x faster
+// per cold 1.5 KiB row on AMD Zen 4 than what the compiler makes of a masked store of the
+// conversion (vcvtps2ph straight to memory under a mask); the empty asm keeps them apart.
 static void f32_to_f16(const float *src, uint16_t *dst, int64_t n)
 {
-    for (int64_t i = 0; i < n; i += 16) {
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        __m256i h = _mm512_cvtps_ph(_mm512_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT);
+        __asm__("" : "+v"(h));
+        _mm256_storeu_si256((__m256i *)(dst + i), h);
+    }
+    if (i < n) {
         __mmask16 m = tail_mask16(n - i);
-        _mm256_mask_storeu_epi16(
-            dst + i, m,
-            _mm512_cvtps_ph(_mm512_maskz_loadu_ps(m, src + i), _MM_FROUND_TO_NEAREST_INT));
+        __m256i h = _mm512_cvtps_ph(_mm512_maskz_loadu_ps(m, src + i), _MM_FROUND_TO_NEAREST_INT);
+        __asm__("" : "+v"(h));
+        _mm256_mask_storeu_epi16(dst + i, m, h);
     }
 }
 
