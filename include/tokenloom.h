@@ -115,6 +115,12 @@ struct tl_engine_config {
     bool prefix_caching;         // reuse computed prompt blocks (default true)
     int32_t n_threads;           // compute threads; 0 = online CPUs
     int32_t max_waiting;         // most waiting (not yet running) requests; 0 = unlimited
+    // Prefill tokens at most in a step that also decodes (keeps steps, so inter-token latency
+    // and the wait of new arrivals, short); 0 = default; >= max_tokens_per_step: no cap.
+    int32_t max_prefill_tokens_decoding;
+    // ... unless more prompt tokens than this wait for prefill (a burst of arrivals): then the
+    // whole budget goes to prefill, which drains it fastest; 0 = default; -1 = never.
+    int32_t prefill_backlog_tokens;
 };
 void tl_engine_config_default(struct tl_engine_config *c);
 

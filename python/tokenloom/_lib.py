@@ -88,6 +88,8 @@ class EngineConfig(ctypes.Structure):
         ("prefix_caching", ctypes.c_bool),
         ("n_threads", ctypes.c_int32),
         ("max_waiting", ctypes.c_int32),
+        ("max_prefill_tokens_decoding", ctypes.c_int32),
+        ("prefill_backlog_tokens", ctypes.c_int32),
         ("_reserved", ctypes.c_char * _RESERVED),
     ]
 

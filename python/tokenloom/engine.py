@@ -21,7 +21,8 @@ _KV_TYPES = {"f32": 0, "f16": 1, "q8_0": 2}
 _FINISH = {0: None, 1: "stop", 2: "length", 3: "cancelled", 4: "deadline", 5: "error"}
 _CONFIG_KEYS = (
     "max_tokens_per_step", "max_seq_len", "kv_block_size", "kv_blocks", "kv_bytes", "kv_type",
-    "prefix_caching", "n_threads", "max_waiting",
+    "prefix_caching", "n_threads", "max_waiting", "max_prefill_tokens_decoding",
+    "prefill_backlog_tokens",
 )
 
 
@@ -71,7 +72,8 @@ def _check_float(name, v, lo, hi):
 class Engine:
     """Engine(model, max_batch_size=64, **engine_config): engine_config keys are the fields of
     struct tl_engine_config (max_tokens_per_step, max_seq_len, kv_block_size, kv_blocks,
-    kv_bytes, kv_type "f16"/"f32"/"q8_0", prefix_caching, n_threads, max_waiting)."""
+    kv_bytes, kv_type "f16"/"f32"/"q8_0", prefix_caching, n_threads, max_waiting,
+    max_prefill_tokens_decoding, prefill_backlog_tokens)."""
 
     def __init__(self, model, max_batch_size=None, **engine_config):
         self._handle = None

@@ -23,6 +23,8 @@ static const char *const *const max_batch_names =
     NAMES("--max-batch-size", "--max-num-seqs", "-np", "--parallel");
 static const char *const *const step_names =
     NAMES("--max-tokens-per-step", "--max-num-batched-tokens", "-b", "--batch-size");
+static const char *const *const prefill_decoding_names = NAMES("--max-prefill-tokens-decoding");
+static const char *const *const prefill_backlog_names = NAMES("--prefill-backlog-tokens");
 static const char *const *const seq_len_names =
     NAMES("--max-seq-len", "--max-model-len", "-c", "--ctx-size");
 static const char *const *const block_names = NAMES("--kv-block-size", "--block-size");
@@ -40,6 +42,8 @@ const char *const tl_cli_engine_flag_names[] = {"--max-batch-size",
                                                 "--max-num-batched-tokens",
                                                 "-b",
                                                 "--batch-size",
+                                                "--max-prefill-tokens-decoding",
+                                                "--prefill-backlog-tokens",
                                                 "--max-seq-len",
                                                 "--max-model-len",
                                                 "-c",
@@ -175,6 +179,16 @@ int tl_cli_engine_flag(const char *cmd, struct tl_engine_config *c, int argc, ch
         c->max_tokens_per_step = (int32_t)v;
         return 1;
     }
+    if ((m = tl_cli_flag(cmd, prefill_decoding_names, argc, argv, i, &val)) != 0) {
+        if (m < 0 || tl_cli_int(cmd, a, val, 1, 1 << 20, &v)) return -1;
+        c->max_prefill_tokens_decoding = (int32_t)v;
+        return 1;
+    }
+    if ((m = tl_cli_flag(cmd, prefill_backlog_names, argc, argv, i, &val)) != 0) {
+        if (m < 0 || tl_cli_int(cmd, a, val, 0, 1 << 30, &v)) return -1;
+        c->prefill_backlog_tokens = v ? (int32_t)v : -1; // 0 = never
+        return 1;
+    }
     if ((m = tl_cli_flag(cmd, seq_len_names, argc, argv, i, &val)) != 0) {
         if (m < 0 || tl_cli_int(cmd, a, val, 0, 1 << 24, &v)) return -1;
         c->max_seq_len = (int32_t)v;
@@ -239,6 +253,12 @@ void tl_cli_engine_flags_help(FILE *f)
             "  --max-tokens-per-step N  token budget per step, decodes + prefill chunks\n"
             "                           (default 512) [--max-num-batched-tokens, -b, "
             "--batch-size]\n"
+            "  --max-prefill-tokens-decoding N  prefill tokens at most in a step that also\n"
+            "                           decodes: short steps keep inter-token latency and the\n"
+            "                           wait of new arrivals low (default 160)\n"
+            "  --prefill-backlog-tokens N  with more than N prompt tokens waiting, a step gives\n"
+            "                           prefill the whole budget anyway (drains bursts\n"
+            "                           faster; 0 = never, the default)\n"
             "  --max-seq-len N          prompt + generated tokens per sequence (default: model\n"
             "                           context) [--max-model-len, -c, --ctx-size]\n"
             "  --kv-block-size N        positions per KV block (default 16) [--block-size]\n"

@@ -7,6 +7,9 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#if defined(__linux__)
+#include <sys/mman.h>
+#endif
 
 static atomic_long fail_countdown = 0;
 
@@ -64,6 +67,23 @@ void *tl_aligned_alloc(size_t size)
     if (injected_failure()) return NULL;
     void *p = NULL;
     if (posix_memalign(&p, 64, size ? size : 64)) return NULL;
+    return p;
+}
+
+// Pages of 4 KiB cost a TLB miss every 4 KiB of a walk over hundreds of MB, and in a VM a miss
+// is a two-level page walk: measured on the 110M model at 64 sequences (2-vCPU Zen 4 VM), the
+// decode step's KV store (2.4 MB of rows written to scattered blocks) fell from 12-20 to 3.3 ms
+// of CPU with huge pages.
+void *tl_aligned_alloc_large(size_t size)
+{
+    const size_t huge = (size_t)2 << 20;
+    if (size < 2 * huge) return tl_aligned_alloc(size);
+    if (injected_failure()) return NULL;
+    void *p = NULL;
+    if (posix_memalign(&p, huge, size)) return NULL;
+#if defined(MADV_HUGEPAGE)
+    (void)madvise(p, size & ~(huge - 1), MADV_HUGEPAGE); // whole huge pages; advice only
+#endif
     return p;
 }
 

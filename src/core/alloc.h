@@ -32,6 +32,11 @@ char *tl_strndup(const char *s, size_t n);
 // 64-byte aligned allocation (SIMD loads, no false sharing). Free with tl_aligned_free.
 void *tl_aligned_alloc(size_t size);
 void tl_aligned_free(void *p);
+// As tl_aligned_alloc, for big arrays streamed every step (the KV pool, packed weights): from
+// 4 MiB on, aligned to 2 MiB and advised as transparent huge pages (MADV_HUGEPAGE; Linux's
+// default THP mode is "madvise", so without the advice they get 4 KiB pages). Free with
+// tl_aligned_free.
+void *tl_aligned_alloc_large(size_t size);
 
 // Test hook: the nth allocation from now (1 = the next one) fails; 0 disables.
 void tl_alloc_fail_after(long n);

@@ -50,6 +50,8 @@ void tl_engine_config_default(struct tl_engine_config *c)
     memset(c, 0, sizeof(*c));
     c->max_batch_size = 64;
     c->max_tokens_per_step = 512;
+    c->max_prefill_tokens_decoding = 160;
+    c->prefill_backlog_tokens = -1;
     c->max_seq_len = 0;
     c->kv_block_size = 16;
     c->kv_type = TL_KV_F16;
@@ -116,6 +118,9 @@ static tl_status resolve_config(const struct tl_engine_backend *be, struct tl_en
     tl_engine_config_default(&d);
     if (c->max_batch_size == 0) c->max_batch_size = d.max_batch_size;
     if (c->max_tokens_per_step == 0) c->max_tokens_per_step = d.max_tokens_per_step;
+    if (c->max_prefill_tokens_decoding == 0)
+        c->max_prefill_tokens_decoding = d.max_prefill_tokens_decoding;
+    if (c->prefill_backlog_tokens == 0) c->prefill_backlog_tokens = d.prefill_backlog_tokens;
     if (c->kv_block_size == 0) c->kv_block_size = d.kv_block_size;
     if (c->max_seq_len == 0) c->max_seq_len = be->n_ctx;
     if (c->max_batch_size < 1 || c->max_batch_size > (1 << 16))
@@ -124,6 +129,13 @@ static tl_status resolve_config(const struct tl_engine_backend *be, struct tl_en
     if (c->max_tokens_per_step < 1 || c->max_tokens_per_step > (1 << 20))
         return tl__errorf(TL_ERR_INVALID_ARG, "max_tokens_per_step %d is not in [1, 1048576]",
                           c->max_tokens_per_step);
+    if (c->max_prefill_tokens_decoding < 1)
+        return tl__errorf(TL_ERR_INVALID_ARG, "max_prefill_tokens_decoding %d is not positive",
+                          c->max_prefill_tokens_decoding);
+    if (c->prefill_backlog_tokens < -1)
+        return tl__errorf(TL_ERR_INVALID_ARG,
+                          "prefill_backlog_tokens %d is not -1 (never) or positive",
+                          c->prefill_backlog_tokens);
     if (c->kv_block_size < 1 || c->kv_block_size > 4096)
         return tl__errorf(TL_ERR_INVALID_ARG, "kv_block_size %d is not in [1, 4096]",
                           c->kv_block_size);

@@ -53,7 +53,7 @@ struct tl_kv_cache {
     int32_t lru_head, lru_tail; // least / most recently used cached block, -1 when none
     int32_t *buckets;           // owned, (bucket_mask + 1), -1 = empty
     uint64_t bucket_mask;
-    void *mem;                  // owned (tl_aligned_alloc): all K/V memory
+    void *mem;                  // owned (tl_aligned_alloc_large): all K/V memory
     struct tl_kv_layer *layers; // owned, (n_layer); k/v point into mem
     struct tl_kv_pages pages;
 };
@@ -121,7 +121,7 @@ struct tl_kv_cache *tl_kv_cache_create(const struct tl_kv_cache_config *c)
     kv->n_free = c->n_blocks;
 
     if (c->n_layer > 0) {
-        kv->mem = tl_aligned_alloc(total);
+        kv->mem = tl_aligned_alloc_large(total); // huge pages: a step walks hundreds of MB
         kv->layers = tl_calloc_array((size_t)c->n_layer, sizeof(*kv->layers));
         if (!kv->mem || !kv->layers) {
             tl__errorf(TL_ERR_NOMEM, "kv cache: cannot allocate %.1f MiB for %lld blocks",

@@ -11,7 +11,10 @@
  *   2. Prefill chunks of running sequences still computing their prompt, best first, as much
  *      of the remaining prompt as the budget allows (chunked prefill). Short of blocks, such a
  *      sequence may preempt worse sequences not yet scheduled this step; else its chunk shrinks
- *      to the blocks it can get.
+ *      to the blocks it can get. In a step that decodes, passes 2 and 3 share at most
+ *      max_prefill_tokens_decoding tokens (every decode waits for the step's prefill), unless
+ *      more than prefill_backlog_tokens prompt tokens wait (docs/internals/engine.md,
+ *      "Serving latency").
  *   3. Admission: waiting sequences in (priority, arrival) order while a slot and budget remain.
  *      Full prompt blocks already in the prefix cache are taken by reference (never the block
  *      holding the last token, so at least one token is computed and there are logits to
@@ -198,6 +201,20 @@ static int32_t take_cached_prefix(tl_engine *e, struct tl_seq *s, int32_t *n_loo
     return j;
 }
 
+// True when more than limit prompt tokens (limit >= 0) wait for prefill, in running and waiting
+// sequences together.
+static bool prefill_backlog_over(const tl_engine *e, int64_t limit)
+{
+    if (limit < 0) return false;
+    int64_t n = 0;
+    for (int64_t i = 0; i < e->n_running && n <= limit; i++)
+        if (e->running[i]->n_computed < e->running[i]->n_tokens - 1)
+            n += e->running[i]->n_tokens - e->running[i]->n_computed;
+    for (size_t i = 0; i < e->n_waiting && n <= limit; i++)
+        n += e->waiting[i]->n_tokens - e->waiting[i]->n_computed;
+    return n > limit;
+}
+
 static void schedule(tl_engine *e, struct tl_seq *s, int64_t n)
 {
     s->sched_n = n;
@@ -210,6 +227,7 @@ void tl__sched_plan(tl_engine *e)
 {
     int64_t budget = e->cfg.max_tokens_per_step, plp_budget = e->plp.max_rows;
     const int64_t preempted_before = e->stats.preemptions_total;
+    int64_t n_decoding = 0;
     for (int64_t i = 0; i < e->n_running; i++) {
         e->running[i]->sched_n = 0;
         e->running[i]->out_row = -1;
@@ -223,7 +241,12 @@ void tl__sched_plan(tl_engine *e)
         if (!grow_blocks(e, s, s->n_computed + 1, i)) break; // it preempted itself: all done
         schedule(e, s, 1);
         budget--;
+        n_decoding++;
     }
+    // While sequences decode, every one of them waits for the step's prefill: cap it.
+    if (n_decoding > 0 && budget > e->cfg.max_prefill_tokens_decoding &&
+        !prefill_backlog_over(e, e->cfg.prefill_backlog_tokens))
+        budget = e->cfg.max_prefill_tokens_decoding;
 
     // 2. Prefill chunks of admitted sequences.
     for (int64_t i = 0; i < e->n_running && budget > 0; i++) {

@@ -267,7 +267,7 @@ tl_status tl_weight_prepare(struct tl_weight *w, void **owned)
                                              : tl__pk_group_bytes(w->type, w->n_in);
     if (!tl_mul_size((size_t)n_grp, gbytes, &bytes))
         return tl__errorf(TL_ERR_NOMEM, "packed weight size overflows");
-    uint8_t *buf = tl_aligned_alloc(bytes);
+    uint8_t *buf = tl_aligned_alloc_large(bytes); // huge pages when big: read every step
     if (!buf)
         return tl__errorf(TL_ERR_NOMEM, "out of memory packing a %lld x %lld weight",
                           (long long)w->n_out, (long long)w->n_in);

@@ -24,7 +24,7 @@ notok() { n=$((n + 1)); echo "not ok $n - $1"; shift; for l in "$@"; do echo "# 
 check() { name=$1; shift; if "$@"; then ok "$name"; else notok "$name"; fi; }
 lines() { wc -l <"$1" | tr -d ' '; }
 
-echo "1..49"
+echo "1..50"
 export TOKENLOOM_LOG=info
 echo '{"prompt": "Once", "max_tokens": 2, "temperature": 0}' >"$d/in.jsonl"
 
@@ -104,6 +104,9 @@ usage_error "--max-body-bytes range prints whole numbers" "\[1, 1099511627776\]$
     serve -m "$MODEL" --max-body-bytes 0
 usage_error "--max-num-seqs range prints whole numbers" "--max-num-seqs: '0' is not an integer in \[1, 65536\]$" \
     serve -m "$MODEL" --max-num-seqs 0
+usage_error "--max-prefill-tokens-decoding 0 is refused, naming the flag" \
+    "--max-prefill-tokens-decoding: '0' is not an integer in \[1, 1048576\]$" \
+    serve -m "$MODEL" --max-prefill-tokens-decoding 0 --port 0
 usage_error "generate --seed-free range prints whole numbers" "\[1, 2147483647\]$" \
     generate -m "$MODEL" -p x -n 0
 

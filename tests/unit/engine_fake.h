@@ -27,7 +27,7 @@ struct fake_model {
     int32_t n_vocab;
     float eos_bias;  // added to token 0's logit (negative: long generations)
     int64_t max_tok; // from prepare
-    int64_t n_forward, n_tokens_total, max_batch_tok;
+    int64_t n_forward, n_tokens_total, max_batch_tok, last_batch_tok;
     int64_t fail_at; // forward call number that fails (0 = never)
     int64_t violations;
     char violation[256];
@@ -68,6 +68,7 @@ static inline tl_status fake_forward(void *ctx, const struct tl_batch *b, const 
         return tl__errorf(TL_ERR_NOMEM, "fake forward failure");
     if (b->n_tok < 1 || b->n_tok > f->max_tok) fake_violation(f, "batch size out of range");
     if (b->n_tok > f->max_batch_tok) f->max_batch_tok = b->n_tok;
+    f->last_batch_tok = b->n_tok;
     f->n_tokens_total += b->n_tok;
     const struct tl_kv_layer *L = &kv->layers[0];
     int64_t o = 0;

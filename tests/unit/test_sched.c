@@ -165,6 +165,33 @@ static void test_determinism_across_chunk_sizes(void **state)
     free(ref);
 }
 
+// The prefill cap while decoding (max_prefill_tokens_decoding) changes only how prompts are
+// chunked, never a request's tokens.
+static void test_determinism_across_prefill_caps(void **state)
+{
+    (void)state;
+    struct collected *ref = reference_run();
+    const int32_t caps[] = {1, 5, 16, 36, 100};
+    for (size_t k = 0; k < sizeof(caps) / sizeof(caps[0]); k++) {
+        struct fake_model f;
+        struct tl_engine_config cfg = config(100, 4096, 8);
+        cfg.max_prefill_tokens_decoding = caps[k];
+        tl_engine *e = fake_engine(&f, &cfg, V, 256);
+        struct collected *c = calloc(8, sizeof(*c));
+        for (int i = 1; i < 8; i++)
+            submit_other(e, &c[i], 0, 100);
+        submit_R(e, &c[0], 0);
+        fake_run(e);
+        assert_int_equal(f.violations, 0);
+        assert_same_tokens(ref, &c[0]);
+        for (int i = 0; i < 8; i++)
+            assert_int_equal(c[i].n_done, 1);
+        tl_engine_destroy(e);
+        free(c);
+    }
+    free(ref);
+}
+
 static void test_determinism_with_prefix_hit(void **state)
 {
     (void)state;
@@ -321,6 +348,74 @@ static void test_chunked_prefill_and_decode_first(void **state)
         assert_int_equal(a[0].token_step[i], a[0].token_step[i - 1] + 1);
     assert_true(f.max_batch_tok <= 8);
     assert_int_equal(a[1].c.done.finish, TL_FINISH_LENGTH);
+    tl_engine_destroy(e);
+    free(a);
+}
+
+static void test_prefill_cap_while_decoding(void **state)
+{
+    (void)state;
+    struct fake_model f;
+    struct tl_engine_config cfg = config(64, 1024, 8);
+    cfg.max_prefill_tokens_decoding = 10;
+    tl_engine *e = fake_engine(&f, &cfg, V, 256);
+    struct stamped *a = calloc(2, sizeof(*a));
+    step_no = 1;
+    submit_stamped(e, &a[0], 50, 60, 0);
+    int64_t n;
+    assert_int_equal(tl_engine_step(e, &n), TL_OK);
+    // Nothing decodes yet: the prompt takes the whole budget, its first token comes at once.
+    assert_int_equal(f.last_batch_tok, 50);
+    assert_int_equal(a[0].c.n_tokens, 1);
+    // B's prompt arrives while A decodes: 10 prompt tokens per step beside A's one token.
+    submit_stamped(e, &a[1], 150, 5, 0);
+    while (a[1].c.n_tokens == 0) {
+        step_no++;
+        assert_int_equal(tl_engine_step(e, &n), TL_OK);
+        if (tl__engine_check(e)) fail_msg("%s", tl_last_error());
+        assert_true(f.last_batch_tok <= 11);
+    }
+    assert_int_equal(a[1].token_step[0], 1 + 15);
+    run_stamped(e);
+    for (int64_t i = 1; i < a[0].c.n_tokens; i++)
+        assert_int_equal(a[0].token_step[i], a[0].token_step[i - 1] + 1);
+    assert_int_equal(a[0].c.done.finish, TL_FINISH_LENGTH);
+    assert_int_equal(a[1].c.done.finish, TL_FINISH_LENGTH);
+    assert_int_equal(f.violations, 0);
+    tl_engine_destroy(e);
+    free(a);
+}
+
+// Above prefill_backlog_tokens waiting prompt tokens, a step that decodes still gives prefill
+// the whole budget; at or below it, the cap applies again.
+static void test_prefill_backlog_lifts_the_cap(void **state)
+{
+    (void)state;
+    struct fake_model f;
+    struct tl_engine_config cfg = config(64, 1024, 8);
+    cfg.max_prefill_tokens_decoding = 10;
+    cfg.prefill_backlog_tokens = 100;
+    tl_engine *e = fake_engine(&f, &cfg, V, 256);
+    struct stamped *a = calloc(2, sizeof(*a));
+    step_no = 1;
+    submit_stamped(e, &a[0], 20, 60, 0);
+    int64_t n;
+    assert_int_equal(tl_engine_step(e, &n), TL_OK);
+    assert_int_equal(a[0].c.n_tokens, 1);
+    submit_stamped(e, &a[1], 150, 5, 0);
+    step_no++;
+    assert_int_equal(tl_engine_step(e, &n), TL_OK);
+    assert_int_equal(f.last_batch_tok, 64); // 150 > 100 waiting: A's decode + 63 of B's prompt
+    while (a[1].c.n_tokens == 0) {
+        step_no++;
+        assert_int_equal(tl_engine_step(e, &n), TL_OK);
+        assert_true(f.last_batch_tok <= 11); // 87 left <= 100: capped at 10 again
+    }
+    assert_int_equal(a[1].token_step[0], 2 + 9); // 87 tokens in 9 steps of at most 10
+    run_stamped(e);
+    assert_int_equal(a[0].c.done.finish, TL_FINISH_LENGTH);
+    assert_int_equal(a[1].c.done.finish, TL_FINISH_LENGTH);
+    assert_int_equal(f.violations, 0);
     tl_engine_destroy(e);
     free(a);
 }
@@ -491,7 +586,11 @@ int main(void)
         cmocka_unit_test(test_determinism_across_chunk_sizes),
         cmocka_unit_test(test_determinism_with_prefix_hit),
         cmocka_unit_test(test_determinism_after_preemption),
+        // after the preemption test: it draws its requests from the shared RNG's state
+        cmocka_unit_test(test_determinism_across_prefill_caps),
         cmocka_unit_test(test_chunked_prefill_and_decode_first),
+        cmocka_unit_test(test_prefill_cap_while_decoding),
+        cmocka_unit_test(test_prefill_backlog_lifts_the_cap),
         cmocka_unit_test(test_priority_and_arrival_order),
         cmocka_unit_test(test_preemption_victims),
         cmocka_unit_test(test_whole_pool_request_finishes),
