@@ -23,6 +23,7 @@
 #include "grpc/grpc_impl.h"
 #include "grpc/grpc_reply.h"
 
+#include "core/clock.h"
 #include "core/error.h"
 
 #include <grpc/support/time.h>
@@ -82,6 +83,7 @@ static void on_engine_event(void *user, const struct tl_event *ev)
     memset(m, 0, sizeof(*m));
     m->req = r;
     m->ev = *ev;
+    m->t_us = tl_time_us();
     char *text = (char *)(m + 1);
     if (len) memcpy(text, ev->text, len);
     text[len] = 0;
@@ -311,6 +313,11 @@ static void on_done(struct tl_grpc_gen_req *r, const struct tl_grpc_msg *m)
 {
     struct tl_grpc_call *c = r->call;
     const struct tl_event *ev = &m->ev;
+    struct tl_grpc_front *g = c->g;
+    pthread_mutex_lock(&g->lat_mu);
+    tl_metrics_observe_done(&g->lat, ev->queue_us, ev->ttft_us, ev->total_us, ev->n_prompt_tokens,
+                            ev->n_generated);
+    pthread_mutex_unlock(&g->lat_mu);
     if (!c->closed && !c->want_status) {
         if (ev->finish == TL_FINISH_ERROR || atomic_load(&r->dropped)) {
             request_error(c, GRPC_STATUS_INTERNAL,
@@ -348,6 +355,12 @@ static void process(struct tl_grpc_front *g, struct tl_grpc_msg *m)
         return;
     }
     struct tl_grpc_call *c = r->call;
+    if (r->t_last_token_us) {
+        pthread_mutex_lock(&g->lat_mu);
+        tl_hist_observe(&g->lat.itl, (double)(m->t_us - r->t_last_token_us) / 1e6);
+        pthread_mutex_unlock(&g->lat_mu);
+    }
+    r->t_last_token_us = m->t_us;
     if (m->ev.text_len && !c->closed && !c->want_status) {
         if (r->stream)
             send_result(r, m->ev.text, m->ev.text_len, false, NULL);

@@ -12,6 +12,7 @@
 #include "grpc/grpc_front.h"
 #include "grpc/grpc_infer.h"
 #include "core/strbuf.h"
+#include "server/metrics.h"
 
 #include <grpc/grpc.h>
 #include <pthread.h>
@@ -52,6 +53,7 @@ struct tl_grpc_msg {
     struct tl_grpc_msg *next;
     struct tl_grpc_gen_req *req;
     struct tl_event ev; // text points into this allocation or to text_heap; no top / error
+    int64_t t_us;       // TOKEN: when the engine delivered it (tl_time_us), for the ITL
     char *text_heap;    // owned: a DONE message's text
     char error[200];
     bool preallocated; // the request's DONE message, freed with the request
@@ -62,8 +64,9 @@ struct tl_grpc_gen_req {
     struct tl_grpc_call *call;
     struct tl_grpc_gen_req *next; // the call's list
     uint64_t engine_id;
-    bool started; // first event seen: no longer counted as queued
-    bool stream;  // deltas as they come (else one response with the whole text)
+    bool started;            // first event seen: no longer counted as queued
+    bool stream;             // deltas as they come (else one response with the whole text)
+    int64_t t_last_token_us; // the previous TOKEN's delivery time (0 = none yet)
     struct tl_grpc_msg *done_msg;
     atomic_bool dropped; // a TOKEN message could not be allocated: ends as an error
     struct tl_sb text;   // the text so far (not streaming)
@@ -110,6 +113,9 @@ struct tl_grpc_front {
     atomic_llong busy;      // calls with work in progress (drain waits for 0)
     atomic_llong counts[TL_GM_COUNT][TL_GRPC_N_CODES]; // finished calls by method and status
     atomic_llong stream_requests;                      // generations started on ModelStreamInfer
+
+    pthread_mutex_t lat_mu; // guards lat: the gRPC thread observes, /metrics (loop thread) adds
+    struct tl_metrics lat;  // TTFT, ITL, e2e, queue time of gRPC generations (same buckets)
 
     pthread_mutex_t mu; // the engine -> gRPC thread queue
     struct tl_grpc_msg *q_head, *q_tail;

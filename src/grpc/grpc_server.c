@@ -492,6 +492,7 @@ static gpr_timespec in_ms(int ms)
 static void *grpc_main(void *arg)
 {
     struct tl_grpc_front *g = arg;
+    pthread_setname_np(pthread_self(), "tl-grpc"); // tells it apart in top -H, perf, /proc
     for (int i = 0; i < N_WAITING; i++)
         request_call(g);
     while (!atomic_load(&g->quit)) {
@@ -548,6 +549,14 @@ static void hook_cancel_all(void *arg)
     atomic_store(&g->cancel_all, true);
 }
 
+static void hook_add_latency(void *arg, struct tl_metrics *m)
+{
+    struct tl_grpc_front *g = arg;
+    pthread_mutex_lock(&g->lat_mu);
+    tl_metrics_add(m, &g->lat);
+    pthread_mutex_unlock(&g->lat_mu);
+}
+
 static void hook_metrics(void *arg, const char *labels, struct tl_sb *out)
 {
     struct tl_grpc_front *g = arg;
@@ -583,6 +592,8 @@ struct tl_grpc_front *tl_grpc_start(struct tl_server *srv, const struct tl_grpc_
     g->srv = srv;
     g->cfg = *c;
     pthread_mutex_init(&g->mu, NULL);
+    pthread_mutex_init(&g->lat_mu, NULL);
+    tl_metrics_init(&g->lat);
     g->rng = (uint64_t)(uintptr_t)g ^ (uint64_t)gpr_now(GPR_CLOCK_REALTIME).tv_nsec ^
              0xD1B54A32D192ED03ull;
     grpc_init();
@@ -614,11 +625,16 @@ struct tl_grpc_front *tl_grpc_start(struct tl_server *srv, const struct tl_grpc_
         grpc_completion_queue_destroy(g->cq);
         grpc_shutdown();
         pthread_mutex_destroy(&g->mu);
+        pthread_mutex_destroy(&g->lat_mu);
         free(g);
         return NULL;
     }
     grpc_server_start(g->server);
-    struct tl_server_front f = {hook_in_flight, hook_cancel_all, hook_metrics, g};
+    struct tl_server_front f = {.in_flight = hook_in_flight,
+                                .cancel_all = hook_cancel_all,
+                                .metrics = hook_metrics,
+                                .add_latency = hook_add_latency,
+                                .arg = g};
     tl_server_set_front(srv, &f);
     if (pthread_create(&g->thread, NULL, grpc_main, g) != 0) {
         tl__errorf(TL_ERR_NOMEM, "grpc: cannot start the gRPC thread");
@@ -628,6 +644,7 @@ struct tl_grpc_front *tl_grpc_start(struct tl_server *srv, const struct tl_grpc_
         tl_server_set_front(srv, &none);
         grpc_shutdown();
         pthread_mutex_destroy(&g->mu);
+        pthread_mutex_destroy(&g->lat_mu);
         free(g);
         return NULL;
     }
@@ -654,5 +671,6 @@ void tl_grpc_stop(struct tl_grpc_front *g)
     }
     grpc_shutdown();
     pthread_mutex_destroy(&g->mu);
+    pthread_mutex_destroy(&g->lat_mu);
     free(g);
 }

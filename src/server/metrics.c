@@ -133,6 +133,30 @@ void tl_metrics_observe_done(struct tl_metrics *m, int64_t queue_us, int64_t ttf
     tl_hist_observe(&m->output_len, (double)n_generated);
 }
 
+static void hist_add(struct tl_hist *d, const struct tl_hist *s)
+{
+    TL_ASSERT(d->n_le == s->n_le);
+    for (int i = 0; i < s->n_le; i++)
+        d->count[i] += s->count[i];
+    d->n_inf += s->n_inf;
+    d->sum += s->sum;
+    d->n += s->n;
+}
+
+void tl_metrics_add(struct tl_metrics *dst, const struct tl_metrics *src)
+{
+    hist_add(&dst->ttft, &src->ttft);
+    hist_add(&dst->itl, &src->itl);
+    hist_add(&dst->e2e, &src->e2e);
+    hist_add(&dst->queue, &src->queue);
+    hist_add(&dst->prompt_len, &src->prompt_len);
+    hist_add(&dst->output_len, &src->output_len);
+    dst->queue_fast += src->queue_fast;
+    for (int i = 0; i <= TL_METRICS_N_CODES; i++)
+        dst->http_by_code[i] += src->http_by_code[i];
+    dst->client_disconnects += src->client_disconnects;
+}
+
 // ---- the window -------------------------------------------------------------------------------
 
 static int64_t hist_total(const int64_t *count)

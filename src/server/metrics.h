@@ -85,6 +85,10 @@ void tl_metrics_count_http(struct tl_metrics *m, int status);
 // Observes one finished engine request (times from its DONE event, in microseconds).
 void tl_metrics_observe_done(struct tl_metrics *m, int64_t queue_us, int64_t ttft_us,
                              int64_t total_us, int64_t n_prompt, int64_t n_generated);
+// Adds src's histograms and request counters into dst (both set up by tl_metrics_init; the
+// window and the model facts stay dst's): another front's observations (gRPC) merged into a
+// copy of the server's (tl_srv_metrics_view).
+void tl_metrics_add(struct tl_metrics *dst, const struct tl_metrics *src);
 
 // The window: whether a new sample is due (a second after the last), and taking one.
 bool tl_metrics_tick_due(const struct tl_metrics *m, int64_t now_us);

@@ -49,7 +49,9 @@ static void h_metrics(struct tl_server *s, struct evhttp_request *r, int64_t t0,
     if (up) s->be->get_stats(s->engine, &es);
     struct tl_sb sb;
     tl_sb_init(&sb);
-    tl_metrics_render(&s->metrics, up ? &es : NULL, tl_time_us(), &sb);
+    struct tl_metrics all; // the server's plus the other front's (gRPC)
+    tl_srv_metrics_view(s, &all);
+    tl_metrics_render(&all, up ? &es : NULL, tl_time_us(), &sb);
     if (s->front.metrics) s->front.metrics(s->front.arg, s->metrics.model_label, &sb);
     if (!tl_sb_ok(&sb)) {
         tl_sb_free(&sb);

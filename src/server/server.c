@@ -181,6 +181,12 @@ bool tl_srv_metrics_sync(struct tl_server *s)
     return true;
 }
 
+void tl_srv_metrics_view(const struct tl_server *s, struct tl_metrics *out)
+{
+    *out = s->metrics;
+    if (s->front.add_latency) s->front.add_latency(s->front.arg, out);
+}
+
 static void *engine_main(void *arg)
 {
     struct tl_server *s = arg;
@@ -321,7 +327,14 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
     if (tl_metrics_tick_due(&s->metrics, now) && tl_srv_metrics_sync(s)) {
         struct tl_engine_stats es;
         s->be->get_stats(s->engine, &es);
-        tl_metrics_tick(&s->metrics, &es, now);
+        // Sampled from the view, so that the window's rates count the gRPC requests too; the
+        // ring itself stays in s->metrics.
+        struct tl_metrics all;
+        tl_srv_metrics_view(s, &all);
+        tl_metrics_tick(&all, &es, now);
+        memcpy(s->metrics.window, all.window, sizeof(all.window));
+        s->metrics.n_window = all.n_window;
+        s->metrics.i_window = all.i_window;
     }
 }
 

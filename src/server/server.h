@@ -88,12 +88,16 @@ void tl_server_destroy(struct tl_server *s);
 // The HTTP server owns the engine and the shutdown. A front registers before tl_server_run;
 // a drain then also waits for its requests, and /metrics appends its counters.
 struct tl_sb;
+struct tl_metrics;
 struct tl_server_front {
     int64_t (*in_flight)(void *arg); // its requests still running; thread-safe
     void (*cancel_all)(void *arg);   // the shutdown timeout passed; must not block
     // Appends Prometheus text, each series labelled with `labels` (`model_name="..."`, to put
     // last inside the braces); must not block.
     void (*metrics)(void *arg, const char *labels, struct tl_sb *out);
+    // Adds its requests' latency histograms and counters into m (a copy of the server's, same
+    // buckets) so /metrics and /stats cover every front; must not block.
+    void (*add_latency)(void *arg, struct tl_metrics *m);
     void *arg;
 };
 void tl_server_set_front(struct tl_server *s, const struct tl_server_front *f);

@@ -88,5 +88,8 @@ struct tl_server {
 // Gives the metrics the model's facts once the engine is up (event-loop thread; cheap, call
 // before reading s->metrics). Returns whether the engine is up (stats can be asked for).
 bool tl_srv_metrics_sync(struct tl_server *s);
+// The server's metrics plus the other front's requests (gRPC: its add_latency hook), what
+// /metrics, /stats and the window's samples read (event-loop thread).
+void tl_srv_metrics_view(const struct tl_server *s, struct tl_metrics *out);
 
 #endif

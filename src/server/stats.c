@@ -6,7 +6,8 @@
  *     block size, blocks in the pool, batch limits, context);
  *   - counters and gauges from one tl_engine_stats snapshot (the same call /metrics makes, so a
  *     quiet server gives the same numbers on both endpoints);
- *   - latency histograms (TTFT, ITL, queue, end to end) from the server's own tl_metrics,
+ *   - latency histograms (TTFT, ITL, queue, end to end) from the server's own tl_metrics plus
+ *     the gRPC front's (its add_latency hook, as /metrics),
  *     with their p50/p90/p99 since start estimated as Prometheus's histogram_quantile()
  *     does, and the raw bucket counts, so that the page can take differences between two polls
  *     and estimate the percentiles of the last seconds the same way (a Grafana panel does
@@ -187,7 +188,9 @@ static json_t *utilization_json(struct tl_server *s, const struct tl_engine_stat
                           "forward_seconds", (double)es->forward_us_total / 1e6);
     if (!u) return NULL;
     struct tl_metrics_window w;
-    tl_metrics_window(&s->metrics, es, tl_time_us(), &w);
+    struct tl_metrics all;
+    tl_srv_metrics_view(s, &all);
+    tl_metrics_window(&all, es, tl_time_us(), &w);
     bool ok = true;
     if (w.seconds > 0) {
         put(u, "window_s", json_real(w.seconds), &ok);
@@ -235,12 +238,15 @@ json_t *tl_srv_stats_json(struct tl_server *s)
         put(o, "gauges", gauges_json(&es), &ok);
         put(o, "utilization", utilization_json(s, &es), &ok);
     }
+    // As /metrics: the gRPC front's requests are added to the server's own histograms.
+    struct tl_metrics all;
+    tl_srv_metrics_view(s, &all);
     json_t *lat = json_object();
     if (lat) {
-        put(lat, "ttft", hist_json(&s->metrics.ttft), &ok);
-        put(lat, "itl", hist_json(&s->metrics.itl), &ok);
-        put(lat, "queue", hist_json(&s->metrics.queue), &ok);
-        put(lat, "e2e", hist_json(&s->metrics.e2e), &ok);
+        put(lat, "ttft", hist_json(&all.ttft), &ok);
+        put(lat, "itl", hist_json(&all.itl), &ok);
+        put(lat, "queue", hist_json(&all.queue), &ok);
+        put(lat, "e2e", hist_json(&all.e2e), &ok);
     }
     put(o, "latency", lat, &ok);
     if (!ok) {

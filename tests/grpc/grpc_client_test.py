@@ -303,6 +303,79 @@ def test_concurrent(s, model, refs):
     ok(s.wait_idle(), "after 32 streams: engine idle, KV free")
 
 
+def hist_counts(text):
+    """{histogram name: (count, sum)} of the tokenloom histograms in a /metrics text."""
+    out = {}
+    for name, kind, v in re.findall(r"^tokenloom:(\w+)_(count|sum)(?:\{[^}]*\})? (\S+)$", text, re.M):
+        c, sm = out.get(name, (None, None))
+        out[name] = (float(v), sm) if kind == "count" else (c, float(v))
+    return out
+
+
+def test_latency_metrics(s, model):
+    """gRPC generations are in the latency histograms; the oracle is the responses' counts."""
+    before = hist_counts(s.metrics())
+    stats0 = json.loads(urllib.request.urlopen(f"http://127.0.0.1:{s.http}/stats", timeout=30).read())
+    usage = []
+    for i, p in enumerate(PROMPTS):
+        if i % 2:
+            r = s.stub.ModelInfer(infer_req(model, p, max_tokens=12), timeout=60)
+        else:
+            r = collect_stream(s.stub, [infer_req(model, p, max_tokens=12, stream=True)])[-1]
+            r = r.infer_response
+        usage.append((param(r, "prompt_tokens"), param(r, "completion_tokens")))
+    after = hist_counts(s.metrics())
+    stats1 = json.loads(urllib.request.urlopen(f"http://127.0.0.1:{s.http}/stats", timeout=30).read())
+
+    def delta(name, i):
+        return after[name][i] - before[name][i]
+
+    n = len(PROMPTS)
+    ok(all(delta(h, 0) == n for h in ("e2e_request_latency_seconds", "request_queue_time_seconds",
+                                       "time_to_first_token_seconds")),
+       "gRPC requests counted in the e2e, queue and TTFT histograms",
+       {h: delta(h, 0) for h in after})
+    ok(delta("request_prompt_tokens", 1) == sum(u[0] for u in usage) and
+       delta("request_generation_tokens", 1) == sum(u[1] for u in usage),
+       "prompt / generation token histograms sum the gRPC responses' counts", usage)
+    ok(delta("inter_token_latency_seconds", 0) == sum(u[1] - 1 for u in usage) and
+       delta("inter_token_latency_seconds", 1) > 0,
+       "ITL histogram: one gap per gRPC token after the first",
+       (delta("inter_token_latency_seconds", 0), usage))
+    lat0, lat1 = stats0["latency"], stats1["latency"]
+    ok(all(lat1[k]["count"] - lat0[k]["count"] == n for k in ("ttft", "queue", "e2e")) and
+       lat1["itl"]["count"] - lat0["itl"]["count"] == sum(u[1] - 1 for u in usage),
+       "/stats latencies count the gRPC requests as /metrics does",
+       {k: lat1[k]["count"] - lat0[k]["count"] for k in lat1})
+
+
+def test_stalled_client(s, model, refs):
+    """A gRPC client that stops reading stalls neither front: HTTP and other gRPC calls are
+    served meanwhile (default --max-unsent-bytes, so the stalled call stays open)."""
+    ch = grpc.insecure_channel(f"127.0.0.1:{s.grpc}", options=[
+        ("grpc.http2.bdp_probe", 0), ("grpc.http2.lookahead_bytes", 1024)])
+    stub = rpc.GRPCInferenceServiceStub(ch)
+    gen0 = s.metric("generation_tokens_total")
+    reqs = [infer_req(model, PROMPTS[i % 4], max_tokens=300, stream=True,
+                      extra=[t_bool("ignore_eos", True)]) for i in range(8)]
+    stalled = stub.ModelStreamInfer(iter(reqs), timeout=120)
+    next(stalled)  # one response read, then none
+    end = time.time() + 30
+    while time.time() < end and s.metric("generation_tokens_total") - gen0 < 8 * 300:
+        time.sleep(0.05)
+    made = s.metric("generation_tokens_total") - gen0
+    p = PROMPTS[2]
+    t0 = time.time()
+    h = http_ref(s, model, p)
+    g = text_of(s.stub.ModelInfer(infer_req(model, p), timeout=30))
+    ok(made >= 8 * 300 and h[0] == refs[p][0] and g == refs[p][0] and time.time() - t0 < 30,
+       "a stalled gRPC reader: its requests still generate, HTTP and gRPC calls are served",
+       f"generated {made}, {h[0]!r} / {g!r} vs {refs[p][0]!r}")
+    stalled.cancel()
+    ok(s.wait_idle(), "the stalled call cancelled: KV back to idle")
+    ch.close()
+
+
 def long_req(model, prompt="Once upon a time", n=400, stream=None):
     return infer_req(model, prompt, max_tokens=n, stream=stream, extra=[t_bool("ignore_eos", True)])
 
@@ -562,6 +635,8 @@ def main():
         test_rpcs(s, model)
         test_generation(s, model, refs)
         test_concurrent(s, model, refs)
+        test_latency_metrics(s, model)
+        test_stalled_client(s, model, refs)
         test_http_v2(s, model, refs)
         test_cancel_deadline(s, model)
         test_bad_input(s, model)
