@@ -10,7 +10,10 @@
  * one copy. Each configuration is the best of 5 rounds; single-thread runs are timed in thread
  * CPU time (other processes on a shared machine only make a round slower).
  *
- * Usage: bench_quants [--quick] [--hot] [--isa NAME] [--type NAME] [--threads N] [--shape i]
+ * Weights are prepared as the model prepares them (tl_weight_prepare: Q4_K, Q5_K, Q6_K and Q8_0
+ * repacked into 16-row groups); --raw times the file layout instead.
+ *
+ * Usage: bench_quants [--quick] [--hot] [--raw] [--isa NAME] [--type NAME] [--threads N] [--shape i]
  *                     [--tok N]
  */
 #include "bench_common.h"
@@ -84,6 +87,19 @@ static int check_correctness(struct tl_pool *pool)
             printf("  %-6s %-5s nmse %.2e %s\n", isas[s], tl_dtype_name(types[k]), num / den,
                    ok ? "ok" : "FAIL");
         }
+        if (!tl__kq_packable(types[k])) continue;
+        // the packed layout must give the reference's bits on every ISA
+        void *owned;
+        if (tl_weight_prepare(&w, &owned)) abort();
+        for (int s = 0; s < 3; s++) {
+            if (!tl_kernels_force_isa(isas[s])) continue;
+            tl_matmul(pool, &w, x, n_tok, y, work);
+            int ok = !memcmp(y, ref, sizeof(float) * (size_t)(n_out * n_tok));
+            bad += !ok;
+            printf("  %-6s %-5s packed: %s\n", isas[s], tl_dtype_name(types[k]),
+                   ok ? "bit-identical" : "FAIL (differs from the reference)");
+        }
+        tl_aligned_free(owned);
     }
     free(x), free(y), free(ref);
     tl_aligned_free(data);
@@ -105,13 +121,15 @@ static const int64_t toks[] = {1, 4, 16, 32, 64, 128};
 
 int main(int argc, char **argv)
 {
-    int quick = 0, hot = 0, only_threads = 0, only_shape = -1, only_tok = 0;
+    int quick = 0, hot = 0, raw = 0, only_threads = 0, only_shape = -1, only_tok = 0;
     const char *only_isa = NULL, *only_type = NULL;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--quick"))
             quick = 1;
         else if (!strcmp(argv[i], "--hot"))
             hot = 1;
+        else if (!strcmp(argv[i], "--raw"))
+            raw = 1;
         else if (!strcmp(argv[i], "--isa") && i + 1 < argc)
             only_isa = argv[++i];
         else if (!strcmp(argv[i], "--type") && i + 1 < argc)
@@ -124,7 +142,7 @@ int main(int argc, char **argv)
             only_tok = atoi(argv[++i]);
         else {
             fprintf(stderr,
-                    "usage: %s [--quick] [--hot] [--isa NAME] [--type NAME] [--threads N] "
+                    "usage: %s [--quick] [--hot] [--raw] [--isa NAME] [--type NAME] [--threads N] "
                     "[--shape i] [--tok N]\n",
                     argv[0]);
             return 2;
@@ -150,9 +168,9 @@ int main(int argc, char **argv)
     void *work = tl_aligned_alloc((size_t)max_tok * tl__qa_row_bytes(max_in) * 2);
     for (int64_t i = 0; i < max_tok * max_in; i++)
         x[i] = rnd();
-    printf("\nmatmul (%s weights; GFLOP/s = 2*n_in*n_out*n_tok/s; GB/s = weight bytes/s; "
+    printf("\nmatmul (%s %s weights; GFLOP/s = 2*n_in*n_out*n_tok/s; GB/s = weight bytes/s; "
            "x1 = tokens/s relative to n_tok=1)\n",
-           hot ? "hot" : "cold");
+           hot ? "hot" : "cold", raw ? "file-layout" : "prepared");
     printf("%-6s %-5s %-14s %4s %3s %9s %8s %7s %10s %6s\n", "isa", "type", "shape", "tok", "thr",
            "us/call", "GFLOP/s", "GB/s", "tok/s", "x1");
     for (size_t si = 0; si < sizeof(shapes) / sizeof(shapes[0]); si++) {
@@ -163,11 +181,15 @@ int main(int argc, char **argv)
             if (only_type && strcasecmp(only_type, tl_dtype_name(types[k]))) continue;
             struct tl_weight w;
             make_weight(&w, types[k], sh->n_out, sh->n_in, arena);
-            size_t mbytes = w.row_bytes * (size_t)w.n_out;
+            // as the model loads it (repacked where a packed layout exists) unless --raw
+            void *owned = NULL;
+            if (!raw && tl_weight_prepare(&w, &owned)) abort();
+            size_t mbytes = tl_weight_data_bytes(&w);
             size_t stride = (mbytes + 4095) & ~(size_t)4095;
             int copies = hot ? 1 : (int)(arena_bytes / stride);
-            for (int c = 1; c < copies; c++)
-                memcpy(arena + (size_t)c * stride, arena, mbytes);
+            for (int c = owned ? 0 : 1; c < copies; c++)
+                memcpy(arena + (size_t)c * stride, owned ? owned : (void *)arena, mbytes);
+            tl_aligned_free(owned);
             for (int s = 1; s < 3; s++) {
                 if (only_isa && strcmp(only_isa, isas[s])) continue;
                 if (!tl_kernels_force_isa(isas[s])) continue;

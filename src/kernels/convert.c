@@ -198,6 +198,7 @@ size_t tl_weight_data_bytes(const struct tl_weight *w)
 {
     if (w->layout == TL_WEIGHT_PACKED) {
         int64_t n_grp = (w->n_out + TL__QP_ROWS - 1) / TL__QP_ROWS;
+        if (tl__kq_packable(w->type)) return (size_t)n_grp * tl__kq_group_bytes(w->type, w->n_in);
         return (size_t)n_grp * tl__pk_group_bytes(w->type, w->n_in);
     }
     return w->row_bytes * (size_t)w->n_out;
@@ -248,7 +249,7 @@ static void pack_float(const struct tl_weight *w, uint8_t *dst)
 static bool packable(enum tl_dtype type)
 {
     return type == TL_DTYPE_Q8_0 || type == TL_DTYPE_F32 || type == TL_DTYPE_F16 ||
-           type == TL_DTYPE_BF16;
+           type == TL_DTYPE_BF16 || tl__kq_packable(type); // K-quants: kquant_pack.c
 }
 
 tl_status tl_weight_prepare(struct tl_weight *w, void **owned)
@@ -262,13 +263,17 @@ tl_status tl_weight_prepare(struct tl_weight *w, void **owned)
                           tl_dtype_name(w->type), (long long)w->n_in, (long long)w->n_out);
     int64_t n_grp = (w->n_out + TL__QP_ROWS - 1) / TL__QP_ROWS;
     size_t bytes;
-    if (!tl_mul_size((size_t)n_grp, tl__pk_group_bytes(w->type, w->n_in), &bytes))
+    size_t gbytes = tl__kq_packable(w->type) ? tl__kq_group_bytes(w->type, w->n_in)
+                                             : tl__pk_group_bytes(w->type, w->n_in);
+    if (!tl_mul_size((size_t)n_grp, gbytes, &bytes))
         return tl__errorf(TL_ERR_NOMEM, "packed weight size overflows");
     uint8_t *buf = tl_aligned_alloc_large(bytes); // huge pages when big: read every step
     if (!buf)
         return tl__errorf(TL_ERR_NOMEM, "out of memory packing a %lld x %lld weight",
                           (long long)w->n_out, (long long)w->n_in);
-    if (w->type == TL_DTYPE_Q8_0)
+    if (tl__kq_packable(w->type))
+        tl__kq_pack(w, buf);
+    else if (w->type == TL_DTYPE_Q8_0)
         pack_q8_0(w, buf);
     else
         pack_float(w, buf);

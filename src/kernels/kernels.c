@@ -227,7 +227,13 @@ void tl_matmul_multi(struct tl_pool *pool, int n_w, const struct tl_weight *cons
     TL_ASSERT(n_w >= 1 && n_w <= TL_MATMUL_MULTI_MAX && n_tok >= 0);
     if (n_tok == 0) return;
     const struct tl__kernel_ops *o = ops();
-    bool shared = true;
+    bool shared = true, all_qx = true;
+    for (int i = 0; i < n_w; i++)
+        all_qx = all_qx && tl__qx_supported(w[i]->type);
+    if (all_qx) { // Q4_0..Q6_K: quants.c shares the quantized activations the same way
+        tl__qx_matmul_multi(pool, o, n_w, w, x, n_tok, y, work);
+        return;
+    }
     for (int i = 0; i < n_w; i++) {
         TL_ASSERT(tl_kernels_weight_supported(w[i]->type));
         TL_ASSERT(w[i]->n_in > 0 && w[i]->n_out >= 0 && w[i]->n_in == w[0]->n_in);

@@ -71,7 +71,8 @@ struct tl_weight {
 
 // Repacks a file-layout weight into the layout the matmul kernels read fastest, once at load
 // time: rows interleaved 16 at a time so one vector load holds 16 rows (Q8_0: 4 bytes of each,
-// pre-offset for VNNI; F32/F16/BF16: one column); every ISA variant reads it. On success
+// pre-offset for VNNI; F32/F16/BF16: one column; Q4_K/Q5_K/Q6_K: 4 values of each, nibbles
+// kept packed); every ISA variant reads it. On success
 // *owned is NULL when `w` is left as is (a type without a packed layout, or already packed),
 // else the new 64-byte aligned buffer that w->data now points to: the caller owns it, frees it
 // with tl_aligned_free after the last matmul, and must not read rows through w->data any more.

@@ -1,7 +1,7 @@
 /*
  * The extra weight types (Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K): block formats,
  * scalar dequantization and quantization, the activation quantizer, the scalar reference
- * matmul and the parallel driver that tl_matmul hands these types to.
+ * matmul (its parallel driver: quants_driver.c).
  *
  * Design: one decoder per type, tl__qx_unpack, turns a 128-value superchunk of a row into the
  * common form of quants.h (unsigned quants, per-half D and M, a per-type offset). The
@@ -85,20 +85,6 @@ bool tl__qx_supported(enum tl_dtype type)
 static inline uint32_t load_u32le(const uint8_t *p)
 {
     return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-}
-
-// The 6-bit scale and min of sub-block j (< 8) of a Q4_K/Q5_K super-block: j < 4 in the low 6
-// bits of bytes j and j+4; j >= 4 split as 4 low bits in byte j+4 and 2 high bits in the top
-// of bytes j-4 (scale) and j (min).
-static inline void k4_scale_min(const uint8_t *sc, int j, int *scale, int *min)
-{
-    if (j < 4) {
-        *scale = sc[j] & 63;
-        *min = sc[j + 4] & 63;
-    } else {
-        *scale = (sc[j + 4] & 0xF) | ((sc[j - 4] >> 6) << 4);
-        *min = (sc[j + 4] >> 4) | ((sc[j] >> 6) << 4);
-    }
 }
 
 // The 6-bit scale j (< 16) of a Q3_K super-block, as stored (0..63; the value uses it - 32).
@@ -216,7 +202,7 @@ void tl__qx_unpack(enum tl_dtype type, const void *row, int64_t n_in, int64_t s,
                 q[32 * g + l] = (uint8_t)v;
             }
             int sc, mn;
-            k4_scale_min(scales, 4 * n + g, &sc, &mn);
+            tl__k4_scale_min(scales, 4 * n + g, &sc, &mn);
             c->D[2 * g] = c->D[2 * g + 1] = d * (float)sc;
             c->M[2 * g] = c->M[2 * g + 1] = -(dmin * (float)mn);
         }
@@ -406,7 +392,7 @@ static void quantize_q4k_q5k(enum tl_dtype type, const float *x, void *dst, int6
         float d = tl_fp16_to_f32(hd), dmin = tl_fp16_to_f32(hdmin);
         for (int j = 0; j < 8; j++) {
             int s, m;
-            k4_scale_min(scales, j, &s, &m);
+            tl__k4_scale_min(scales, j, &s, &m);
             float ds = d * (float)s, dm = dmin * (float)m, id = inv(ds);
             for (int i = 0; i < 32; i++)
                 L[32 * j + i] = qround((x[32 * j + i] + dm) * id, 0, levels);
@@ -611,8 +597,37 @@ static float chunk_dot(const struct tl__qx_traits *tr, const struct tl__qx_chunk
     return part;
 }
 
+// Q4_K/Q5_K/Q6_K: block by block with tl__kq_step (the order every packed kernel reproduces).
+static void kq_ref_rows(const struct tl__qx_mm *m, int64_t r0, int64_t r1)
+{
+    const struct tl_weight *w = m->w;
+    const int64_t n_super = w->n_in / 128;
+    struct tl__qx_chunk c;
+    for (int64_t r = r0; r < r1; r++) {
+        const void *row = (const char *)w->data + (size_t)r * w->row_bytes;
+        for (int64_t t = 0; t < m->n_tok; t++)
+            m->y[t * w->n_out + r] = 0.f;
+        for (int64_t s = 0; s < n_super; s++) {
+            tl__qx_unpack(w->type, row, w->n_in, s, &c);
+            for (int64_t t = 0; t < m->n_tok; t++) {
+                const struct tl__qa_chunk *a = m->xa + t * m->xa_stride + s;
+                const struct tl__kq_aux *ax = m->aux + t * m->aux_stride + 4 * s;
+                float y = m->y[t * w->n_out + r];
+                for (int g = 0; g < 4; g++)
+                    y = tl__kq_step(w->type, y, c.q + 32 * g, a->qs + 16 * g, a->qs + 64 + 16 * g,
+                                    c.D[2 * g], c.D[2 * g + 1], c.M[2 * g], ax + g);
+                m->y[t * w->n_out + r] = y;
+            }
+        }
+    }
+}
+
 void tl__qx_ref_matmul_rows(const struct tl__qx_mm *m, int64_t r0, int64_t r1)
 {
+    if (tl__kq_packable(m->w->type)) {
+        kq_ref_rows(m, r0, r1);
+        return;
+    }
     const struct tl_weight *w = m->w;
     const int64_t n = w->n_in, n_super = (n + 127) / 128;
     struct tl__qx_chunk c;
@@ -628,20 +643,6 @@ void tl__qx_ref_matmul_rows(const struct tl__qx_mm *m, int64_t r0, int64_t r1)
     }
 }
 
-static void quantize_acts(const struct tl__qx_ops *q, const float *x, int64_t n_in, int64_t n_tok,
-                          void *work);
-
-void tl__qx_ref_matmul(const struct tl_weight *w, const float *x, int64_t n_tok, float *y,
-                       void *work)
-{
-    const struct tl__qx_traits *tr = tl__qx_traits(w->type);
-    TL_ASSERT(tr && w->n_in % tr->blk == 0);
-    quantize_acts(&tl__qx_ops_scalar, x, w->n_in, n_tok, work);
-    struct tl__qx_mm m = {
-        w, tr, work, (int64_t)(tl__qa_row_bytes(w->n_in) / sizeof(struct tl__qa_chunk)), n_tok, y};
-    tl__qx_ref_matmul_rows(&m, 0, w->n_out);
-}
-
 static int scalar_row_align(enum tl_dtype type)
 {
     (void)type;
@@ -652,80 +653,5 @@ const struct tl__qx_ops tl__qx_ops_scalar = {
     .row_align = scalar_row_align,
     .quantize = tl__qa_quantize_ref,
     .matmul_rows = tl__qx_ref_matmul_rows,
+    .matmul_packed_rows = tl__kq_scalar_packed_rows,
 };
-
-// ---- the parallel driver ----------------------------------------------------------------------
-
-size_t tl__qx_work_bytes(const struct tl_weight *w, int64_t n_tok)
-{
-    if (n_tok <= 0) return 0;
-    return (size_t)n_tok * tl__qa_row_bytes(w->n_in);
-}
-
-static const struct tl__qx_ops *qx_ops_for(const struct tl__kernel_ops *o)
-{
-#if defined(__x86_64__)
-    if (o == &tl__ops_avx512) return &tl__qx_ops_avx512;
-    if (o == &tl__ops_avx2) return &tl__qx_ops_avx2;
-#endif
-    (void)o;
-    return &tl__qx_ops_scalar;
-}
-
-struct qa_job {
-    const struct tl__qx_ops *q;
-    const float *x;
-    int64_t n_in, n_tok;
-    char *xa;
-    size_t stride;
-};
-
-static void qa_worker(void *arg, int ith, int nth)
-{
-    struct qa_job *j = arg;
-    int64_t t0, t1;
-    tl_pool_range(j->n_tok, 1, ith, nth, &t0, &t1);
-    for (int64_t t = t0; t < t1; t++)
-        j->q->quantize(j->x + t * j->n_in, j->n_in, j->xa + (size_t)t * j->stride);
-}
-
-static void quantize_acts(const struct tl__qx_ops *q, const float *x, int64_t n_in, int64_t n_tok,
-                          void *work)
-{
-    struct qa_job j = {q, x, n_in, n_tok, work, tl__qa_row_bytes(n_in)};
-    qa_worker(&j, 0, 1);
-}
-
-struct qx_job {
-    const struct tl__qx_ops *q;
-    struct tl__qx_mm mm;
-    int64_t align;
-};
-
-static void qx_worker(void *arg, int ith, int nth)
-{
-    struct qx_job *j = arg;
-    int64_t r0, r1;
-    tl_pool_range(j->mm.w->n_out, j->align, ith, nth, &r0, &r1);
-    if (r1 > r0) j->q->matmul_rows(&j->mm, r0, r1);
-}
-
-void tl__qx_matmul(struct tl_pool *pool, const struct tl__kernel_ops *o, const struct tl_weight *w,
-                   const float *x, int64_t n_tok, float *y, void *work)
-{
-    const struct tl__qx_traits *tr = tl__qx_traits(w->type);
-    TL_ASSERT(tr && w->n_in % tr->blk == 0 && work && ((uintptr_t)work & 63) == 0);
-    const struct tl__qx_ops *q = qx_ops_for(o);
-    struct qa_job qa = {q, x, w->n_in, n_tok, work, tl__qa_row_bytes(w->n_in)};
-    // A fork-join costs a few microseconds: only worth it for big batches.
-    if (n_tok * w->n_in >= (1 << 16))
-        tl_pool_run(pool, qa_worker, &qa);
-    else
-        qa_worker(&qa, 0, 1);
-    struct qx_job j = {
-        .q = q,
-        .mm = {w, tr, work, (int64_t)(qa.stride / sizeof(struct tl__qa_chunk)), n_tok, y},
-        .align = q->row_align(w->type),
-    };
-    tl_pool_run(pool, qx_worker, &j);
-}

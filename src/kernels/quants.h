@@ -28,6 +28,8 @@
 
 #include "kernels/kernels_impl.h"
 
+#include <math.h>
+
 // ---- block layouts (ggml-common.h) -----------------------------------------------------------
 
 #define TL_QK4 32   // values per block of Q4_0, Q4_1, Q5_0, Q5_1
@@ -136,13 +138,25 @@ void tl__qa_quantize_ref(const float *x, int64_t n, void *dst);
 
 // ---- per-ISA matmul ---------------------------------------------------------------------------
 
+// Per 32-block of a token's quantized activations, what the K-quant kernels (Q4_K, Q5_K, Q6_K,
+// file layout and packed) add to struct tl__qa_chunk: computed from its bytes by one C function
+// (tl__kq_aux_row), so every ISA sees the same values.
+struct tl__kq_aux {
+    float dx;     // the block's activation scale (d of tl__qa_chunk)
+    float dsx;    // dx * (float)(sum of the block's 32 bytes): the minimum's factor
+    int32_t b6lo; // -32 * (sum of bytes 0..15): Q6_K's offset of 32, first half
+    int32_t b6hi; // the same for bytes 16..31
+};
+
 struct tl__qx_mm {
     const struct tl_weight *w;
     const struct tl__qx_traits *tr;
     const struct tl__qa_chunk *xa; // n_tok rows of xa_stride chunks
     int64_t xa_stride;             // chunks per token row
     int64_t n_tok;
-    float *y; // (n_tok, n_out)
+    float *y;                     // (n_tok, n_out)
+    const struct tl__kq_aux *aux; // Q4_K/Q5_K/Q6_K: n_tok rows of aux_stride entries (else NULL)
+    int64_t aux_stride;           // entries per token row (n_in / 32, rounded up to 4)
 };
 
 struct tl__qx_ops {
@@ -152,6 +166,9 @@ struct tl__qx_ops {
     void (*quantize)(const float *x, int64_t n, void *dst);
     // y[t][r] for r in [r0, r1), all tokens.
     void (*matmul_rows)(const struct tl__qx_mm *m, int64_t r0, int64_t r1);
+    // The same for a weight packed by tl__kq_pack (r0 a multiple of TL__KQ_ROWS, and r1 too
+    // unless it is n_out): bit-identical to tl__qx_ref_matmul_rows on the file layout.
+    void (*matmul_packed_rows)(const struct tl__qx_mm *m, int64_t r0, int64_t r1);
 };
 
 extern const struct tl__qx_ops tl__qx_ops_scalar;
@@ -166,6 +183,109 @@ void tl__qx_ref_matmul_rows(const struct tl__qx_mm *m, int64_t r0, int64_t r1);
 void tl__qx_ref_matmul(const struct tl_weight *w, const float *x, int64_t n_tok, float *y,
                        void *work);
 
+// ---- K-quants: the fixed order of the float operations, and the packed layout --------------
+//
+// For Q4_K, Q5_K and Q6_K every ISA and layout computes an output element y[t][r] with exactly
+// the float operations of tl__kq_step, block by block in row order from y = 0 (so the packed
+// kernels, whose SIMD lanes are rows, reproduce the scalar reference bit for bit). The integer
+// sums are exact, so how an ISA computes them does not matter.
+
+// The K-quant 6-bit scale and min of sub-block j (< 8) of a Q4_K/Q5_K super-block: j < 4 in the
+// low 6 bits of bytes j and j+4; j >= 4 split as 4 low bits in byte j+4 and 2 high bits in the
+// top of bytes j-4 (scale) and j (min).
+static inline void tl__k4_scale_min(const uint8_t *sc, int j, int *scale, int *min)
+{
+    if (j < 4) {
+        *scale = sc[j] & 63;
+        *min = sc[j + 4] & 63;
+    } else {
+        *scale = (sc[j + 4] & 0xF) | ((sc[j - 4] >> 6) << 4);
+        *min = (sc[j + 4] >> 4) | ((sc[j] >> 6) << 4);
+    }
+}
+
+// True for the types with a packed layout here (Q4_K, Q5_K, Q6_K).
+static inline bool tl__kq_packable(enum tl_dtype type)
+{
+    return type == TL_DTYPE_Q4_K || type == TL_DTYPE_Q5_K || type == TL_DTYPE_Q6_K;
+}
+
+// One 32-block of one (row, token): q = its 32 unsigned quants (value order), xlo / xhi the
+// activation bytes 0..15 / 16..31, D0 / D1 the scale of the first / second 16 values (Q4_K,
+// Q5_K: equal), M the minimum (-(dmin * m); Q6_K: unused). Q6_K: y += isum_lo * (D0 * dx), then
+// y += isum_hi * (D1 * dx); Q4_K/Q5_K: y += isum * (D0 * dx), then y += M * dsx; each a fused
+// multiply-add. The integer sums are exact and below 2^24, so their conversion is exact too.
+static inline float tl__kq_step(enum tl_dtype type, float y, const uint8_t *q, const int8_t *xlo,
+                                const int8_t *xhi, float D0, float D1, float M,
+                                const struct tl__kq_aux *a)
+{
+    int32_t lo = type == TL_DTYPE_Q6_K ? a->b6lo : 0, hi = type == TL_DTYPE_Q6_K ? a->b6hi : 0;
+    for (int l = 0; l < 16; l++) {
+        lo += q[l] * xlo[l];
+        hi += q[16 + l] * xhi[l];
+    }
+    if (type == TL_DTYPE_Q6_K) {
+        y = fmaf((float)lo, D0 * a->dx, y);
+        return fmaf((float)hi, D1 * a->dx, y);
+    }
+    y = fmaf((float)(lo + hi), D0 * a->dx, y);
+    return fmaf(M, a->dsx, y);
+}
+
+// The aux entries of one quantized activation row of nb32 blocks (n_in / 32).
+void tl__kq_aux_row(const struct tl__qa_chunk *xa, int64_t nb32, struct tl__kq_aux *aux);
+// Entries per aux row (nb32 rounded up to 4, so rows stay 64-byte aligned).
+static inline int64_t tl__kq_aux_stride(int64_t n_in)
+{
+    return (n_in / 32 + 3) & ~(int64_t)3;
+}
+
+// The packed layout (tl_weight_prepare). Rows are taken 16 at a time ("groups", the last one
+// padded with zero rows); a group is stored as its n_in / 256 super-blocks, one record of
+// tl__kq_sb_bytes(type) bytes each (a multiple of 64), so a group streams as one run. In a
+// record, with i = row in the group (0..15), e = 0..3, c = 0..3 (a pair of 32-blocks), k = 0..7
+// (the 4-value step within a 32-block), j = 0..7 (the 32-block), h = 0..15 (Q6_K's 16-value
+// sub-block):
+//   qs[c][k][i][e]    (all)  byte: low nibble = low 4 bits of value 64c + 4k + e of row i
+//                     (32-block 2c), high nibble = those of value 64c + 32 + 4k + e (block 2c+1)
+//   Q4_K/Q5_K: sc[j][i], mn[j][i] the 6-bit scale and min of row i's sub-block j (uint8);
+//              d[i], dmin[i] (f16); Q5_K then qh[j][k]: a 64-bit word whose bit 4i + e is
+//              bit 4 of value 32j + 4k + e of row i
+//   Q6_K: qh[j][p][i][e] byte: bits 2f..2f+1 = bits 4-5 of value 32j + 4(4p + f) + e (p < 2,
+//         f < 4); sc[h][i] (int8); d[i] (f16)
+// So one 64-byte load holds 4 consecutive values of 16 rows and a VNNI vpdpbusd with one
+// broadcast activation dword advances 16 row sums; the lanes are rows, so no horizontal sums.
+#define TL__KQ_ROWS 16
+enum {
+    TL__KQ_QS = 0,     // 2048 bytes
+    TL__KQ4_SC = 2048, // Q4_K/Q5_K: 128 bytes
+    TL__KQ4_MN = 2176, // 128
+    TL__KQ4_D = 2304,  // 32
+    TL__KQ4_DMIN = 2336,
+    TL__KQ5_QH = 2368, // Q5_K: 512
+    TL__KQ6_QH = 2048, // Q6_K: 1024
+    TL__KQ6_SC = 3072, // 256
+    TL__KQ6_D = 3328,  // 32
+};
+static inline size_t tl__kq_sb_bytes(enum tl_dtype type)
+{
+    return type == TL_DTYPE_Q4_K ? 2368 : type == TL_DTYPE_Q5_K ? 2880 : 3392;
+}
+static inline size_t tl__kq_group_bytes(enum tl_dtype type, int64_t n_in)
+{
+    return (size_t)(n_in / 256) * tl__kq_sb_bytes(type);
+}
+// Writes the packed copy of w (file layout, n_in a multiple of 256) to dst
+// ((n_out + 15) / 16 * tl__kq_group_bytes bytes).
+void tl__kq_pack(const struct tl_weight *w, uint8_t *dst);
+// The kernels over the packed layout (the ISAs' matmul_packed_rows): kquant_pack.c,
+// x86/avx2_kquant.c, x86/avx512_kquant.c.
+void tl__kq_scalar_packed_rows(const struct tl__qx_mm *m, int64_t r0, int64_t r1);
+#if defined(__x86_64__)
+void tl__kq_avx2_packed_rows(const struct tl__qx_mm *m, int64_t r0, int64_t r1);
+void tl__kq_avx512_packed_rows(const struct tl__qx_mm *m, int64_t r0, int64_t r1);
+#endif
+
 // ---- hooks used by kernels.c and convert.c ---------------------------------------------------
 
 // True for the types of this file.
@@ -178,5 +298,10 @@ bool tl__qx_quantize_row(enum tl_dtype type, const float *src, void *dst, int64_
 size_t tl__qx_work_bytes(const struct tl_weight *w, int64_t n_tok);
 void tl__qx_matmul(struct tl_pool *pool, const struct tl__kernel_ops *o, const struct tl_weight *w,
                    const float *x, int64_t n_tok, float *y, void *work);
+// tl_matmul_multi for weights that are all of these types (same n_in): the activations are
+// quantized once and the rows of all the weights split over the threads in one fork-join.
+void tl__qx_matmul_multi(struct tl_pool *pool, const struct tl__kernel_ops *o, int n_w,
+                         const struct tl_weight *const *w, const float *x, int64_t n_tok,
+                         float *const *y, void *work);
 
 #endif

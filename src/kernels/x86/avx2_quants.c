@@ -475,4 +475,5 @@ const struct tl__qx_ops tl__qx_ops_avx2 = {
     .row_align = row_align,
     .quantize = quantize,
     .matmul_rows = matmul_rows,
+    .matmul_packed_rows = tl__kq_avx2_packed_rows,
 };

@@ -699,4 +699,5 @@ const struct tl__qx_ops tl__qx_ops_avx512 = {
     .row_align = row_align,
     .quantize = quantize,
     .matmul_rows = matmul_rows,
+    .matmul_packed_rows = tl__kq_avx512_packed_rows,
 };
