@@ -13,6 +13,7 @@
 #include "chat/toolcall.h"
 #include "cli/engine_flags.h"
 #include "core/log.h"
+#include "grammar/grammar.h"
 #include "grpc/grpc_front.h"
 #include "server/chat_template.h"
 #include "server/server.h"
@@ -58,6 +59,8 @@ static void usage(FILE *f)
                "                            bandwidth at start (cached per machine in\n"
                "                            ~/.cache/tokenloom): no utilization gauges\n"
                "  --log-format FMT          text (default) or json: one JSON object per line\n"
+               "  --grammar-compile-ms N    a grammar or schema still compiling after N ms is a\n"
+               "                            400 (default 1000)\n"
                "                            (time, level, msg; access lines add request_id,\n"
                "                            method, path, status, tokens, durations, client)\n"
                "  --grpc-port [N]           also serve the Open Inference Protocol over gRPC\n"
@@ -74,7 +77,7 @@ static const char *const serve_flag_names[] = {
     "--chat-template", "--chat-template-file", "--jinja", "--tool-call-syntax", "--grpc-port",
     "--max-body-bytes", "--no-ceilings",
     "--max-queued-requests", "--shutdown-timeout", "--http-timeout", "--max-unsent-bytes",
-    "--log-format", "--help", NULL};
+    "--log-format", "--grammar-compile-ms", "--help", NULL};
 // clang-format on
 
 // The listen address must be an IPv4/IPv6 literal or a name that resolves; a dotted quad that
@@ -219,6 +222,10 @@ int tl_cmd_serve(int argc, char **argv)
             if (m < 0 || tl_cli_int("serve", "--max-unsent-bytes", v, 4096, 1ll << 40, &n))
                 return 2;
             c.max_unsent_bytes = (size_t)n;
+        } else if ((m = tl_cli_flag("serve", NAMES("--grammar-compile-ms"), argc, argv, &i, &v)) !=
+                   0) {
+            if (m < 0 || tl_cli_int("serve", "--grammar-compile-ms", v, 1, 600000, &n)) return 2;
+            tl_grammar_set_compile_limit_ms((int)n);
         } else if ((m = tl_cli_flag("serve", NAMES("--log-format"), argc, argv, &i, &v)) != 0) {
             enum tl_log_format fmt;
             if (m < 0) return 2;

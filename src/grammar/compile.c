@@ -78,7 +78,13 @@ static tl_status choices_to_gbnf(const char *src, size_t len, char **gbnf)
 
 // ---- the compile-time limit ----------------------------------------------------------------
 
+static _Atomic int limit_ms = TL_GRAMMAR_COMPILE_MAX_MS;
 static _Thread_local int64_t deadline_us; // 0: not timing
+
+void tl_grammar_set_compile_limit_ms(int ms)
+{
+    limit_ms = ms < 1 ? 1 : ms;
+}
 static _Thread_local unsigned over_ticks;
 static _Thread_local bool over;
 
@@ -92,7 +98,7 @@ bool tl__gcompile_over(void)
     tl__errorf(TL_ERR_INVALID_ARG,
                "grammar: compiling took longer than %d ms (the limit): the grammar or schema is "
                "too large or too complex",
-               TL_GRAMMAR_COMPILE_MAX_MS);
+               (int)limit_ms);
     return true;
 }
 
@@ -104,7 +110,7 @@ tl_status tl_grammar_compile(enum tl_grammar_kind kind, const char *src, size_t 
 {
     bool outer = deadline_us == 0;
     if (outer) {
-        deadline_us = tl_time_us() + (int64_t)TL_GRAMMAR_COMPILE_MAX_MS * 1000;
+        deadline_us = tl_time_us() + (int64_t)limit_ms * 1000;
         over = false;
         over_ticks = 0;
     }
@@ -113,7 +119,7 @@ tl_status tl_grammar_compile(enum tl_grammar_kind kind, const char *src, size_t 
         rc = tl__errorf(TL_ERR_INVALID_ARG,
                         "grammar: compiling took longer than %d ms (the limit): the grammar or "
                         "schema is too large or too complex",
-                        TL_GRAMMAR_COMPILE_MAX_MS);
+                        (int)limit_ms);
     if (outer) deadline_us = 0;
     return rc;
 }

@@ -26,7 +26,12 @@ struct tl_grammar;
 #define TL_GRAMMAR_MAX_SOURCE_BYTES (4u << 20)
 #define TL_GRAMMAR_MAX_ELEMS (1u << 20)
 // A compilation that runs longer is stopped: an error naming the limit (a 400), not a stall.
-#define TL_GRAMMAR_COMPILE_MAX_MS 1000
+#define TL_GRAMMAR_COMPILE_MAX_MS                                                                  \
+    1000 // the default limit; tl_grammar_set_compile_limit_ms changes it
+
+// The compile-time limit for every later compilation, in ms (process-wide; `serve
+// --grammar-compile-ms`). Values below 1 are taken as 1.
+void tl_grammar_set_compile_limit_ms(int ms);
 
 // Compiles src[0..len) of the given kind (TL_GRAMMAR_JSON_OBJECT ignores src; TL_GRAMMAR_CHOICE
 // takes a JSON array of strings). OUT: *out (refcount 1). Errors are TL_ERR_INVALID_ARG with a
