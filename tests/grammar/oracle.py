@@ -13,6 +13,7 @@ the problem, and the server must stay healthy. Prints TAP.
 
 Usage: oracle.py TOKENLOOM_BIN SHARED_DIR
 """
+import contextlib
 import concurrent.futures as cf
 import json
 import os
@@ -64,6 +65,21 @@ def start_server(model, extra=()):
             break
     proc.kill()
     raise RuntimeError("server did not start: " + open(log.name, errors="replace").read())
+
+
+@contextlib.contextmanager
+def serving(model, extra=()):
+    """A server for the with-block: yields its URL, then stops it and removes its log."""
+    proc, url, log = start_server(model, extra)
+    try:
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        os.unlink(log)
 
 
 def post(url, path, body, timeout=300):
@@ -655,8 +671,7 @@ def main():
               ("tiny-random-32000", os.path.join(SHARED, "models", "llama-2-tiny-random.gguf"),
                120)]
     for label, path, max_tokens in models:
-        proc, url, log = start_server(path)
-        try:
+        with serving(path) as url:
             run_schemas(url, label, (1, 2, 3), max_tokens)
             run_gbnf(url, label, (1, 2), max_tokens)
             run_guided(url, label)
@@ -664,38 +679,15 @@ def main():
             if label == "stories260K":
                 run_bad(url)
             ok(healthy(url), f"{label}: server healthy at the end")
-        finally:
-            proc.terminate()
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-            os.unlink(log)
     # Compilation off the loop, on its own server with a 200 ms compile limit: with the default
     # 1 s a fast machine compiles the 3.5 MB grammar inside the limit (0.75 s seen idle here).
-    proc, url, log = start_server(models[0][1], ("--grammar-compile-ms", "200"))
-    try:
+    with serving(models[0][1], ("--grammar-compile-ms", "200")) as url:
         run_compile_off_loop(url)
         ok(healthy(url), "compile-limit server healthy at the end")
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-        os.unlink(log)
     # the forced call in other tool-call syntaxes (the template's, chosen by flag here)
     for syntax in ("hermes", "llama3", "mistral"):
-        proc, url, log = start_server(models[0][1], ("--tool-call-syntax", syntax))
-        try:
+        with serving(models[0][1], ("--tool-call-syntax", syntax)) as url:
             run_forced_tools(url, f"stories260K {syntax}")
-        finally:
-            proc.terminate()
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-            os.unlink(log)
     print(f"1..{N}")
     sys.exit(1 if FAILED else 0)
 
