@@ -6,7 +6,10 @@
  * temperature 0.8 / top-p 0.95 so the sampler does real work) and reports:
  *   - prefill tok/s: a separate run of the same shape with max_tokens 1 (prompt passes only);
  *   - aggregate generation tok/s: generated tokens / wall time of the whole run, and over the
- *     decode phase only (after every request has its first token);
+ *     decode phase (the tokens made from the first step after every request has its first
+ *     token, over that time: sequences admitted early may be done by then);
+ *   - full-batch decode tok/s: c x steps / wall time of the steps that decoded all c sequences
+ *     and nothing else (the batched-decode speed at c, free of ramp-in and ramp-out);
  *   - step overhead: the share of step time outside the forward pass (scheduling, batch
  *     building, sampling, detokenizing, events);
  *   - KV memory: peak blocks in use x block bytes vs the exact need c * (prompt + gen - 1)
@@ -16,10 +19,13 @@
  *     from the end of the first c requests to the last submission: the throughput at
  *     concurrency c without the closed batch's ramp-in and ramp-out, where one run's c
  *     requests start together and its last steps carry a shrinking batch.
- *   - decode against the DRAM bound: bytes a decode step reads (every weight matrix once, plus
- *     each sequence's K/V, prompt + gen / 2 positions on average), the streaming-read rate
- *     measured right after the run (bench_kernels' probe, the bench's thread count), the decode
- *     tok/s those allow, and the share of it reached.
+ *   - full-batch decode against the DRAM bound: bytes such a step reads (every weight matrix
+ *     once, plus each sequence's K/V over its context, the mean measured over those steps),
+ *     the streaming-read rate measured right after the run (bench_kernels' probe, the bench's
+ *     thread count), the decode tok/s those allow, and the share of it reached.
+ * --prefill-cap N sets the engine's prefill tokens per step while sequences decode (its default
+ * is small, for serving latency; with long prompts the first sequences then finish before the
+ * last ones are in, and no step decodes all c: give the budget here to measure long contexts).
  * Each engine first runs one prefill-only request per sequence as long as a whole run
  * (warm_kv), so every KV block is touched before anything is timed: the pool is mapped lazily,
  * and a server pays those page faults once, not on every decode step.
@@ -30,7 +36,8 @@
  * interleaved, so a burst of outside load hits one round rather than one level) and reports
  * the best round of each level, plus the spread of generation tok/s over the rounds.
  *
- * --profile replaces the runs above by, per concurrency c, a profile of the steps that decode all c sequences at once
+ * --profile replaces the runs above by, per concurrency c, a profile of the steps that decode
+ * all c sequences at once
  * (after every prompt is in, before the first one finishes): the forward pass phase by phase
  * (tl_forward_profile: wall time and the engine thread's CPU time) and the rest of the step
  * (sampling, scheduling, detokenizing, events) as the step's process CPU time minus the
@@ -39,7 +46,7 @@
  *
  * Usage: bench_engine [-m MODEL] [--threads N] [--conc 1,4,16] [--prompt N] [--gen N]
  *                     [--kv-type f16|f32|q8_0] [--budget N] [--repeat N] [--profile]
- *                     [--no-steady]
+ *                     [--no-steady] [--prefill-cap N]
  */
 #include <tokenloom.h>
 
@@ -53,8 +60,10 @@
 #include <string.h>
 #include <time.h>
 
+enum { MAX_GEN = 4096 }; // generated tokens kept per request (the prompt's length is the model's limit)
+
 struct req {
-    int32_t tokens[4096];
+    int32_t tokens[MAX_GEN];
     int n;
     int64_t t_first_us;
     bool done;
@@ -68,7 +77,7 @@ static void on_event(void *user, const struct tl_event *ev)
     if (ev->type == TL_EVENT_TOKEN) {
         g_tokens++;
         if (!r->n) r->t_first_us = tl_time_us();
-        if (r->n < 4096) r->tokens[r->n++] = ev->token;
+        if (r->n < MAX_GEN) r->tokens[r->n++] = ev->token;
     } else {
         r->done = true;
     }
@@ -112,7 +121,10 @@ static double probe_gbs(void)
 struct result {
     double wall_s, decode_s, prefill_tok_s, gen_tok_s, decode_tok_s, overhead, kv_used_mib,
         kv_need_mib, steady_tok_s, dram_gbs;
-    int64_t steps, preemptions;
+    // full batch: the steps that decoded all c sequences and nothing else, their tokens / wall
+    // time, and the mean context length they attended over
+    double full_tok_s, full_ctx;
+    int64_t steps, preemptions, full_steps;
 };
 
 // Submits request i: a random prompt, or (fixed) a fixed one for request 0, whose tokens every
@@ -293,6 +305,8 @@ static int run(tl_model *m, const struct tl_engine_config *cfg, int c, int n_pro
     }
     if (warm_kv(e, info, c, n_prompt, n_gen, reqs)) return -1;
     int32_t *prompt = malloc((size_t)n_prompt * sizeof(int32_t));
+    int *n_before_buf = malloc((size_t)c * sizeof(int)); // each request's tokens before a step
+    if (!prompt || !n_before_buf) return -1;
     // Phase A: prefill only.
     for (int pass = 0; pass < 2; pass++) {
         memset(reqs, 0, (size_t)c * sizeof(*reqs));
@@ -302,11 +316,35 @@ static int run(tl_model *m, const struct tl_engine_config *cfg, int c, int n_pro
                 return -1;
         struct tl_engine_stats s0, s1;
         tl_engine_get_stats(e, &s0);
-        int64_t n = 1, peak_used = 0;
+        int64_t n = 1, peak_used = 0, full_us = 0, full_steps = 0, tok_at_first = -1;
+        int *n_before = n_before_buf;
+        double full_ctx = 0;
+        int64_t t_all_first = 0;
         while (n > 0) {
+            // a full-batch decode step: every sequence had its first token and was not done
+            // before it, and got exactly one token from it
+            bool all_decoding = true;
+            for (int i = 0; i < c; i++) {
+                all_decoding = all_decoding && reqs[i].n >= 1 && !reqs[i].done;
+                n_before[i] = reqs[i].n;
+            }
+            int64_t ts0 = tl_time_us(), g0 = g_tokens;
             if (tl_engine_step(e, &n)) {
                 fprintf(stderr, "bench_engine: step: %s\n", tl_last_error());
                 return -1;
+            }
+            int64_t ts1 = tl_time_us();
+            if (pass == 1 && all_decoding) {
+                if (tok_at_first < 0) tok_at_first = g0, t_all_first = ts0;
+                bool one_each = true;
+                for (int i = 0; i < c && one_each; i++)
+                    one_each = reqs[i].n == n_before[i] + 1;
+                if (one_each) {
+                    full_us += ts1 - ts0, full_steps++;
+                    // the step attends over prompt + tokens so far, per sequence
+                    for (int i = 0; i < c; i++)
+                        full_ctx += (double)(n_prompt + n_before[i]) / c;
+                }
             }
             tl_engine_get_stats(e, &s1);
             if (s1.kv_blocks_used > peak_used) peak_used = s1.kv_blocks_used;
@@ -318,13 +356,17 @@ static int run(tl_model *m, const struct tl_engine_config *cfg, int c, int n_pro
             res->prefill_tok_s = (double)c * n_prompt / wall;
             continue;
         }
-        int64_t last_first = 0;
-        for (int i = 0; i < c; i++)
-            if (reqs[i].t_first_us > last_first) last_first = reqs[i].t_first_us;
+        // decode: the tokens made from the step after the last first token to the end, over
+        // that time (the sequences admitted first may have finished by then: counting c x
+        // (gen - 1) tokens there, as this bench once did, overstated it when admission is slow)
         res->wall_s = wall;
-        res->decode_s = (double)(t1 - last_first) / 1e6;
+        res->decode_s = tok_at_first >= 0 ? (double)(t1 - t_all_first) / 1e6 : 0;
         res->gen_tok_s = (double)c * n_gen / wall;
-        res->decode_tok_s = res->decode_s > 0 ? (double)c * (n_gen - 1) / res->decode_s : 0;
+        res->decode_tok_s =
+            res->decode_s > 0 ? (double)(g_tokens - tok_at_first) / res->decode_s : 0;
+        res->full_steps = full_steps;
+        res->full_tok_s = full_us > 0 ? (double)c * full_steps * 1e6 / (double)full_us : 0;
+        res->full_ctx = full_steps ? full_ctx / (double)full_steps : 0;
         int64_t step_us = s1.step_us_total - s0.step_us_total,
                 fwd_us = s1.forward_us_total - s0.forward_us_total;
         res->overhead = step_us > 0 ? (double)(step_us - fwd_us) / (double)step_us : 0;
@@ -335,6 +377,7 @@ static int run(tl_model *m, const struct tl_engine_config *cfg, int c, int n_pro
     }
     res->dram_gbs = probe_gbs();
     res->steady_tok_s = g_no_steady ? 0 : run_steady(e, info, c, n_prompt, n_gen, prompt);
+    free(n_before_buf);
     free(prompt);
     tl_engine_destroy(e);
     return res->steady_tok_s < 0 ? -1 : 0;
@@ -343,7 +386,7 @@ static int run(tl_model *m, const struct tl_engine_config *cfg, int c, int n_pro
 int main(int argc, char **argv)
 {
     const char *model_path = getenv("MODEL");
-    int threads = 0, n_prompt = 128, n_gen = 64, budget = 512, repeat = 1;
+    int threads = 0, n_prompt = 128, n_gen = 64, budget = 512, repeat = 1, prefill_cap = 0;
     bool profile = false;
     int conc[16] = {1, 4, 16, 32, 64}, n_conc = 5;
     enum tl_kv_type kv_type = TL_KV_F16;
@@ -365,6 +408,8 @@ int main(int argc, char **argv)
             profile = true;
         else if (!strcmp(a, "--no-steady"))
             g_no_steady = true;
+        else if (!strcmp(a, "--prefill-cap") && v)
+            prefill_cap = atoi(v), i++;
         else if (!strcmp(a, "--kv-type") && v) {
             kv_type = !strcmp(v, "f32") ? TL_KV_F32 : !strcmp(v, "q8_0") ? TL_KV_Q8_0 : TL_KV_F16;
             i++;
@@ -378,13 +423,13 @@ int main(int argc, char **argv)
             fprintf(stderr,
                     "usage: bench_engine [-m MODEL] [--threads N] [--conc 1,4,16] "
                     "[--prompt N] [--gen N] [--kv-type f16|f32|q8_0] [--budget N] [--repeat N] "
-                    "[--profile] [--no-steady]\n");
+                    "[--profile] [--no-steady] [--prefill-cap N]\n");
             return 2;
         }
     }
-    if (!model_path || n_prompt < 1 || n_gen < 2 || n_prompt + n_gen > 4096 || repeat < 1) {
-        fprintf(stderr,
-                "bench_engine: give -m MODEL (or $MODEL); prompt >= 1, gen >= 2, repeat >= 1\n");
+    if (!model_path || n_prompt < 1 || n_gen < 2 || n_gen > MAX_GEN || repeat < 1) {
+        fprintf(stderr, "bench_engine: give -m MODEL (or $MODEL); prompt >= 1, 2 <= gen <= %d, "
+                        "repeat >= 1\n", MAX_GEN);
         return 2;
     }
     tl_model *m;
@@ -403,6 +448,7 @@ int main(int argc, char **argv)
     cfg.kv_type = kv_type;
     cfg.max_batch_size = max_c;
     cfg.max_tokens_per_step = budget;
+    cfg.max_prefill_tokens_decoding = prefill_cap; // 0: the engine's default
     cfg.max_seq_len = n_prompt + n_gen;
     cfg.prefix_caching = false; // distinct prompts anyway; measure the plain path
     int64_t per_seq = (n_prompt + n_gen + cfg.kv_block_size - 1) / cfg.kv_block_size;
@@ -424,8 +470,7 @@ int main(int argc, char **argv)
     struct req *reqs = calloc((size_t)max_c, sizeof(*reqs));
     struct result *best = calloc((size_t)n_conc, sizeof(*best));
     double *gen_lo = calloc((size_t)n_conc, sizeof(*gen_lo));
-    double *dec_best = calloc((size_t)n_conc, sizeof(double));
-    double *dec_gbs = calloc((size_t)n_conc, sizeof(double));
+    struct result *full_best = calloc((size_t)n_conc, sizeof(*full_best)); // by full t/s
     if (!profile) { // the bandwidth probe's threads and memory (touched once here)
         g_bw_pool = tl_pool_create(threads > 0 ? threads : 2);
         g_bw_arena = tl_aligned_alloc(g_bw_bytes);
@@ -452,7 +497,7 @@ int main(int argc, char **argv)
                     "round %d, %d sequences: gen %.1f tok/s, decode %.1f tok/s, steady %.1f\n",
                     round + 1, conc[k], res.gen_tok_s, res.decode_tok_s, res.steady_tok_s);
             if (!round || res.gen_tok_s < gen_lo[k]) gen_lo[k] = res.gen_tok_s;
-            if (res.decode_tok_s > dec_best[k]) dec_best[k] = res.decode_tok_s, dec_gbs[k] = res.dram_gbs;
+            if (res.full_tok_s > full_best[k].full_tok_s) full_best[k] = res;
             // prefill and steady are runs of their own: keep the best of each independently
             double prefill = best[k].prefill_tok_s > res.prefill_tok_s ? best[k].prefill_tok_s
                                                                        : res.prefill_tok_s;
@@ -464,34 +509,40 @@ int main(int argc, char **argv)
         }
     if (profile) n_conc = 0; // no table
     if (!profile)
-        printf("%5s %12s %12s %12s %8s %9s %7s %12s %12s %14s %11s\n", "conc", "prefill t/s", "gen t/s",
-           "decode t/s", "steps", "overhead", "preempt", "KV used MiB", "KV need MiB",
-           "gen t/s worst", "steady t/s");
+        printf("%5s %12s %12s %12s %12s %8s %9s %7s %12s %12s %14s %11s\n", "conc", "prefill t/s",
+               "gen t/s", "decode t/s", "full t/s", "steps", "overhead", "preempt", "KV used MiB",
+               "KV need MiB", "gen t/s worst", "steady t/s");
     for (int k = 0; k < n_conc; k++) {
         const struct result *r = &best[k];
-        printf("%5d %12.1f %12.1f %12.1f %8lld %8.2f%% %7lld %12.1f %12.1f %14.1f %11.1f\n",
-               conc[k], r->prefill_tok_s, r->gen_tok_s, r->decode_tok_s, (long long)r->steps,
+        printf("%5d %12.1f %12.1f %12.1f %12.1f %8lld %8.2f%% %7lld %12.1f %12.1f %14.1f %11.1f\n",
+               conc[k], r->prefill_tok_s, r->gen_tok_s, r->decode_tok_s, full_best[k].full_tok_s,
+               (long long)r->steps,
                100 * r->overhead, (long long)r->preemptions, r->kv_used_mib, r->kv_need_mib,
                gen_lo[k], r->steady_tok_s);
     }
-    // The DRAM bound of decode: a step reads every weight once and every sequence's K/V (on
-    // average prompt + gen / 2 positions), at the streaming read rate measured right after the
-    // round with the best decode tok/s.
+    // The DRAM bound of a full-batch decode step: it reads every weight once and every
+    // sequence's K/V over its context (the mean measured over those steps), at the streaming
+    // read rate measured right after the round with the best full-batch rate.
     double wb = weight_bytes(m);
     if (n_conc)
-        printf("\ndecode against the DRAM bound (weights %.1f MB per step; stream read measured "
-               "after the best decode round)\n%5s %14s %14s %10s %12s %12s %9s\n",
-               wb / 1e6, "conc", "KV MB/step", "bytes MB/step", "DRAM GB/s", "bound t/s",
-               "decode t/s", "of bound");
+        printf("\nfull-batch decode against the DRAM bound (weights %.1f MB per step; stream read "
+               "measured after the best round)\n%5s %10s %8s %14s %14s %10s %12s %12s %9s\n",
+               wb / 1e6, "conc", "full steps", "ctx", "KV MB/step", "bytes MB/step", "DRAM GB/s",
+               "bound t/s", "full t/s", "of bound");
     for (int k = 0; k < n_conc; k++) {
-        double kvb = (double)conc[k] * (n_prompt + n_gen / 2.0) * pos_bytes;
-        double bound = dec_gbs[k] * 1e9 / (wb + kvb) * conc[k];
-        printf("%5d %14.1f %14.1f %10.1f %12.1f %12.1f %8.1f%%\n", conc[k], kvb / 1e6,
-               (wb + kvb) / 1e6, dec_gbs[k], bound, dec_best[k],
-               bound > 0 ? 100 * dec_best[k] / bound : 0);
+        const struct result *r = &full_best[k];
+        if (!r->full_steps) {
+            printf("%5d  no step decoded all %d sequences at once (try --prefill-cap %d or a "
+                   "longer --gen)\n", conc[k], conc[k], budget);
+            continue;
+        }
+        double kvb = (double)conc[k] * r->full_ctx * pos_bytes;
+        double bound = r->dram_gbs * 1e9 / (wb + kvb) * conc[k];
+        printf("%5d %10lld %8.0f %14.1f %14.1f %10.1f %12.1f %12.1f %8.1f%%\n", conc[k],
+               (long long)r->full_steps, r->full_ctx, kvb / 1e6, (wb + kvb) / 1e6, r->dram_gbs,
+               bound, r->full_tok_s, bound > 0 ? 100 * r->full_tok_s / bound : 0);
     }
-    free(dec_best);
-    free(dec_gbs);
+    free(full_best);
     tl_pool_destroy(g_bw_pool);
     tl_aligned_free(g_bw_arena);
     free(best);

@@ -16,6 +16,9 @@ same machine load; compare ratios within one run. Prints one table per round and
 Usage:
   python3 bench/serving_latency.py -m /tmp/m110-q8.gguf --clients 8,32,64 --rounds 2 \
       --policy 'before=--sched-policy fcfs' --policy 'after='
+  # another build as a policy: NAME@BINARY=FLAGS
+  python3 bench/serving_latency.py -m /tmp/m110-q8.gguf --policy 'old@/tmp/before/build/tokenloom=' \
+      --policy 'new='
 """
 import argparse
 import json
@@ -136,20 +139,23 @@ def main():
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--port", type=int, default=18700)
     ap.add_argument("--policy", action="append", default=[],
-                    help="NAME=ENGINE FLAGS (repeatable); default: one policy with no flags")
+                    help="NAME[@BINARY]=ENGINE FLAGS (repeatable; BINARY: another build's "
+                    "tokenloom to serve with, the load generator is always --binary's); "
+                    "default: one policy with no flags")
     ap.add_argument("--json", help="write every row here")
     a = ap.parse_args()
     policies = []
     for p in a.policy or ["default="]:
         name, _, flags = p.partition("=")
-        policies.append((name, flags.split()))
+        name, _, binary = name.partition("@")
+        policies.append((name, binary or a.binary, flags.split()))
     clients = [int(c) for c in a.clients.split(",")]
     rows = []
     seed = int(time.time()) % 100000 * 100
     for rnd in range(a.rounds):
         round_rows = []
-        for name, flags in policies:
-            srv = start_server(a.binary, a.model, a.port, a.threads, flags)
+        for name, binary, flags in policies:
+            srv = start_server(binary, a.model, a.port, a.threads, flags)
             try:
                 for c in clients:
                     n = max(int(c * a.requests_per_client), a.min_requests)
@@ -169,7 +175,7 @@ def main():
         print_table(round_rows, f"round {rnd + 1}")
     if a.rounds > 1:
         summary = []
-        for name, _ in policies:
+        for name, _, _ in policies:
             for c in clients:
                 rs = [r for r in rows if r["policy"] == name and r["clients"] == c]
                 if not rs:
