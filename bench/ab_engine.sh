@@ -16,7 +16,7 @@ while [ "$r" -le "$rounds" ]; do
         eval dir=\$$label
         "$dir/build/bench/bench_engine" "$@" > "$out/$r-$label.txt" 2>&1
         echo "== round $r $label (load $(cut -d' ' -f1 /proc/loadavg))"
-        grep -E '^ +[0-9]+ +[0-9.]+ +[0-9.]+ +[0-9.]+ +[0-9]+ ' "$out/$r-$label.txt" || cat "$out/$r-$label.txt"
+        grep -E '^ +[0-9]+ ' "$out/$r-$label.txt" || cat "$out/$r-$label.txt"
     done
     r=$((r + 1))
 done

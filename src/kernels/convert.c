@@ -252,9 +252,9 @@ static bool packable(enum tl_dtype type)
            type == TL_DTYPE_BF16 || tl__kq_packable(type); // K-quants: kquant_pack.c
 }
 
-tl_status tl_weight_prepare(struct tl_weight *w, void **owned)
+tl_status tl_weight_packed_bytes(const struct tl_weight *w, size_t *bytes)
 {
-    *owned = NULL;
+    *bytes = 0;
     if (w->layout != TL_WEIGHT_ROWS || !packable(w->type)) return TL_OK;
     size_t rb;
     if (w->n_in <= 0 || w->n_out <= 0 || !w->data || !tl_dtype_row_bytes(w->type, w->n_in, &rb) ||
@@ -262,15 +262,16 @@ tl_status tl_weight_prepare(struct tl_weight *w, void **owned)
         return tl__errorf(TL_ERR_INVALID_ARG, "cannot pack a %s weight of shape [%lld, %lld]",
                           tl_dtype_name(w->type), (long long)w->n_in, (long long)w->n_out);
     int64_t n_grp = (w->n_out + TL__QP_ROWS - 1) / TL__QP_ROWS;
-    size_t bytes;
     size_t gbytes = tl__kq_packable(w->type) ? tl__kq_group_bytes(w->type, w->n_in)
                                              : tl__pk_group_bytes(w->type, w->n_in);
-    if (!tl_mul_size((size_t)n_grp, gbytes, &bytes))
+    if (!tl_mul_size((size_t)n_grp, gbytes, bytes))
         return tl__errorf(TL_ERR_NOMEM, "packed weight size overflows");
-    uint8_t *buf = tl_aligned_alloc_large(bytes); // huge pages when big: read every step
-    if (!buf)
-        return tl__errorf(TL_ERR_NOMEM, "out of memory packing a %lld x %lld weight",
-                          (long long)w->n_out, (long long)w->n_in);
+    return TL_OK;
+}
+
+void tl_weight_pack(struct tl_weight *w, void *buf)
+{
+    TL_ASSERT(w->layout == TL_WEIGHT_ROWS && packable(w->type) && ((uintptr_t)buf & 63) == 0);
     if (tl__kq_packable(w->type))
         tl__kq_pack(w, buf);
     else if (w->type == TL_DTYPE_Q8_0)
@@ -279,6 +280,19 @@ tl_status tl_weight_prepare(struct tl_weight *w, void **owned)
         pack_float(w, buf);
     w->data = buf;
     w->layout = TL_WEIGHT_PACKED;
+}
+
+tl_status tl_weight_prepare(struct tl_weight *w, void **owned)
+{
+    *owned = NULL;
+    size_t bytes;
+    tl_status rc = tl_weight_packed_bytes(w, &bytes);
+    if (rc || !bytes) return rc;
+    uint8_t *buf = tl_aligned_alloc_large(bytes); // huge pages when big: read every step
+    if (!buf)
+        return tl__errorf(TL_ERR_NOMEM, "out of memory packing a %lld x %lld weight",
+                          (long long)w->n_out, (long long)w->n_in);
+    tl_weight_pack(w, buf);
     *owned = buf;
     return TL_OK;
 }

@@ -81,6 +81,14 @@ struct tl_weight {
 // cannot be allocated, TL_ERR_INVALID_ARG for an inconsistent shape. Not thread-safe on `w`.
 tl_status tl_weight_prepare(struct tl_weight *w, void **owned) TL_WARN_UNUSED;
 
+// tl_weight_prepare in two steps, for a caller that packs many weights into one allocation
+// (a model's: one huge-page arena instead of ~100 buffers of 4 KiB pages). *bytes: what the
+// packed copy needs, 0 when `w` has no packed layout or is packed already; TL_ERR_INVALID_ARG
+// for an inconsistent shape, TL_ERR_NOMEM when the size overflows. tl_weight_pack then writes
+// it into `buf` (64-byte aligned, that many bytes, owned by the caller) and points w at it.
+tl_status tl_weight_packed_bytes(const struct tl_weight *w, size_t *bytes) TL_WARN_UNUSED;
+void tl_weight_pack(struct tl_weight *w, void *buf);
+
 // Bytes that w->data spans in its current layout (what a copy of the weight must hold).
 size_t tl_weight_data_bytes(const struct tl_weight *w);
 
