@@ -44,7 +44,9 @@ def queue_buckets(port):
     """Cumulative (le, count) pairs of the queue-time histogram."""
     text = get(f"http://127.0.0.1:{port}/metrics")
     out = []
-    for m in re.finditer(r'request_queue_time_seconds_bucket\{le="([^"]+)"\} (\S+)', text):
+    # other labels (model_name) may come before le
+    for m in re.finditer(r'request_queue_time_seconds_bucket\{(?:[^}]*,)?le="([^"]+)"[^}]*\} (\S+)',
+                         text):
         le = float("inf") if m.group(1) == "+Inf" else float(m.group(1))
         out.append((le, float(m.group(2))))
     return out
