@@ -60,7 +60,8 @@
 #include <string.h>
 #include <time.h>
 
-enum { MAX_GEN = 4096 }; // generated tokens kept per request (the prompt's length is the model's limit)
+// generated tokens kept per request (the prompt's length is the model's limit)
+enum { MAX_GEN = 4096 };
 
 struct req {
     int32_t tokens[MAX_GEN];
@@ -187,13 +188,12 @@ fail:
     return -1;
 }
 
-
 // Touches every KV block the runs will use: c prefill-only requests as long as a whole run's
 // sequences (prompt + gen - 1 positions). The pool is mapped lazily, so without this the first
 // run's decode steps also pay the page faults of fresh memory (on the 110M model at 64
 // sequences: ~12% of a step's CPU time), which a server pays once in its first minutes.
-static int warm_kv(tl_engine *e, const struct tl_model_info *info, int c, int n_prompt,
-                   int n_gen, struct req *reqs)
+static int warm_kv(tl_engine *e, const struct tl_model_info *info, int c, int n_prompt, int n_gen,
+                   struct req *reqs)
 {
     int n = n_prompt + n_gen - 1;
     int32_t *prompt = malloc((size_t)n * sizeof(int32_t));
@@ -428,8 +428,10 @@ int main(int argc, char **argv)
         }
     }
     if (!model_path || n_prompt < 1 || n_gen < 2 || n_gen > MAX_GEN || repeat < 1) {
-        fprintf(stderr, "bench_engine: give -m MODEL (or $MODEL); prompt >= 1, 2 <= gen <= %d, "
-                        "repeat >= 1\n", MAX_GEN);
+        fprintf(stderr,
+                "bench_engine: give -m MODEL (or $MODEL); prompt >= 1, 2 <= gen <= %d, "
+                "repeat >= 1\n",
+                MAX_GEN);
         return 2;
     }
     tl_model *m;
@@ -516,9 +518,8 @@ int main(int argc, char **argv)
         const struct result *r = &best[k];
         printf("%5d %12.1f %12.1f %12.1f %12.1f %8lld %8.2f%% %7lld %12.1f %12.1f %14.1f %11.1f\n",
                conc[k], r->prefill_tok_s, r->gen_tok_s, r->decode_tok_s, full_best[k].full_tok_s,
-               (long long)r->steps,
-               100 * r->overhead, (long long)r->preemptions, r->kv_used_mib, r->kv_need_mib,
-               gen_lo[k], r->steady_tok_s);
+               (long long)r->steps, 100 * r->overhead, (long long)r->preemptions, r->kv_used_mib,
+               r->kv_need_mib, gen_lo[k], r->steady_tok_s);
     }
     // The DRAM bound of a full-batch decode step: it reads every weight once and every
     // sequence's K/V over its context (the mean measured over those steps), at the streaming
@@ -533,7 +534,8 @@ int main(int argc, char **argv)
         const struct result *r = &full_best[k];
         if (!r->full_steps) {
             printf("%5d  no step decoded all %d sequences at once (try --prefill-cap %d or a "
-                   "longer --gen)\n", conc[k], conc[k], budget);
+                   "longer --gen)\n",
+                   conc[k], conc[k], budget);
             continue;
         }
         double kvb = (double)conc[k] * r->full_ctx * pos_bytes;

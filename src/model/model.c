@@ -41,7 +41,7 @@ static struct tl_weight *packed_weight(struct tl_model *m, int i)
 {
     if (i == 0) return &m->output;
     struct tl_layer *L = &m->layers[(i - 1) / N_LAYER_WEIGHTS];
-    struct tl_weight *ws[N_LAYER_WEIGHTS] = {&L->wq,     &L->wk,   &L->wv,   &L->wo,
+    struct tl_weight *ws[N_LAYER_WEIGHTS] = {&L->wq,     &L->wk,   &L->wv,    &L->wo,
                                              &L->w_gate, &L->w_up, &L->w_down};
     return ws[(i - 1) % N_LAYER_WEIGHTS];
 }
