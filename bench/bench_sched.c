@@ -165,6 +165,10 @@ static void submit(struct sim *m, int client)
     m->next_arrival[client] = INFINITY;
 }
 
+// --per-decode K: the engine's prefill_tokens_per_decode (-1, the default here: the fixed cap,
+// as the tables in docs/internals/engine.md were made)
+static int32_t g_per_decode = -1;
+
 static int cmp_double(const void *a, const void *b)
 {
     double x = *(const double *)a, y = *(const double *)b;
@@ -210,6 +214,7 @@ static void run(const struct cost_model *cost, int clients, int64_t n_reqs, int3
     cfg.max_tokens_per_step = budget;
     cfg.max_prefill_tokens_decoding = cap;
     cfg.prefill_backlog_tokens = backlog;
+    cfg.prefill_tokens_per_decode = g_per_decode;
     cfg.prefix_caching = false; // the load generator's prompts are random: no hits
     cfg.max_batch_size = clients > 64 ? clients : 64;
     cfg.kv_blocks = (int64_t)cfg.max_batch_size * ((prompt_len + gen_len) / 16 + 2);
@@ -266,7 +271,8 @@ static void run(const struct cost_model *cost, int clients, int64_t n_reqs, int3
 static void usage(void)
 {
     fprintf(stderr, "usage: bench_sched [--clients 8,32,64] [--requests-per-client N (20)]\n"
-                    "                   [--caps 512,256,128] [--backlog -1,2048] [--budget 512]\n"
+                    "                   [--caps 512,256,128] [--backlog -1,2048] [--per-decode K] "
+                    "[--budget 512]\n"
                     "                   [--prompt 130] [--gen 64]\n"
                     "                   [--cost FIXED_MS,PREFILL_MS_PER_TOKEN,DECODE_MS_PER_SEQ]\n"
                     "                   [--rtt-ms 1] [--jitter 0.1]\n");
@@ -305,6 +311,8 @@ int main(int argc, char **argv)
             n_caps = parse_list(v, caps, 16);
         else if (!strcmp(a, "--backlog"))
             n_backlogs = parse_list(v, backlogs, 16);
+        else if (!strcmp(a, "--per-decode"))
+            g_per_decode = atoi(v);
         else if (!strcmp(a, "--budget"))
             budget = atoi(v);
         else if (!strcmp(a, "--prompt"))

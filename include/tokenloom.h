@@ -121,6 +121,12 @@ struct tl_engine_config {
     // ... unless more prompt tokens than this wait for prefill (a burst of arrivals): then the
     // whole budget goes to prefill, which drains it fastest; 0 = default; -1 = never.
     int32_t prefill_backlog_tokens;
+    // The cap grows with the batch: such a step gets at least this many prefill tokens per
+    // sequence it decodes. With many sequences decoding the step is long anyway, and holding
+    // the prompts behind them back cost throughput and TTFT (64 clients on the 110M model:
+    // bench/README.md); at the default 7 and budget, 64 decoding sequences leave the budget
+    // uncapped, 8 keep the fixed cap. 0 = default; -1 = the fixed cap only.
+    int32_t prefill_tokens_per_decode;
 };
 void tl_engine_config_default(struct tl_engine_config *c);
 

@@ -90,6 +90,7 @@ class EngineConfig(ctypes.Structure):
         ("max_waiting", ctypes.c_int32),
         ("max_prefill_tokens_decoding", ctypes.c_int32),
         ("prefill_backlog_tokens", ctypes.c_int32),
+        ("prefill_tokens_per_decode", ctypes.c_int32),
         ("_reserved", ctypes.c_char * _RESERVED),
     ]
 

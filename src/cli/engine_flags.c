@@ -25,6 +25,7 @@ static const char *const *const step_names =
     NAMES("--max-tokens-per-step", "--max-num-batched-tokens", "-b", "--batch-size");
 static const char *const *const prefill_decoding_names = NAMES("--max-prefill-tokens-decoding");
 static const char *const *const prefill_backlog_names = NAMES("--prefill-backlog-tokens");
+static const char *const *const prefill_per_decode_names = NAMES("--prefill-tokens-per-decode");
 static const char *const *const seq_len_names =
     NAMES("--max-seq-len", "--max-model-len", "-c", "--ctx-size");
 static const char *const *const block_names = NAMES("--kv-block-size", "--block-size");
@@ -44,6 +45,7 @@ const char *const tl_cli_engine_flag_names[] = {"--max-batch-size",
                                                 "--batch-size",
                                                 "--max-prefill-tokens-decoding",
                                                 "--prefill-backlog-tokens",
+                                                "--prefill-tokens-per-decode",
                                                 "--max-seq-len",
                                                 "--max-model-len",
                                                 "-c",
@@ -189,6 +191,11 @@ int tl_cli_engine_flag(const char *cmd, struct tl_engine_config *c, int argc, ch
         c->prefill_backlog_tokens = v ? (int32_t)v : -1; // 0 = never
         return 1;
     }
+    if ((m = tl_cli_flag(cmd, prefill_per_decode_names, argc, argv, i, &val)) != 0) {
+        if (m < 0 || tl_cli_int(cmd, a, val, 0, 1 << 20, &v)) return -1;
+        c->prefill_tokens_per_decode = v ? (int32_t)v : -1; // 0 = the fixed cap only
+        return 1;
+    }
     if ((m = tl_cli_flag(cmd, seq_len_names, argc, argv, i, &val)) != 0) {
         if (m < 0 || tl_cli_int(cmd, a, val, 0, 1 << 24, &v)) return -1;
         c->max_seq_len = (int32_t)v;
@@ -256,6 +263,9 @@ void tl_cli_engine_flags_help(FILE *f)
             "  --max-prefill-tokens-decoding N  prefill tokens at most in a step that also\n"
             "                           decodes: short steps keep inter-token latency and the\n"
             "                           wait of new arrivals low (default 160)\n"
+            "  --prefill-tokens-per-decode N  ... but at least N per sequence the step decodes\n"
+            "                           (default 7: a full batch of 64 is not capped; 0 = the\n"
+            "                           fixed cap only)\n"
             "  --prefill-backlog-tokens N  with more than N prompt tokens waiting, a step gives\n"
             "                           prefill the whole budget anyway (drains bursts\n"
             "                           faster; 0 = never, the default)\n"

@@ -52,6 +52,7 @@ void tl_engine_config_default(struct tl_engine_config *c)
     c->max_tokens_per_step = 512;
     c->max_prefill_tokens_decoding = 160;
     c->prefill_backlog_tokens = -1;
+    c->prefill_tokens_per_decode = 7;
     c->max_seq_len = 0;
     c->kv_block_size = 16;
     c->kv_type = TL_KV_F16;
@@ -121,6 +122,8 @@ static tl_status resolve_config(const struct tl_engine_backend *be, struct tl_en
     if (c->max_prefill_tokens_decoding == 0)
         c->max_prefill_tokens_decoding = d.max_prefill_tokens_decoding;
     if (c->prefill_backlog_tokens == 0) c->prefill_backlog_tokens = d.prefill_backlog_tokens;
+    if (c->prefill_tokens_per_decode == 0)
+        c->prefill_tokens_per_decode = d.prefill_tokens_per_decode;
     if (c->kv_block_size == 0) c->kv_block_size = d.kv_block_size;
     if (c->max_seq_len == 0) c->max_seq_len = be->n_ctx;
     if (c->max_batch_size < 1 || c->max_batch_size > (1 << 16))
@@ -136,6 +139,10 @@ static tl_status resolve_config(const struct tl_engine_backend *be, struct tl_en
         return tl__errorf(TL_ERR_INVALID_ARG,
                           "prefill_backlog_tokens %d is not -1 (never) or positive",
                           c->prefill_backlog_tokens);
+    if (c->prefill_tokens_per_decode < -1 || c->prefill_tokens_per_decode > (1 << 20))
+        return tl__errorf(TL_ERR_INVALID_ARG,
+                          "prefill_tokens_per_decode %d is not -1 (off) or in [1, 1048576]",
+                          c->prefill_tokens_per_decode);
     if (c->kv_block_size < 1 || c->kv_block_size > 4096)
         return tl__errorf(TL_ERR_INVALID_ARG, "kv_block_size %d is not in [1, 4096]",
                           c->kv_block_size);

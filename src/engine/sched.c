@@ -12,9 +12,9 @@
  *      of the remaining prompt as the budget allows (chunked prefill). Short of blocks, such a
  *      sequence may preempt worse sequences not yet scheduled this step; else its chunk shrinks
  *      to the blocks it can get. In a step that decodes, passes 2 and 3 share at most
- *      max_prefill_tokens_decoding tokens (every decode waits for the step's prefill), unless
- *      more than prefill_backlog_tokens prompt tokens wait (docs/internals/engine.md,
- *      "Serving latency").
+ *      max(max_prefill_tokens_decoding, prefill_tokens_per_decode x decoding sequences) tokens
+ *      (every decode waits for the step's prefill), unless more than prefill_backlog_tokens
+ *      prompt tokens wait (docs/internals/engine.md, "Serving latency").
  *   3. Admission: waiting sequences in (priority, arrival) order while a slot and budget remain.
  *      Full prompt blocks already in the prefix cache are taken by reference (never the block
  *      holding the last token, so at least one token is computed and there are logits to
@@ -243,10 +243,13 @@ void tl__sched_plan(tl_engine *e)
         budget--;
         n_decoding++;
     }
-    // While sequences decode, every one of them waits for the step's prefill: cap it.
-    if (n_decoding > 0 && budget > e->cfg.max_prefill_tokens_decoding &&
-        !prefill_backlog_over(e, e->cfg.prefill_backlog_tokens))
-        budget = e->cfg.max_prefill_tokens_decoding;
+    // While sequences decode, every one of them waits for the step's prefill: cap it, less so
+    // the more of them there are (their own work already makes the step long).
+    int64_t cap = e->cfg.max_prefill_tokens_decoding;
+    if (e->cfg.prefill_tokens_per_decode > 0 && e->cfg.prefill_tokens_per_decode * n_decoding > cap)
+        cap = e->cfg.prefill_tokens_per_decode * n_decoding;
+    if (n_decoding > 0 && budget > cap && !prefill_backlog_over(e, e->cfg.prefill_backlog_tokens))
+        budget = cap;
 
     // 2. Prefill chunks of admitted sequences.
     for (int64_t i = 0; i < e->n_running && budget > 0; i++) {

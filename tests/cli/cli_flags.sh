@@ -107,6 +107,9 @@ usage_error "--max-num-seqs range prints whole numbers" "--max-num-seqs: '0' is 
 usage_error "--max-prefill-tokens-decoding 0 is refused, naming the flag" \
     "--max-prefill-tokens-decoding: '0' is not an integer in \[1, 1048576\]$" \
     serve -m "$MODEL" --max-prefill-tokens-decoding 0 --port 0
+usage_error "--prefill-tokens-per-decode -1 is refused, naming the flag" \
+    "--prefill-tokens-per-decode: '-1' is not an integer in \[0, 1048576\]$" \
+    serve -m "$MODEL" --prefill-tokens-per-decode -1 --port 0
 usage_error "generate --seed-free range prints whole numbers" "\[1, 2147483647\]$" \
     generate -m "$MODEL" -p x -n 0
 

@@ -420,6 +420,38 @@ static void test_prefill_backlog_lifts_the_cap(void **state)
     free(a);
 }
 
+// The cap grows with the batch: prefill_tokens_per_decode prompt tokens per decoding sequence
+// when that is more than max_prefill_tokens_decoding; -1 keeps the fixed cap.
+static void test_prefill_cap_grows_with_decodes(void **state)
+{
+    (void)state;
+    for (int k = 0; k < 2; k++) {
+        struct fake_model f;
+        struct tl_engine_config cfg = config(64, 1024, 8);
+        cfg.max_prefill_tokens_decoding = 10;
+        cfg.prefill_tokens_per_decode = k ? -1 : 6;
+        tl_engine *e = fake_engine(&f, &cfg, V, 256);
+        struct stamped *a = calloc(4, sizeof(*a));
+        step_no = 1;
+        for (int i = 0; i < 3; i++)
+            submit_stamped(e, &a[i], 5, 80, 0);
+        int64_t n;
+        assert_int_equal(tl_engine_step(e, &n), TL_OK); // the three prompts, nothing decodes
+        assert_int_equal(f.last_batch_tok, 15);
+        submit_stamped(e, &a[3], 150, 5, 0);
+        step_no++;
+        assert_int_equal(tl_engine_step(e, &n), TL_OK);
+        // three decodes beside max(10, 6 x 3) = 18 prompt tokens, or the fixed 10
+        assert_int_equal(f.last_batch_tok, k ? 3 + 10 : 3 + 18);
+        run_stamped(e);
+        for (int i = 0; i < 4; i++)
+            assert_int_equal(a[i].c.done.finish, TL_FINISH_LENGTH);
+        assert_int_equal(f.violations, 0);
+        tl_engine_destroy(e);
+        free(a);
+    }
+}
+
 static void test_priority_and_arrival_order(void **state)
 {
     (void)state;
@@ -590,6 +622,7 @@ int main(void)
         cmocka_unit_test(test_determinism_across_prefill_caps),
         cmocka_unit_test(test_chunked_prefill_and_decode_first),
         cmocka_unit_test(test_prefill_cap_while_decoding),
+        cmocka_unit_test(test_prefill_cap_grows_with_decodes),
         cmocka_unit_test(test_prefill_backlog_lifts_the_cap),
         cmocka_unit_test(test_priority_and_arrival_order),
         cmocka_unit_test(test_preemption_victims),
