@@ -26,6 +26,7 @@ enum tl_grpc_method {
     TL_GM_MODEL_META,
     TL_GM_INFER,
     TL_GM_STREAM,
+    TL_GM_HEALTH, // /grpc.health.v1.Health/Check
     TL_GM_OTHER,
     TL_GM_COUNT
 };

@@ -40,11 +40,12 @@
 #include <string.h>
 
 #define SERVICE "/inference.GRPCInferenceService/"
+#define HEALTH_CHECK "/grpc.health.v1.Health/Check"
 #define N_WAITING 8 // request_call operations kept outstanding
 
 static const char *const method_names[TL_GM_COUNT] = {
-    "ServerLive",    "ServerReady", "ModelReady",       "ServerMetadata",
-    "ModelMetadata", "ModelInfer",  "ModelStreamInfer", "other",
+    "ServerLive", "ServerReady",      "ModelReady",  "ServerMetadata", "ModelMetadata",
+    "ModelInfer", "ModelStreamInfer", "HealthCheck", "other",
 };
 
 static const char *const code_names[TL_GRPC_N_CODES] = {
@@ -244,6 +245,28 @@ static bool model_matches(const struct tl_server_share *sh, const char *name, co
     return !strcmp(name, sh->model_name) && (!*version || !strcmp(version, "1"));
 }
 
+// grpc.health.v1.Health/Check: the whole server ("") or the inference service.
+static void health_check(struct tl_grpc_call *c, const uint8_t *data, size_t len, bool serving)
+{
+    Inference__HealthCheckRequest *q = inference__health_check_request__unpack(NULL, len, data);
+    if (!q) {
+        tl__grpc_finish(c, GRPC_STATUS_INVALID_ARGUMENT, "cannot decode the health check request");
+        return;
+    }
+    if (*q->service && strcmp(q->service, "inference.GRPCInferenceService")) {
+        tl__grpc_finish(c, GRPC_STATUS_NOT_FOUND,
+                        "unknown service '%.64s'; this server checks '' and "
+                        "'inference.GRPCInferenceService'",
+                        q->service);
+    } else {
+        Inference__HealthCheckResponse r = INFERENCE__HEALTH_CHECK_RESPONSE__INIT;
+        r.status = serving ? INFERENCE__HEALTH_CHECK_RESPONSE__SERVING_STATUS__SERVING
+                           : INFERENCE__HEALTH_CHECK_RESPONSE__SERVING_STATUS__NOT_SERVING;
+        reply(c, &r.base);
+    }
+    inference__health_check_request__free_unpacked(q, NULL);
+}
+
 // The unary RPCs other than ModelInfer.
 static void handle_small(struct tl_grpc_call *c, const uint8_t *data, size_t len)
 {
@@ -274,6 +297,9 @@ static void handle_small(struct tl_grpc_call *c, const uint8_t *data, size_t len
         reply(c, &r.base);
         return;
     }
+    case TL_GM_HEALTH:
+        health_check(c, data, len, up && ph == TL_SERVER_READY);
+        return;
     default:
         break;
     }
@@ -390,8 +416,9 @@ static enum tl_grpc_method method_of(const grpc_slice *path)
 {
     size_t n = GRPC_SLICE_LENGTH(*path), ns = strlen(SERVICE);
     const char *p = (const char *)GRPC_SLICE_START_PTR(*path);
+    if (n == strlen(HEALTH_CHECK) && !memcmp(p, HEALTH_CHECK, n)) return TL_GM_HEALTH;
     if (n <= ns || memcmp(p, SERVICE, ns)) return TL_GM_OTHER;
-    for (int m = 0; m < TL_GM_OTHER; m++)
+    for (int m = 0; m < TL_GM_HEALTH; m++)
         if (strlen(method_names[m]) == n - ns && !memcmp(p + ns, method_names[m], n - ns))
             return (enum tl_grpc_method)m;
     return TL_GM_OTHER;
@@ -417,7 +444,8 @@ static void on_new_call(struct tl_grpc_front *g, struct tl_grpc_call *c, bool ok
     const char *key = g->cfg.api_key;
     if (c->method == TL_GM_OTHER) {
         tl__grpc_finish(c, GRPC_STATUS_UNIMPLEMENTED, "unknown method");
-    } else if (c->method != TL_GM_LIVE && !authorized(c, key)) {
+    } else if (c->method != TL_GM_LIVE && c->method != TL_GM_HEALTH && !authorized(c, key)) {
+        // (liveness and health carry no data, and probes cannot send a key)
         tl__grpc_finish(c, GRPC_STATUS_UNAUTHENTICATED,
                         "missing or incorrect API key: send metadata 'authorization: Bearer "
                         "<key>'");

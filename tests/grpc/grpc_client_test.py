@@ -501,6 +501,33 @@ def test_http_v2(s, model, refs):
     ok(st == 405, "HTTP GET on generate: 405", b)
 
 
+def health_check(s, service=b"", md=None):
+    """grpc.health.v1.Health/Check with the request encoded by hand from the health protocol
+    (field 1, the service name, a string); returns (code, status): the response's field 1
+    varint (1 SERVING, 2 NOT_SERVING), None when the call failed."""
+    req = b"\x0a" + bytes([len(service)]) + service if service else b""
+    call = s.channel.unary_unary("/grpc.health.v1.Health/Check")
+    try:
+        raw = call(req, metadata=md, timeout=10)
+    except grpc.RpcError as e:
+        return e.code(), None
+    if raw == b"":
+        return grpc.StatusCode.OK, 0  # proto3 leaves UNKNOWN (0) out
+    ok(len(raw) == 2 and raw[0] == 0x08, "health response is one varint field 1", raw)
+    return grpc.StatusCode.OK, raw[1]
+
+
+def test_health(s):
+    ok(health_check(s) == (grpc.StatusCode.OK, 1), "Health/Check of the server: SERVING")
+    ok(health_check(s, b"inference.GRPCInferenceService") == (grpc.StatusCode.OK, 1),
+       "Health/Check of the inference service: SERVING")
+    c, _ = health_check(s, b"no.such.Service")
+    ok(c == grpc.StatusCode.NOT_FOUND, "Health/Check of another service: NOT_FOUND", c)
+    watch = s.channel.unary_stream("/grpc.health.v1.Health/Watch")
+    c, _ = code_of(lambda: list(watch(b"", timeout=10)))
+    ok(c == grpc.StatusCode.UNIMPLEMENTED, "Health/Watch: UNIMPLEMENTED", c)
+
+
 def test_limits(model):
     s = Server("--api-key", "sekret", "--max-queued-requests", "1", "--max-batch-size", "1",
                "--max-body-bytes", "65536")
@@ -511,6 +538,7 @@ def test_limits(model):
                                              metadata=(("authorization", "Bearer wrong"),)))
     ok(c == grpc.StatusCode.UNAUTHENTICATED, "wrong API key: UNAUTHENTICATED")
     ok(s.stub.ServerLive(pb.ServerLiveRequest()).live, "ServerLive needs no key")
+    ok(health_check(s) == (grpc.StatusCode.OK, 1), "Health/Check needs no key")
     r = s.stub.ModelInfer(infer_req(model, "hi", max_tokens=2), metadata=md)
     ok(param(r, "completion_tokens") == 2, "right API key: served")
     st, _ = http_call(s, "POST", f"/v2/models/{model}/generate", {"text_input": "hi"})
@@ -612,6 +640,8 @@ def test_sigterm(model):
     time.sleep(0.05)
     c, d = code_of(lambda: s.stub.ModelInfer(infer_req(model, "hi", max_tokens=2), metadata=md,
                                              timeout=10))
+    hc = health_check(s)
+    ok(hc[0] != grpc.StatusCode.OK or hc[1] == 2, "SIGTERM: Health/Check is no longer SERVING", hc)
     for t in th:
         t.join()
     ok(all(isinstance(f, pb.ModelInferResponse) and
@@ -633,6 +663,7 @@ def main():
     refs = {p: http_ref(s, model, p) for p in PROMPTS}
     try:
         test_rpcs(s, model)
+        test_health(s)
         test_generation(s, model, refs)
         test_concurrent(s, model, refs)
         test_latency_metrics(s, model)
