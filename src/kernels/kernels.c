@@ -197,28 +197,17 @@ static int x_kind(const struct tl__kernel_ops *o, const struct tl_weight *w, int
 
 struct mm_job {
     const struct tl__kernel_ops *o;
-    int n_w;
     struct tl__mm mm[TL_MATMUL_MULTI_MAX];
-    int64_t align[TL_MATMUL_MULTI_MAX];    // rows per unit of each weight
-    int64_t unit_end[TL_MATMUL_MULTI_MAX]; // running total of units up to each weight
+    struct tl__unit_split split;
 };
 
-// Threads split the units (aligned row blocks) of all the weights in order.
 static void mm_worker(void *arg, int ith, int nth)
 {
     struct mm_job *j = arg;
-    int64_t c0, c1;
-    tl_pool_range(j->unit_end[j->n_w - 1], 1, ith, nth, &c0, &c1);
-    for (int i = 0; i < j->n_w && c0 < c1; i++) {
-        int64_t first = i ? j->unit_end[i - 1] : 0;
-        if (c0 >= j->unit_end[i]) continue;
-        int64_t e = c1 < j->unit_end[i] ? c1 : j->unit_end[i];
-        int64_t r0 = (c0 - first) * j->align[i], r1 = (e - first) * j->align[i];
-        int64_t n_out = j->mm[i].w->n_out;
-        if (r1 > n_out) r1 = n_out;
-        if (r1 > r0) j->o->matmul_rows(&j->mm[i], r0, r1);
-        c0 = e;
-    }
+    int64_t r0, r1;
+    for (int i = 0; i < j->split.n_w; i++)
+        if (tl__unit_split_rows(&j->split, i, ith, nth, &r0, &r1))
+            j->o->matmul_rows(&j->mm[i], r0, r1);
 }
 
 void tl_matmul_multi(struct tl_pool *pool, int n_w, const struct tl_weight *const *w,
@@ -245,7 +234,7 @@ void tl_matmul_multi(struct tl_pool *pool, int n_w, const struct tl_weight *cons
             tl_matmul(pool, w[i], x, n_tok, y[i], work);
         return;
     }
-    struct mm_job j = {.o = o, .n_w = n_w};
+    struct mm_job j = {.o = o};
     mm_prepare_x(pool, o, w[0], x, n_tok, work, &j.mm[0]);
     int64_t units = 0;
     for (int i = 0; i < n_w; i++) {
@@ -253,9 +242,9 @@ void tl_matmul_multi(struct tl_pool *pool, int n_w, const struct tl_weight *cons
         j.mm[i].w = w[i];
         j.mm[i].y = y[i];
         // packed weights come in groups of TL__QP_ROWS rows: a thread takes whole groups
-        j.align[i] = w[i]->layout == TL_WEIGHT_PACKED ? TL__QP_ROWS : o->row_align(w[i]->type);
-        units += (w[i]->n_out + j.align[i] - 1) / j.align[i];
-        j.unit_end[i] = units;
+        units = tl__unit_split_add(&j.split, w[i]->n_out,
+                                   w[i]->layout == TL_WEIGHT_PACKED ? TL__QP_ROWS
+                                                                    : o->row_align(w[i]->type));
     }
     if (units > 0) tl_pool_run(pool, mm_worker, &j);
 }

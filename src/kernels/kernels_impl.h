@@ -17,6 +17,46 @@
 
 #include "kernels/kernels.h"
 
+#include "core/pool.h"
+
+#include <stdbool.h>
+
+// ---- several weights in one fork-join (tl_matmul_multi, tl__qx_matmul_multi) ----------------
+//
+// The rows of all the weights form one list of units (each weight's rows in blocks of `align`,
+// the weights in order) that the threads split evenly, so q/k/v or gate/up share a fork-join.
+struct tl__unit_split {
+    int n_w;
+    int64_t align[TL_MATMUL_MULTI_MAX];    // rows per unit of each weight
+    int64_t n_out[TL_MATMUL_MULTI_MAX];    // rows of each weight
+    int64_t unit_end[TL_MATMUL_MULTI_MAX]; // running total of units up to each weight
+};
+
+// Appends a weight of n_out rows taken `align` at a time; returns the units so far.
+static inline int64_t tl__unit_split_add(struct tl__unit_split *s, int64_t n_out, int64_t align)
+{
+    int64_t before = s->n_w ? s->unit_end[s->n_w - 1] : 0;
+    s->align[s->n_w] = align;
+    s->n_out[s->n_w] = n_out;
+    s->unit_end[s->n_w] = before + (n_out + align - 1) / align;
+    return s->unit_end[s->n_w++];
+}
+
+// Rows [*r0, *r1) of weight i that thread ith of nth computes; false when it has none.
+static inline bool tl__unit_split_rows(const struct tl__unit_split *s, int i, int ith, int nth,
+                                       int64_t *r0, int64_t *r1)
+{
+    int64_t c0, c1;
+    tl_pool_range(s->unit_end[s->n_w - 1], 1, ith, nth, &c0, &c1);
+    const int64_t first = i ? s->unit_end[i - 1] : 0, end = s->unit_end[i];
+    if (c0 < first) c0 = first;
+    if (c1 > end) c1 = end;
+    *r0 = (c0 - first) * s->align[i];
+    *r1 = (c1 - first) * s->align[i];
+    if (*r1 > s->n_out[i]) *r1 = s->n_out[i];
+    return *r1 > *r0;
+}
+
 // ---- quantized activations (Q8_0 matmul) ------------------------------------------------------
 //
 // Before a Q8_0 matmul each token's activation row is quantized once into the work buffer

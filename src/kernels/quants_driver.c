@@ -91,34 +91,23 @@ static void quantize_acts(const struct tl__qx_ops *q, const struct tl_weight *w,
     qa_worker(&j, 0, 1);
 }
 
-// Threads split the units (aligned row blocks) of all the weights in order, as kernels.c does.
+// Threads split the weights' rows as kernels.c does (tl__unit_split).
 struct qx_job {
     const struct tl__qx_ops *q;
-    int n_w;
     struct tl__qx_mm mm[TL_MATMUL_MULTI_MAX];
-    int64_t align[TL_MATMUL_MULTI_MAX];
-    int64_t unit_end[TL_MATMUL_MULTI_MAX];
+    struct tl__unit_split split;
 };
 
 static void qx_worker(void *arg, int ith, int nth)
 {
     struct qx_job *j = arg;
-    int64_t c0, c1;
-    tl_pool_range(j->unit_end[j->n_w - 1], 1, ith, nth, &c0, &c1);
-    for (int i = 0; i < j->n_w && c0 < c1; i++) {
-        int64_t first = i ? j->unit_end[i - 1] : 0;
-        if (c0 >= j->unit_end[i]) continue;
-        int64_t e = c1 < j->unit_end[i] ? c1 : j->unit_end[i];
-        int64_t r0 = (c0 - first) * j->align[i], r1 = (e - first) * j->align[i];
-        const struct tl_weight *w = j->mm[i].w;
-        if (r1 > w->n_out) r1 = w->n_out;
-        if (r1 > r0) {
-            if (w->layout == TL_WEIGHT_PACKED)
-                j->q->matmul_packed_rows(&j->mm[i], r0, r1);
-            else
-                j->q->matmul_rows(&j->mm[i], r0, r1);
-        }
-        c0 = e;
+    int64_t r0, r1;
+    for (int i = 0; i < j->split.n_w; i++) {
+        if (!tl__unit_split_rows(&j->split, i, ith, nth, &r0, &r1)) continue;
+        if (j->mm[i].w->layout == TL_WEIGHT_PACKED)
+            j->q->matmul_packed_rows(&j->mm[i], r0, r1);
+        else
+            j->q->matmul_rows(&j->mm[i], r0, r1);
     }
 }
 
@@ -135,7 +124,7 @@ void tl__qx_matmul_multi(struct tl_pool *pool, const struct tl__kernel_ops *o, i
         with_aux = with_aux || tl__kq_packable(w[i]->type);
     }
     const struct tl__qx_ops *q = qx_ops_for(o);
-    struct qx_job j = {.q = q, .n_w = n_w};
+    struct qx_job j = {.q = q};
     mm_setup(w[0], n_tok, work, y[0], with_aux, &j.mm[0]);
     struct qa_job qa = {q, x, w[0]->n_in, n_tok, &j.mm[0]};
     // A fork-join costs a few microseconds: only worth it for big batches.
@@ -147,9 +136,9 @@ void tl__qx_matmul_multi(struct tl_pool *pool, const struct tl__kernel_ops *o, i
     for (int i = 0; i < n_w; i++) {
         j.mm[i] = j.mm[0];
         j.mm[i].w = w[i], j.mm[i].tr = tl__qx_traits(w[i]->type), j.mm[i].y = y[i];
-        j.align[i] = w[i]->layout == TL_WEIGHT_PACKED ? TL__KQ_ROWS : q->row_align(w[i]->type);
-        units += (w[i]->n_out + j.align[i] - 1) / j.align[i];
-        j.unit_end[i] = units;
+        units = tl__unit_split_add(&j.split, w[i]->n_out,
+                                   w[i]->layout == TL_WEIGHT_PACKED ? TL__KQ_ROWS
+                                                                    : q->row_align(w[i]->type));
     }
     if (units > 0) tl_pool_run(pool, qx_worker, &j);
 }
