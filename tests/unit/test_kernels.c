@@ -21,27 +21,10 @@
 
 // ---- helpers ----------------------------------------------------------------------------------
 
-static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
-
-static uint32_t rnd_u32(void)
-{
-    // xorshift64*: reproducible across runs and platforms
-    rng_state ^= rng_state >> 12;
-    rng_state ^= rng_state << 25;
-    rng_state ^= rng_state >> 27;
-    return (uint32_t)((rng_state * 0x2545F4914F6CDD1Dull) >> 32);
-}
-
-// Uniform in [-1, 1).
-static float rnd_f(void)
-{
-    return (float)((double)rnd_u32() / 2147483648.0 - 1.0);
-}
-
 static void fill(float *x, int64_t n, float scale)
 {
     for (int64_t i = 0; i < n; i++)
-        x[i] = rnd_f() * scale;
+        x[i] = tl_test_rnd_f() * scale;
 }
 
 static float bits_f(uint32_t u)
@@ -202,7 +185,7 @@ static void test_fp16_matches_f16c(void **state)
             assert_int_equal(f_bits(a), f_bits(b));
     }
     for (int i = 0; i < 2000000; i++) {
-        float f = bits_f(rnd_u32());
+        float f = bits_f(tl_test_rnd_u32());
         uint16_t a = tl_f32_to_fp16(f), b = hw_f32_to_fp16(f);
         if (isnan(f))
             assert_true((a & 0x7c00) == 0x7c00 && (a & 0x3ff));
@@ -231,7 +214,7 @@ static void test_bf16_rounding(void **state)
     assert_true(isnan(tl_bf16_to_f32(tl_f32_to_bf16(NAN))));
     // Random finite values: the nearer of the two neighbours (ties to even), checked in double.
     for (int i = 0; i < 1000000; i++) {
-        uint32_t u = rnd_u32();
+        uint32_t u = tl_test_rnd_u32();
         float f = bits_f(u);
         if (!isfinite(f)) continue;
         uint32_t lo = u & 0xffff0000u;
@@ -844,7 +827,7 @@ static void attn_fixture_make(struct attn_fixture *f, enum tl_dtype type, int bl
     for (int i = 0; i < f->n_blocks; i++)
         perm[i] = i;
     for (int i = f->n_blocks - 1; i > 0; i--) {
-        int j = (int)(rnd_u32() % (uint32_t)(i + 1)), tmp = perm[i];
+        int j = (int)(tl_test_rnd_u32() % (uint32_t)(i + 1)), tmp = perm[i];
         perm[i] = perm[j];
         perm[j] = tmp;
     }
@@ -904,7 +887,7 @@ static void test_attention(void **state)
                         for (int t = 0; t < N_TOK; t++) {
                             if (batch == 0) {
                                 seq_of[t] = t % N_SEQ;
-                                qs[t].n_ctx = t == 0 ? 1 : 1 + (int64_t)(rnd_u32() % CTX);
+                                qs[t].n_ctx = t == 0 ? 1 : 1 + (int64_t)(tl_test_rnd_u32() % CTX);
                             } else {
                                 seq_of[t] = t < CTX ? 0 : t < CTX + 20 ? 1 : 2;
                                 qs[t].n_ctx = t < CTX ? t + 1 : t < CTX + 20 ? t - CTX + 11 : CTX;
@@ -1007,11 +990,11 @@ static void test_kv_store_f16_every_isa(void **state)
             float k[N], v[N];
             for (int i = 0; i < N; i++) {
                 // exponents 2^-27 .. 2^18: below, through and above the f16 range
-                uint32_t u = rnd_u32();
+                uint32_t u = tl_test_rnd_u32();
                 k[i] = bits_f((u & 0x807fffffu) | ((100u + (u >> 8) % 46u) << 23));
                 // a tie between two halves, or a plain value
                 v[i] = (i & 1) ? (float)((tl_fp16_to_f32(0x3c01) + tl_fp16_to_f32(0x3c02)) / 2)
-                               : rnd_f() * 1e-5f;
+                               : tl_test_rnd_f() * 1e-5f;
             }
             tl_kv_store(&kv, table, 0, k, v);
             for (int i = 0; i < N; i++) {

@@ -18,21 +18,6 @@
 #include <math.h>
 #include <string.h>
 
-static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
-
-static uint32_t rnd_u32(void)
-{
-    rng_state ^= rng_state >> 12;
-    rng_state ^= rng_state << 25;
-    rng_state ^= rng_state >> 27;
-    return (uint32_t)((rng_state * 0x2545F4914F6CDD1Dull) >> 32);
-}
-
-static float rnd_f(void)
-{
-    return (float)((double)rnd_u32() / 2147483648.0 - 1.0);
-}
-
 static const char *const isas[] = {"scalar", "avx2", "avx512"};
 enum { N_ISA = 3 };
 static const enum tl_dtype ktypes[] = {TL_DTYPE_Q4_K, TL_DTYPE_Q5_K, TL_DTYPE_Q6_K};
@@ -55,7 +40,8 @@ static void kw_make(struct kw *k, enum tl_dtype type, int64_t n_out, int64_t n_i
     for (int64_t r = 0; r < n_out; r++) {
         float scale = r % 7 == 3 ? 50.f : r % 7 == 5 ? 1e-3f : 1.f;
         for (int64_t i = 0; i < n_in; i++)
-            row[i] = rnd_f() * scale + (r % 3 == 1 ? 0.3f * scale : 0.f); // some skewed rows
+            row[i] =
+                tl_test_rnd_f() * scale + (r % 3 == 1 ? 0.3f * scale : 0.f); // some skewed rows
         assert_true(tl_quantize_row(type, row, (char *)k->rows + rb * (size_t)r, n_in));
     }
     free(row);
@@ -182,7 +168,7 @@ static void check_packed(struct kw *k, const float *x, int64_t n_tok, int rot,
 static void fill(float *x, int64_t n, float scale)
 {
     for (int64_t i = 0; i < n; i++)
-        x[i] = rnd_f() * scale;
+        x[i] = tl_test_rnd_f() * scale;
 }
 
 static void test_packed_bit_identical_on_every_isa(void **state)

@@ -9,6 +9,7 @@
  * its sums when every KV head has one query head; results do not depend on the batch or the
  * threads. Head sizes that are not a multiple of 32 are refused.
  */
+#define TL_TEST_RNG_SEED 0x5DEECE66Dull
 #include "tl_test.h"
 
 #include "core/alloc.h"
@@ -17,31 +18,16 @@
 
 #include <math.h>
 
-static uint64_t rng_state = 0x5DEECE66Dull;
-
-static uint32_t rnd_u32(void)
-{
-    rng_state ^= rng_state >> 12;
-    rng_state ^= rng_state << 25;
-    rng_state ^= rng_state >> 27;
-    return (uint32_t)((rng_state * 0x2545F4914F6CDD1Dull) >> 32);
-}
-
-static float rnd_f(void) // uniform in [-1, 1)
-{
-    return (float)((double)rnd_u32() / 2147483648.0 - 1.0);
-}
-
 // Random values with a per-32 block magnitude that varies over 2^-6 .. 2^2 (so scales differ
 // between blocks), some all-zero blocks (d = 0) and the odd 8x outlier, as real K/V rows have.
 static void fill_kv(float *x, int64_t n)
 {
     for (int64_t b = 0; b < n; b += 32) {
-        uint32_t kind = rnd_u32() % 16;
-        float mag = ldexpf(1.f, (int)(rnd_u32() % 9) - 6);
+        uint32_t kind = tl_test_rnd_u32() % 16;
+        float mag = ldexpf(1.f, (int)(tl_test_rnd_u32() % 9) - 6);
         for (int64_t i = b; i < b + 32 && i < n; i++)
-            x[i] = kind == 0 ? 0.f : rnd_f() * mag;
-        if (kind == 1) x[b + rnd_u32() % 32] = 8.f * mag;
+            x[i] = kind == 0 ? 0.f : tl_test_rnd_f() * mag;
+        if (kind == 1) x[b + tl_test_rnd_u32() % 32] = 8.f * mag;
     }
 }
 
@@ -120,7 +106,7 @@ static void test_store_hard_values(void **state)
                     k[i] = (float)(i % 32 * 4 - 63) + (i % 2 ? 0.5f : -0.5f);
                     if (i % 32 == 0) k[i] = blk % 2 ? 127.f : -127.f;
                 } else if (r % 2) {
-                    uint32_t u = rnd_u32();
+                    uint32_t u = tl_test_rnd_u32();
                     // signaling NaNs quieted: arithmetic never makes them, and glibc's fmaxf
                     // (the reference's amax) returns NaN for them where a vector max does not
                     if ((u & 0x7f800000u) == 0x7f800000u && (u & 0x7fffffu)) u |= 0x400000u;
@@ -128,11 +114,12 @@ static void test_store_hard_values(void **state)
                 } else {
                     const float sp[] = {0.f,   -0.f,   1e-40f, -1e-45f, NAN,  INFINITY, -INFINITY,
                                         3e38f, -3e38f, 0.5f,   -0.5f,   1.5f, 126.5f,   -126.5f};
-                    uint32_t kind = rnd_u32() % 4;
-                    k[i] = kind == 0 ? sp[rnd_u32() % (sizeof(sp) / sizeof(sp[0]))]
-                                     : rnd_f() * ldexpf(1.f, (int)(rnd_u32() % 40) - 20);
+                    uint32_t kind = tl_test_rnd_u32() % 4;
+                    k[i] = kind == 0
+                               ? sp[tl_test_rnd_u32() % (sizeof(sp) / sizeof(sp[0]))]
+                               : tl_test_rnd_f() * ldexpf(1.f, (int)(tl_test_rnd_u32() % 40) - 20);
                 }
-                v[i] = r == 0 ? -k[i] : rnd_f() * (float)(r % 7);
+                v[i] = r == 0 ? -k[i] : tl_test_rnd_f() * (float)(r % 7);
             }
             tl_kv_store(&kv, table, 0, k, v);
             assert_true(tl_quantize_row(TL_DTYPE_Q8_0, k, want, ROW));
@@ -172,7 +159,7 @@ static void fixture_make(struct fixture *f, int block_size, int n_kv, int hd, in
     for (int i = 0; i < n_blocks; i++)
         perm[i] = i;
     for (int i = n_blocks - 1; i > 0; i--) {
-        int j = (int)(rnd_u32() % (uint32_t)(i + 1)), t = perm[i];
+        int j = (int)(tl_test_rnd_u32() % (uint32_t)(i + 1)), t = perm[i];
         perm[i] = perm[j], perm[j] = t;
     }
     f->tables = malloc(sizeof(int32_t) * (size_t)(n_seq * f->blocks_per_seq));
@@ -236,7 +223,7 @@ static void test_attention_every_isa(void **state)
                             seq_of[t] = t % N_SEQ;
                             qs[t].n_ctx = t == 0   ? 1
                                           : t == 1 ? CTX
-                                                   : 1 + (int64_t)(rnd_u32() % CTX);
+                                                   : 1 + (int64_t)(tl_test_rnd_u32() % CTX);
                         } else {
                             seq_of[t] = t < CTX ? 0 : t < CTX + 20 ? 1 : 2;
                             qs[t].n_ctx = t < CTX ? t + 1 : t < CTX + 20 ? t - CTX + 11 : CTX;
@@ -244,7 +231,7 @@ static void test_attention_every_isa(void **state)
                         qs[t].block_table = f.tables + seq_of[t] * f.blocks_per_seq;
                     }
                     for (int i = 0; i < N_TOK * N_HEAD * hd; i++)
-                        q[i] = rnd_f() * 2.f;
+                        q[i] = tl_test_rnd_f() * 2.f;
                     const float scale = 1.f / sqrtf((float)hd);
                     // independent expectation in double over the dequantized logical K/V
                     for (int t = 0; t < N_TOK; t++)

@@ -8,6 +8,7 @@
  * logits of a random Llama model quantized to each type stay close to those of the same model
  * in F32, relative to their spread.
  */
+#define TL_TEST_RNG_SEED 0x2545F4914F6CDD1Dull
 #include "tl_test.h"
 
 #include "core/alloc.h"
@@ -24,26 +25,10 @@
 
 // ---- helpers ----------------------------------------------------------------------------------
 
-static uint64_t rng_state = 0x2545F4914F6CDD1Dull;
-
-static uint32_t rnd_u32(void)
-{
-    rng_state ^= rng_state >> 12;
-    rng_state ^= rng_state << 25;
-    rng_state ^= rng_state >> 27;
-    return (uint32_t)((rng_state * 0x2545F4914F6CDD1Dull) >> 32);
-}
-
-// Uniform in [-1, 1).
-static float rnd_f(void)
-{
-    return (float)((double)rnd_u32() / 2147483648.0 - 1.0);
-}
-
 static void fill(float *x, int64_t n, float scale)
 {
     for (int64_t i = 0; i < n; i++)
-        x[i] = rnd_f() * scale;
+        x[i] = tl_test_rnd_f() * scale;
 }
 
 static double nmse(const float *got, const float *want, int64_t n)

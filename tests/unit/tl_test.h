@@ -22,6 +22,26 @@
 #include <string.h>
 #include <unistd.h>
 
+// Reproducible random numbers (xorshift64*, the same on every run and platform). A file picks its
+// own start by defining TL_TEST_RNG_SEED before including this header.
+#ifndef TL_TEST_RNG_SEED
+#define TL_TEST_RNG_SEED 0x9E3779B97F4A7C15ull
+#endif
+static inline uint32_t tl_test_rnd_u32(void)
+{
+    static uint64_t s = TL_TEST_RNG_SEED;
+    s ^= s >> 12;
+    s ^= s << 25;
+    s ^= s >> 27;
+    return (uint32_t)((s * 0x2545F4914F6CDD1Dull) >> 32);
+}
+
+// Uniform in [-1, 1).
+static inline float tl_test_rnd_f(void)
+{
+    return (float)((double)tl_test_rnd_u32() / 2147483648.0 - 1.0);
+}
+
 // Path of a file in the shared test-data folder (static buffer; copy it to keep two).
 static inline const char *tl_test_shared(const char *rel)
 {
