@@ -6,7 +6,7 @@
  *
  * Build and run (clang):
  *   clang -g -O1 -fsanitize=fuzzer,address,undefined -std=c11 -D_GNU_SOURCE -Iinclude -Isrc \
- *       tests/fuzz/fuzz_gguf.c src/gguf/gguf.c src/gguf/gguf_writer.c src/core/[a-z]*.c \
+ *       tests/fuzz/fuzz_gguf.c src/gguf/gguf.c src/gguf/gguf_value.c src/gguf/gguf_writer.c src/core/[a-z]*.c \
  *       -o build/fuzz_gguf -lm -pthread
  *   mkdir -p build/fuzz-corpus
  *   build/tokenloom mkmodel -o build/fuzz-corpus/tiny.gguf --dim 32 --layers 1 --heads 2 \
