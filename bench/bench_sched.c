@@ -16,6 +16,7 @@
 #include "engine/engine_impl.h"
 
 #include "core/alloc.h"
+#include "core/hash.h"
 #include "core/log.h"
 
 #include <math.h>
@@ -54,12 +55,7 @@ struct sim {
 // Uniform in [0, 1) (xorshift64*).
 static double uniform(uint64_t *s)
 {
-    uint64_t x = *s;
-    x ^= x >> 12;
-    x ^= x << 25;
-    x ^= x >> 27;
-    *s = x;
-    return (double)((x * 0x2545F4914F6CDD1Dull) >> 11) / 9007199254740992.0;
+    return tl_xorshift64s_unit(s);
 }
 
 static tl_status sim_forward(void *ctx, const struct tl_batch *b, const struct tl_kv_pages *kv,

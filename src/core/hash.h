@@ -11,6 +11,8 @@
  * Outputs are part of the project's behaviour (sampler seeds, synthetic models, test data): the
  * published splitmix64 sequence is checked in test_hashmap.c, so these functions must not change.
  *
+ * xorshift64* is the project's fast RNG for test data and load generators (tl_xorshift64s).
+ *
  * Thread model: pure functions (tl_splitmix64 advances only the caller's state).
  */
 #ifndef TL_CORE_HASH_H
@@ -36,6 +38,24 @@ static inline uint64_t tl_mix64(uint64_t x)
 static inline uint64_t tl_splitmix64(uint64_t *state)
 {
     return tl_mix64(*state += TL_GOLDEN64);
+}
+
+// Advances the xorshift64* state *state (Vigna 2016; shifts 12, 25, 27) and returns the next
+// output, the state times 0x2545f4914f6cdd1d. The state must never be 0 (0 stays 0).
+static inline uint64_t tl_xorshift64s(uint64_t *state)
+{
+    uint64_t x = *state;
+    x ^= x >> 12;
+    x ^= x << 25;
+    x ^= x >> 27;
+    *state = x;
+    return x * 0x2545f4914f6cdd1dull;
+}
+
+// Uniform double in [0, 1) from xorshift64*'s top 53 bits.
+static inline double tl_xorshift64s_unit(uint64_t *state)
+{
+    return (double)(tl_xorshift64s(state) >> 11) / 9007199254740992.0;
 }
 
 // 64-bit FNV-1a of n bytes (offset basis 0xcbf29ce484222325, prime 0x100000001b3).

@@ -24,6 +24,7 @@
 #include "core/alloc.h"
 #include "core/clock.h"
 #include "core/error.h"
+#include "core/hash.h"
 #include "core/sse.h"
 #include "core/strbuf.h"
 
@@ -40,13 +41,8 @@
 
 double tl_bench_uniform(uint64_t *rng)
 {
-    // xorshift64* (Vigna); the top 53 bits make the double.
-    uint64_t x = *rng ? *rng : 0x9E3779B97F4A7C15ull;
-    x ^= x >> 12;
-    x ^= x << 25;
-    x ^= x >> 27;
-    *rng = x;
-    return (double)((x * 0x2545F4914F6CDD1Dull) >> 11) / 9007199254740992.0;
+    if (!*rng) *rng = TL_GOLDEN64; // xorshift64* must not start at 0
+    return tl_xorshift64s_unit(rng);
 }
 
 double tl_bench_exp(uint64_t *rng, double mean)

@@ -19,6 +19,11 @@ static void test_hash_published_vectors(void **state)
     assert_true(tl_splitmix64(&s) == 0x6e789e6aa1b965f4ull);
     assert_true(tl_splitmix64(&s) == 0x06c45d188009454full);
     // FNV-1a 64 test vectors (Fowler, Noll, Vo).
+    uint64_t x = 1; // xorshift64* from state 1 (Vigna's definition, computed in python3)
+    assert_true(tl_xorshift64s(&x) == 0x47e4ce4b896cdd1dull);
+    assert_true(tl_xorshift64s(&x) == 0xabcfa6a8e079651dull);
+    assert_true(tl_xorshift64s(&x) == 0xb9d10d8feb731f57ull);
+
     assert_true(tl_fnv1a64("", 0) == 0xcbf29ce484222325ull);
     assert_true(tl_fnv1a64("a", 1) == 0xaf63dc4c8601ec8cull);
     assert_true(tl_fnv1a64("foobar", 6) == 0x85944171f73967e8ull);

@@ -22,6 +22,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "core/hash.h"
+
 // Reproducible random numbers (xorshift64*, the same on every run and platform). A file picks its
 // own start by defining TL_TEST_RNG_SEED before including this header.
 #ifndef TL_TEST_RNG_SEED
@@ -30,10 +32,7 @@
 static inline uint32_t tl_test_rnd_u32(void)
 {
     static uint64_t s = TL_TEST_RNG_SEED;
-    s ^= s >> 12;
-    s ^= s << 25;
-    s ^= s >> 27;
-    return (uint32_t)((s * 0x2545F4914F6CDD1Dull) >> 32);
+    return (uint32_t)(tl_xorshift64s(&s) >> 32);
 }
 
 // Uniform in [-1, 1).
