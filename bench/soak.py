@@ -254,7 +254,7 @@ def main():
             time.sleep(args.interval)
             m = metrics(host, port)
             rss, fds = proc_sample(pid)
-            kv_used = m.get("tokenloom:kv_cache_blocks_total", 0) * m.get(
+            kv_used = m.get("tokenloom:kv_cache_blocks", 0) * m.get(
                 "tokenloom:kv_cache_usage_perc", 0)
             s = {"t": round(time.monotonic() - t0, 1), "rss_kb": rss, "fds": fds,
                  "kv_used": round(kv_used), "requests": stats.total(), "errors": stats.n_errors()}

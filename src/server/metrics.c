@@ -355,7 +355,7 @@ static void render_engine(const struct tl_metrics *m, const struct tl_engine_sta
         es->kv_blocks_total > 0 ? (double)es->kv_blocks_used / (double)es->kv_blocks_total : 0.0;
     scalar(o, m, "kv_cache_usage_perc", "gauge",
            "Fraction of KV cache blocks held by running requests (0 to 1).", usage);
-    scalar(o, m, "kv_cache_blocks_total", "gauge", "KV cache blocks in the pool.",
+    scalar(o, m, "kv_cache_blocks", "gauge", "KV cache blocks in the pool.",
            (double)es->kv_blocks_total);
     scalar(o, m, "kv_cache_blocks_free", "gauge", "KV cache blocks neither used nor cached.",
            (double)es->kv_blocks_free);
@@ -388,10 +388,8 @@ static void render_engine(const struct tl_metrics *m, const struct tl_engine_sta
     scalar(o, m, "engine_step_seconds_total", "counter", "Wall time spent inside engine steps.",
            (double)es->step_us_total / 1e6);
 
-    // Batch size. iteration_tokens_total is vLLM's name (kept for its dashboards; a histogram
-    // should not end in _total): batch_tokens_per_step is the same histogram.
-    step_hist(o, m, "iteration_tokens_total", "Tokens (prefill + decode) per engine step.", es,
-              es->step_hist_count, es->step_tokens_sum);
+    // Batch size. (vLLM calls the tokens-per-step histogram iteration_tokens_total; a histogram
+    // must not end in _total, so tokenloom's own name is batch_tokens_per_step.)
     step_hist(o, m, "batch_tokens_per_step", "Tokens (prefill + decode) per engine step.", es,
               es->step_hist_count, es->step_tokens_sum);
     step_hist(o, m, "batch_sequences_per_step", "Sequences in each engine step.", es,

@@ -208,10 +208,10 @@ def check_stats(tap, url):
         (c["prefix_cache_hits"], mv("prefix_cache_hits_total")),
         (c["preemptions"], mv("num_preemptions_total")),
         (c["client_disconnects"], mv("client_disconnects_total")),
-        (c["step_tokens"], mv("iteration_tokens_total_sum")),
+        (c["step_tokens"], mv("batch_tokens_per_step_sum")),
         (g["running"], mv("num_requests_running")),
         (g["waiting"], mv("num_requests_waiting")),
-        (g["kv_blocks_total"], mv("kv_cache_blocks_total")),
+        (g["kv_blocks_total"], mv("kv_cache_blocks")),
         (g["kv_blocks_free"], mv("kv_cache_blocks_free")),
         (g["kv_blocks_cached"], mv("kv_cache_blocks_cached")),
     ] + [(c["requests_finished"][r], mv("request_success_total", finished_reason=r))

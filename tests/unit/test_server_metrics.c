@@ -117,12 +117,12 @@ static void test_render(void **state)
     expect_line(t, "tokenloom:request_queue_time_seconds_bucket{le=\"0.04\"," MN "} 1");
     expect_line(t, "tokenloom:request_queue_time_seconds_bucket{le=\"0.05\"," MN "} 3");
     expect_line(t, "tokenloom:request_queue_time_under_50ms_total{" MN "} 2");
-    expect_line(t, "tokenloom:iteration_tokens_total_bucket{le=\"1\"," MN "} 4");
-    expect_line(t, "tokenloom:iteration_tokens_total_bucket{le=\"8\"," MN "} 7");
-    expect_line(t, "tokenloom:iteration_tokens_total_bucket{le=\"64\"," MN "} 9");
-    expect_line(t, "tokenloom:iteration_tokens_total_bucket{le=\"+Inf\"," MN "} 10");
+    expect_line(t, "tokenloom:batch_tokens_per_step_bucket{le=\"1\"," MN "} 4");
+    expect_line(t, "tokenloom:batch_tokens_per_step_bucket{le=\"8\"," MN "} 7");
+    expect_line(t, "tokenloom:batch_tokens_per_step_bucket{le=\"64\"," MN "} 9");
+    expect_line(t, "tokenloom:batch_tokens_per_step_bucket{le=\"+Inf\"," MN "} 10");
     assert_null(strstr(t, "9223372036854775807"));
-    expect_line(t, "tokenloom:iteration_tokens_total_sum{" MN "} 100");
+    expect_line(t, "tokenloom:batch_tokens_per_step_sum{" MN "} 100");
     expect_line(t, "tokenloom:batch_tokens_per_step_bucket{le=\"8\"," MN "} 7");
     expect_line(t, "tokenloom:batch_tokens_per_step_sum{" MN "} 100");
     expect_line(t, "tokenloom:batch_sequences_per_step_bucket{le=\"1\"," MN "} 0");
