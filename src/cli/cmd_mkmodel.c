@@ -146,31 +146,6 @@ static bool parse_int(const char *s, long max, int *out)
     return true;
 }
 
-// Finds `file` in the shared models folder: $TL_SHARED/models, ../shared/models, or beside the
-// checkout of the executable. Writes the path to buf; false when not found.
-static bool find_shared_model(const char *file, char *buf, size_t cap)
-{
-    const char *root = getenv("TL_SHARED");
-    if (root && *root) {
-        snprintf(buf, cap, "%s/models/%s", root, file);
-        if (access(buf, R_OK) == 0) return true;
-    }
-    snprintf(buf, cap, "../shared/models/%s", file);
-    if (access(buf, R_OK) == 0) return true;
-    char exe[PATH_MAX];
-    ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
-    if (n > 0) {
-        exe[n] = '\0';
-        char *slash = strrchr(exe, '/');
-        if (slash) {
-            *slash = '\0';
-            snprintf(buf, cap, "%s/../../shared/models/%s", exe, file);
-            if (access(buf, R_OK) == 0) return true;
-        }
-    }
-    return false;
-}
-
 static uint32_t file_type_of(enum tl_dtype t, bool mix)
 {
     // llama.cpp's llama_ftype numbers: ALL_F32 0, MOSTLY_F16 1, MOSTLY_Q4_0 2, MOSTLY_Q4_1 3,
@@ -359,7 +334,7 @@ int tl_cmd_mkmodel(int argc, char **argv)
     // The donor tokenizer.
     char tok_buf[PATH_MAX];
     if (!tok_from) {
-        if (!find_shared_model(p->tokenizer, tok_buf, sizeof(tok_buf))) {
+        if (!tl_cli_find_shared_model(p->tokenizer, tok_buf, sizeof(tok_buf))) {
             fprintf(stderr,
                     "tokenloom mkmodel: cannot find the shared %s (set TL_SHARED or use "
                     "--tokenizer-from)\n",

@@ -123,17 +123,6 @@ void tl__sched_remove(tl_engine *e, struct tl_seq *s)
     TL_ASSERT(!"sequence in no queue");
 }
 
-// ---- blocks ---------------------------------------------------------------------------------
-
-void tl__seq_release_blocks(tl_engine *e, struct tl_seq *s)
-{
-    // Last block first: in the LRU list the tail of a prefix then ages out before its head.
-    while (s->n_blocks > 0)
-        tl_kv_block_release(e->kv, s->block_table[--s->n_blocks]);
-    s->n_computed = 0;
-    s->n_published = 0;
-}
-
 // Preempts running sequence s: blocks back to the pool, back to waiting for recompute.
 static void preempt(tl_engine *e, struct tl_seq *s)
 {

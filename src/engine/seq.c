@@ -117,6 +117,15 @@ void tl__seq_deliver(struct tl_seq *s, struct tl_event *ev, size_t from, size_t 
     s->text[to] = saved;
 }
 
+void tl__seq_release_blocks(tl_engine *e, struct tl_seq *s)
+{
+    // Last block first: in the LRU list the tail of a prefix then ages out before its head.
+    while (s->n_blocks > 0)
+        tl_kv_block_release(e->kv, s->block_table[--s->n_blocks]);
+    s->n_computed = 0;
+    s->n_published = 0;
+}
+
 void tl__seq_finish(tl_engine *e, struct tl_seq *s, enum tl_finish_reason why, const char *error)
 {
     tl__sched_remove(e, s);

@@ -21,6 +21,7 @@
  * tensor data must stay valid until write returns. Not thread-safe (one thread per writer).
  */
 #include "gguf/gguf.h"
+#include "gguf/gguf_impl.h"
 
 #include "core/alloc.h"
 #include "core/error.h"
@@ -94,28 +95,12 @@ static void put_str(struct bytes *b, const char *s, uint64_t n)
     put(b, s, (size_t)n);
 }
 
-// Bytes of one element of a fixed-size value type; 0 for STRING/ARRAY/unknown.
+// Bytes of one element of a fixed-size value type; 0 for STRING/ARRAY/unknown (the sizes live
+// once, in gguf_value.c).
 static size_t fixed_size(enum tl_gguf_type t)
 {
-    switch (t) {
-    case TL_GGUF_TYPE_UINT8:
-    case TL_GGUF_TYPE_INT8:
-    case TL_GGUF_TYPE_BOOL:
-        return 1;
-    case TL_GGUF_TYPE_UINT16:
-    case TL_GGUF_TYPE_INT16:
-        return 2;
-    case TL_GGUF_TYPE_UINT32:
-    case TL_GGUF_TYPE_INT32:
-    case TL_GGUF_TYPE_FLOAT32:
-        return 4;
-    case TL_GGUF_TYPE_UINT64:
-    case TL_GGUF_TYPE_INT64:
-    case TL_GGUF_TYPE_FLOAT64:
-        return 8;
-    default:
-        return 0;
-    }
+    int n = tl__gguf_type_size((uint32_t)t);
+    return n > 0 ? (size_t)n : 0;
 }
 
 // Encodes the payload (no type tag) of a value of type `t`; false on a malformed value.

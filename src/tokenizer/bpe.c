@@ -16,6 +16,7 @@
  *
  * Threads: pure function of the immutable vocab; scratch is per call.
  */
+#include "tokenizer/heap.h"
 #include "tokenizer/vocab_impl.h"
 
 #include "core/alloc.h"
@@ -37,45 +38,12 @@ struct pair {
     int32_t result;
 };
 
-struct heap {
-    struct pair *v; // owned
-    size_t n, cap;
-};
-
 static bool pair_before(const struct pair *a, const struct pair *b)
 {
     return a->rank < b->rank || (a->rank == b->rank && a->left < b->left);
 }
 
-static bool heap_push(struct heap *h, struct pair p)
-{
-    if (!tl_grow((void **)&h->v, &h->cap, h->n + 1, sizeof(p))) return false;
-    size_t i = h->n++;
-    while (i > 0) {
-        size_t up = (i - 1) / 2;
-        if (!pair_before(&p, &h->v[up])) break;
-        h->v[i] = h->v[up];
-        i = up;
-    }
-    h->v[i] = p;
-    return true;
-}
-
-static struct pair heap_pop(struct heap *h)
-{
-    struct pair top = h->v[0], last = h->v[--h->n];
-    size_t i = 0;
-    for (;;) {
-        size_t c = 2 * i + 1;
-        if (c >= h->n) break;
-        if (c + 1 < h->n && pair_before(&h->v[c + 1], &h->v[c])) c++;
-        if (!pair_before(&h->v[c], &last)) break;
-        h->v[i] = h->v[c];
-        i = c;
-    }
-    if (h->n) h->v[i] = last;
-    return top;
-}
+TL__HEAP_DEFINE(heap, struct pair, pair_before)
 
 struct scratch {
     struct sym *syms; // owned

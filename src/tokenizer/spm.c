@@ -15,6 +15,7 @@
  *
  * Threads: pure function of the immutable vocab; scratch is per call.
  */
+#include "tokenizer/heap.h"
 #include "tokenizer/vocab_impl.h"
 
 #include "core/alloc.h"
@@ -34,45 +35,12 @@ struct cand {
     uint32_t size;
 };
 
-struct heap {
-    struct cand *v; // owned
-    size_t n, cap;
-};
-
 static bool cand_before(const struct cand *a, const struct cand *b)
 {
     return a->score > b->score || (a->score == b->score && a->left < b->left);
 }
 
-static bool heap_push(struct heap *h, struct cand c)
-{
-    if (!tl_grow((void **)&h->v, &h->cap, h->n + 1, sizeof(c))) return false;
-    size_t i = h->n++;
-    while (i > 0) {
-        size_t up = (i - 1) / 2;
-        if (!cand_before(&c, &h->v[up])) break;
-        h->v[i] = h->v[up];
-        i = up;
-    }
-    h->v[i] = c;
-    return true;
-}
-
-static struct cand heap_pop(struct heap *h)
-{
-    struct cand top = h->v[0], last = h->v[--h->n];
-    size_t i = 0;
-    for (;;) {
-        size_t c = 2 * i + 1;
-        if (c >= h->n) break;
-        if (c + 1 < h->n && cand_before(&h->v[c + 1], &h->v[c])) c++;
-        if (!cand_before(&h->v[c], &last)) break;
-        h->v[i] = h->v[c];
-        i = c;
-    }
-    if (h->n) h->v[i] = last;
-    return top;
-}
+TL__HEAP_DEFINE(heap, struct cand, cand_before)
 
 static bool try_pair(const struct tl_vocab *v, const char *text, const struct sym *syms,
                      struct heap *h, int32_t l, int32_t r)

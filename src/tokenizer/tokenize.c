@@ -31,15 +31,6 @@
 
 #define TL__MAX_TEXT ((size_t)32 << 20)
 
-bool tl__ids_push(struct tl__ids *o, int32_t id)
-{
-    size_t cap = (size_t)o->cap;
-    if (!tl_grow((void **)&o->ids, &cap, (size_t)o->n + 1, sizeof(int32_t))) return false;
-    o->cap = (int64_t)cap;
-    o->ids[o->n++] = id;
-    return true;
-}
-
 // ---- special-token partition --------------------------------------------------------------------
 
 struct frag {

@@ -9,6 +9,7 @@
 #ifndef TL_TOKENIZER_VOCAB_IMPL_H
 #define TL_TOKENIZER_VOCAB_IMPL_H
 
+#include "core/alloc.h"
 #include "core/hashmap.h"
 #include "tokenizer/tokenizer.h"
 
@@ -90,7 +91,17 @@ struct tl__ids {
     int32_t *ids; // owned
     int64_t n, cap;
 };
-bool tl__ids_push(struct tl__ids *o, int32_t id);
+
+// Appends id, growing the array; false when out of memory (o unchanged). Inline here, a leaf,
+// so that the encoders (bpe.c, spm.c) and tokenize.c do not call into each other for it.
+static inline bool tl__ids_push(struct tl__ids *o, int32_t id)
+{
+    size_t cap = (size_t)o->cap;
+    if (!tl_grow((void **)&o->ids, &cap, (size_t)o->n + 1, sizeof(int32_t))) return false;
+    o->cap = (int64_t)cap;
+    o->ids[o->n++] = id;
+    return true;
+}
 
 // ---- encoders (one text fragment without special tokens) --------------------------------------
 
