@@ -13,6 +13,7 @@ int tl_cmd_tokenize(int argc, char **argv);
 int tl_cmd_mkmodel(int argc, char **argv);
 int tl_cmd_bench(int argc, char **argv);
 int tl_cmd_version(int argc, char **argv);
+int tl_cmd_devices(int argc, char **argv);
 
 // The default model: $MODEL if set, else ../shared/models/stories260K.gguf relative to the
 // current directory or to the executable's checkout, else NULL.
