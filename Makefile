@@ -44,6 +44,15 @@ CFLAGS   += -std=c11 -D_GNU_SOURCE $(OPT) -g $(WARN) -fno-strict-aliasing -pthre
 LDFLAGS  += -pthread $(SAN)
 LDLIBS   := $(PKG_LIBS) -lm
 
+# The Vulkan backend (src/gpu) is built when the Vulkan headers (pkg-config vulkan) and glslc
+# are there; `make VULKAN=0` leaves it out. The loader is opened with dlopen at run time, so the
+# binary links only libdl and still runs on the CPU where no loader is installed.
+VULKAN   ?= $(shell pkg-config --exists vulkan 2>/dev/null && command -v glslc >/dev/null && echo 1)
+ifeq ($(VULKAN),1)
+CFLAGS   += -DTL_HAVE_VULKAN $(shell pkg-config --cflags vulkan 2>/dev/null)
+LDLIBS   += -ldl
+endif
+
 ALL_SRC  := $(shell find src -name '*.c' | sort)
 ifneq ($(ARCH),x86_64)
 ALL_SRC  := $(filter-out src/kernels/x86/%,$(ALL_SRC))
@@ -113,6 +122,21 @@ $(DASHBOARD_H): src/server/dashboard/index.html src/server/dashboard/embed.sh
 	@mkdir -p $(@D)
 	sh src/server/dashboard/embed.sh tl_dashboard_html $< $@
 $(BUILD)/src/server/dashboard.o $(BUILD)/pic/src/server/dashboard.o: $(DASHBOARD_H)
+
+# The GPU shaders (src/gpu/shaders/*.comp) are compiled to SPIR-V with glslc and embedded as C
+# arrays in $(BUILD)/gen/gpu_shaders.h (generated, never committed). A shader that does not
+# compile fails the build.
+ifeq ($(VULKAN),1)
+GPU_COMP := $(sort $(wildcard src/gpu/shaders/*.comp))
+GPU_SPV  := $(GPU_COMP:src/gpu/shaders/%.comp=$(BUILD)/gen/shaders/%.spv)
+GPU_SHADERS_H := $(BUILD)/gen/gpu_shaders.h
+$(BUILD)/gen/shaders/%.spv: src/gpu/shaders/%.comp
+	@mkdir -p $(@D)
+	glslc --target-env=vulkan1.1 -O -Werror -o $@ $<
+$(GPU_SHADERS_H): $(GPU_SPV) src/gpu/embed_shaders.sh src/server/dashboard/embed.sh
+	sh src/gpu/embed_shaders.sh $@ $(GPU_SPV)
+$(BUILD)/src/gpu/shaders.o $(BUILD)/pic/src/gpu/shaders.o: $(GPU_SHADERS_H)
+endif
 
 # `tokenloom version` and /metrics report the git revision and build flags (server/build_info.c);
 # the stamp file changes (and the object is rebuilt) only when they do.

@@ -16,6 +16,10 @@ TEST_PKGS="$TEST_PKGS python3-jinja2"
 BUILD_PKGS="$BUILD_PKGS libgrpc-dev libprotobuf-c-dev protobuf-c-compiler"
 # tests/grpc: a Python client on Debian's grpcio, stubs generated at test time.
 TEST_PKGS="$TEST_PKGS python3-grpcio python3-grpc-tools"
+# The Vulkan backend (src/gpu): headers and the GLSL-to-SPIR-V compiler to build it; Mesa's
+# lavapipe (a Vulkan device on the CPU) and vulkaninfo so `make test` runs the Vulkan tier.
+BUILD_PKGS="$BUILD_PKGS libvulkan-dev glslc"
+TEST_PKGS="$TEST_PKGS mesa-vulkan-drivers vulkan-tools"
 case "$SET" in
 build) PKGS=$BUILD_PKGS ;;
 test | all) PKGS="$BUILD_PKGS $TEST_PKGS" ;;

@@ -16,6 +16,7 @@ int tl_cmd_tokenize(int argc, char **argv);
 int tl_cmd_mkmodel(int argc, char **argv);
 int tl_cmd_bench(int argc, char **argv);
 int tl_cmd_version(int argc, char **argv);
+int tl_cmd_devices(int argc, char **argv);
 
 // The default model: $MODEL if set, else stories260K.gguf from the shared models folder
 // (tl_cli_find_shared_model), else NULL.

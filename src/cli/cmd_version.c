@@ -6,6 +6,7 @@
  */
 #include "cli/cli.h"
 
+#include "gpu/gpu.h"
 #include "kernels/kernels.h"
 #include "server/build_info.h"
 
@@ -24,5 +25,12 @@ int tl_cmd_version(int argc, char **argv)
 #endif
     printf("build flags: %s\n", tl_build_flags());
     printf("kernels: %s (chosen at run time for this CPU)\n", tl_kernels_isa());
+    size_t n_shaders;
+    (void)tl_gpu_shaders(&n_shaders);
+    if (tl_gpu_vulkan_compiled())
+        printf("vulkan: compiled in (%zu shaders embedded; tokenloom devices lists devices)\n",
+               n_shaders);
+    else
+        printf("vulkan: not compiled in (CPU only)\n");
     return 0;
 }

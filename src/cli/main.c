@@ -16,6 +16,7 @@ static const struct {
     {"tokenize", tl_cmd_tokenize, "print the token ids of text read from stdin"},
     {"mkmodel", tl_cmd_mkmodel, "write a random-weight Llama-shaped GGUF model"},
     {"bench", tl_cmd_bench, "load-test a running server"},
+    {"devices", tl_cmd_devices, "list the CPU and the Vulkan devices --device can pick"},
     {"version", tl_cmd_version, "print the version, git revision, build flags and kernel ISA"},
 };
 
