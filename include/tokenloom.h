@@ -14,6 +14,16 @@
 #include <stddef.h>
 #include <stdint.h>
 
+// The release this header belongs to (`tokenloom version` prints the same numbers).
+#define TL_VERSION_MAJOR 0
+#define TL_VERSION_MINOR 1
+#define TL_VERSION_PATCH 0
+#define TL_VERSION_STR_(x) #x
+#define TL_VERSION_STR(x) TL_VERSION_STR_(x)
+#define TL_VERSION_STRING                                                                          \
+    TL_VERSION_STR(TL_VERSION_MAJOR)                                                               \
+    "." TL_VERSION_STR(TL_VERSION_MINOR) "." TL_VERSION_STR(TL_VERSION_PATCH)
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -61,11 +71,6 @@ struct tl_model_params {
 tl_status tl_model_load(const char *path, const struct tl_model_params *params,
                         tl_model **out) TL_WARN_UNUSED;
 void tl_model_destroy(tl_model *m); // NULL is a no-op; engines using it must be destroyed first
-// Former name of tl_model_destroy, kept while branches that call it land; do not use.
-static inline void tl_model_free(tl_model *m)
-{
-    tl_model_destroy(m);
-}
 
 struct tl_model_info {
     const char *arch; // "llama", "qwen2"

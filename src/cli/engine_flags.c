@@ -19,15 +19,15 @@
 
 #define NAMES(...) ((const char *const[]){__VA_ARGS__, NULL})
 
-static const char *const *const max_batch_names =
-    NAMES("--max-batch-size", "--max-num-seqs", "-np", "--parallel");
+static const char *const *const max_batch_names = NAMES(
+    "--max-batch-size", "--max-num-seqs", "-np", "--parallel", "--batch_size", "--max_batch_size");
 static const char *const *const step_names =
     NAMES("--max-tokens-per-step", "--max-num-batched-tokens", "-b", "--batch-size");
 static const char *const *const prefill_decoding_names = NAMES("--max-prefill-tokens-decoding");
 static const char *const *const prefill_backlog_names = NAMES("--prefill-backlog-tokens");
 static const char *const *const prefill_per_decode_names = NAMES("--prefill-tokens-per-decode");
 static const char *const *const seq_len_names =
-    NAMES("--max-seq-len", "--max-model-len", "-c", "--ctx-size");
+    NAMES("--max-seq-len", "--max-model-len", "-c", "--ctx-size", "--max_seq_length");
 static const char *const *const block_names = NAMES("--kv-block-size", "--block-size");
 static const char *const *const kv_type_names = NAMES("--kv-type", "--kv-cache-dtype");
 static const char *const *const kv_k_names = NAMES("-ctk", "--cache-type-k");
@@ -39,6 +39,8 @@ const char *const tl_cli_engine_flag_names[] = {"--max-batch-size",
                                                 "--max-num-seqs",
                                                 "-np",
                                                 "--parallel",
+                                                "--batch_size",
+                                                "--max_batch_size",
                                                 "--max-tokens-per-step",
                                                 "--max-num-batched-tokens",
                                                 "-b",
@@ -50,6 +52,11 @@ const char *const tl_cli_engine_flag_names[] = {"--max-batch-size",
                                                 "--max-model-len",
                                                 "-c",
                                                 "--ctx-size",
+                                                "--max_seq_length",
+                                                "--use_kv_cache",
+                                                "--prefill_enabled",
+                                                "--enable_padding",
+                                                "--pad_token_id",
                                                 "--kv-block-size",
                                                 "--block-size",
                                                 "--kv-blocks",
@@ -159,6 +166,36 @@ static void warn_threads(const char *cmd, long long n)
                 cmd, n, cpus);
 }
 
+// The seed article's switches for what tokenloom always does: =true (or no value) is accepted,
+// anything else is refused with the reason. Returns 1 (consumed), -1 (refused) or 0 (not one).
+static int seed_switch(const char *cmd, const char *a)
+{
+    static const struct {
+        const char *name, *why;
+    } always[] = {
+        {"--use_kv_cache", "the KV cache is always on"},
+        {"--prefill_enabled", "prompts are always prefilled in chunks"},
+    };
+    for (size_t k = 0; k < sizeof(always) / sizeof(always[0]); k++) {
+        size_t n = strlen(always[k].name);
+        if (strncmp(a, always[k].name, n) || (a[n] && a[n] != '=')) continue;
+        if (!a[n] || !strcasecmp(a + n + 1, "true") || !strcmp(a + n + 1, "1")) return 1;
+        fprintf(stderr, "tokenloom %s: %s: cannot be turned off (%s)\n", cmd, a, always[k].why);
+        return -1;
+    }
+    static const char *const padding[] = {"--enable_padding", "--pad_token_id"};
+    for (size_t k = 0; k < 2; k++) {
+        size_t n = strlen(padding[k]);
+        if (strncmp(a, padding[k], n) || (a[n] && a[n] != '=')) continue;
+        fprintf(stderr,
+                "tokenloom %s: %s: not supported: batches are flat (each sequence's tokens "
+                "side by side) and never padded\n",
+                cmd, padding[k]);
+        return -1;
+    }
+    return 0;
+}
+
 int tl_cli_engine_flag(const char *cmd, struct tl_engine_config *c, int argc, char **argv, int *i)
 {
     const char *a = argv[*i];
@@ -171,6 +208,7 @@ int tl_cli_engine_flag(const char *cmd, struct tl_engine_config *c, int argc, ch
         c->prefix_caching = false;
         return 1;
     }
+    if ((m = seed_switch(cmd, a)) != 0) return m;
     if ((m = tl_cli_flag(cmd, max_batch_names, argc, argv, i, &val)) != 0) {
         if (m < 0 || tl_cli_int(cmd, a, val, 1, 1 << 16, &v)) return -1;
         c->max_batch_size = (int32_t)v;
@@ -256,10 +294,13 @@ void tl_cli_engine_flags_help(FILE *f)
     fprintf(f,
             "engine flags (vLLM / llama.cpp spellings in brackets are aliases):\n"
             "  --max-batch-size N       most sequences running at once (default 64)\n"
-            "                           [--max-num-seqs, -np, --parallel]\n"
+            "                           [--max-num-seqs, -np, --parallel; the seed's\n"
+            "                           --batch_size, --max_batch_size]\n"
             "  --max-tokens-per-step N  token budget per step, decodes + prefill chunks\n"
             "                           (default 512) [--max-num-batched-tokens, -b, "
             "--batch-size]\n"
+            "                           note: --batch-size (llama.cpp) is tokens per step;\n"
+            "                           --batch_size (the seed article) is sequences at once\n"
             "  --max-prefill-tokens-decoding N  prefill tokens at most in a step that also\n"
             "                           decodes: short steps keep inter-token latency and the\n"
             "                           wait of new arrivals low (default 160)\n"
@@ -270,7 +311,11 @@ void tl_cli_engine_flags_help(FILE *f)
             "                           prefill the whole budget anyway (drains bursts\n"
             "                           faster; 0 = never, the default)\n"
             "  --max-seq-len N          prompt + generated tokens per sequence (default: model\n"
-            "                           context) [--max-model-len, -c, --ctx-size]\n"
+            "                           context) [--max-model-len, -c, --ctx-size,\n"
+            "                           --max_seq_length]\n"
+            "  --use_kv_cache=true, --prefill_enabled=true  accepted: always so here; =false,\n"
+            "                           --enable_padding and --pad_token_id are refused (batches\n"
+            "                           are flat and never padded)\n"
             "  --kv-block-size N        positions per KV block (default 16) [--block-size]\n"
             "  --kv-blocks N            KV pool size in blocks\n"
             "  --kv-bytes SIZE          KV pool size in bytes (K/M/G suffixes); default: what\n"

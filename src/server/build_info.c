@@ -6,6 +6,8 @@
  */
 #include "server/build_info.h"
 
+#include "tokenloom.h"
+
 #ifndef TL_GIT_REV
 #define TL_GIT_REV "unknown"
 #endif
@@ -15,7 +17,7 @@
 
 const char *tl_build_version(void)
 {
-    return "0.1.0";
+    return TL_VERSION_STRING;
 }
 
 const char *tl_build_revision(void)

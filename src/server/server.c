@@ -498,7 +498,7 @@ void tl_server_destroy(struct tl_server *s)
     if (s->stop_efd >= 0) close(s->stop_efd);
     if (!s->cfg.backend) {
         tl_engine_destroy(s->engine);
-        tl_model_free(s->model);
+        tl_model_destroy(s->model);
     }
     tl_chat_template_free(&s->chat);
     free(s->model_name);

@@ -24,7 +24,7 @@ notok() { n=$((n + 1)); echo "not ok $n - $1"; shift; for l in "$@"; do echo "# 
 check() { name=$1; shift; if "$@"; then ok "$name"; else notok "$name"; fi; }
 lines() { wc -l <"$1" | tr -d ' '; }
 
-echo "1..50"
+echo "1..59"
 export TOKENLOOM_LOG=info
 echo '{"prompt": "Once", "max_tokens": 2, "temperature": 0}' >"$d/in.jsonl"
 
@@ -61,6 +61,12 @@ got=$(engine_line --kv-cache-dtype auto)
 check "--kv-cache-dtype auto is the default f16" [ "$got" = "$default_line" ]
 got=$(engine_line -ctk f32 -ctv f32)
 check "-ctk f32 -ctv f32 together" [ "$got" = "$(engine_line --kv-type f32)" ]
+# The seed article's spellings (issue 18): --batch_size is sequences at once, not llama.cpp's
+# tokens per step (--batch-size); what tokenloom always does is accepted when asked for.
+alias_same --max-batch-size 3 --batch_size --max_batch_size
+alias_same --max-seq-len 64 --max_seq_length
+got=$(engine_line --use_kv_cache=true --prefill_enabled=true)
+check "--use_kv_cache=true --prefill_enabled=true are what it always does" [ "$got" = "$default_line" ]
 got=$(engine_line -ngl 0 --no-enable-prefix-caching)
 check "-ngl 0 and --no-enable-prefix-caching are accepted" [ "$got" = "$default_line" ]
 
@@ -77,6 +83,12 @@ usage_error() {
         notok "$name" "exit $rc" "$(head -n 5 "$d/err")"
     fi
 }
+usage_error "--use_kv_cache=false: the KV cache is always on" \
+    "^tokenloom serve: --use_kv_cache=false: .*KV cache is always on" serve -m "$MODEL" --use_kv_cache=false
+usage_error "--enable_padding: batches are never padded" "^tokenloom serve: --enable_padding: .*never padded" \
+    serve -m "$MODEL" --enable_padding
+usage_error "--pad_token_id: batches are never padded" "^tokenloom serve: --pad_token_id: .*never padded" \
+    serve -m "$MODEL" --pad_token_id=0
 usage_error "--gpu-memory-utilization says there is no GPU" "gpu-memory-utilization.*(no GPU|CPU)" \
     serve -m "$MODEL" --gpu-memory-utilization 0.9
 usage_error "-ngl 99 says there is no GPU" "^tokenloom serve: -ngl 99: .*GPU" serve -m "$MODEL" -ngl 99
@@ -175,3 +187,22 @@ first=$(head -n 1 "$d/srv.log" | cut -c1-19)
 log_s=$(date -u -d "$first" +%s 2>/dev/null || echo 0)
 now_s=$(date -u +%s)
 check "the timestamp is UTC and close to date -u" sh -c "[ $((now_s - log_s)) -ge 0 ] && [ $((now_s - log_s)) -lt 120 ]"
+
+# The seed article's exact command line (plus the model): port 8500, 16 sequences at once,
+# read back from the engine configuration /stats reports. Skipped when 8500 is taken.
+if curl -s -o /dev/null "http://127.0.0.1:8500/" 2>/dev/null; then
+    n=$((n + 1)); echo "ok $n - # SKIP port 8500 is in use"
+else
+    "$BIN" serve --port=8500 --batch_size=16 -m "$MODEL" >"$d/seed.log" 2>&1 &
+    srv_pid=$!
+    for _ in $(seq 1 100); do
+        grep -q "ready" "$d/seed.log" && break
+        sleep 0.1
+    done
+    stats=$(curl -s "http://127.0.0.1:8500/stats")
+    check "serve --port=8500 --batch_size=16 runs 16 sequences at once" \
+        sh -c "echo '$stats' | grep -q '\"max_batch_size\": *16'"
+    kill "$srv_pid"
+    wait "$srv_pid" 2>/dev/null
+    srv_pid=""
+fi

@@ -176,7 +176,7 @@ static void test_step_work_shapes(void **state)
     b.n_out = 0;
     tl_model_step_work(m, TL_DTYPE_F16, &b, &w);
     assert_true(fabs(w.flops - (want_flops - 2 * 2 * d * V)) <= 1e-9 * want_flops);
-    tl_model_free(m);
+    tl_model_destroy(m);
 }
 
 TL_TEST_MAIN(cmocka_unit_test_setup_teardown(test_cache_roundtrip_and_corrupt, setup, teardown),

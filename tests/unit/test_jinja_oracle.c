@@ -5,13 +5,14 @@
  * configured as transformers configures it; this test renders the same requests through
  * tl_chat_render_vars and requires the identical string, the identical raise_exception message,
  * or an error where Jinja2 failed. The built-in templates (--chat-template NAME) are written to a
- * temporary folder and go through the same conversations. One test per template; the totals are printed at the end.
- * Run from the repository root (make test does).
+ * temporary folder and go through the same conversations. One test per template; the totals are
+ * printed at the end. Run from the repository root (make test does).
  */
 #include "tl_test.h"
 
 #include "chat/chat_render.h"
 
+#include <dirent.h>
 #include <jansson.h>
 #include <sys/stat.h>
 
@@ -58,8 +59,7 @@ static bool check_case(const tl_jinja_template *t, json_t *c)
     json_t *req = json_object_get(c, "request");
     struct tl_chat_vars v = {
         .messages = json_object_get(req, "messages"),
-        .tools = json_is_null(json_object_get(req, "tools")) ? NULL
-                                                             : json_object_get(req, "tools"),
+        .tools = json_is_null(json_object_get(req, "tools")) ? NULL : json_object_get(req, "tools"),
         .kwargs = json_object_get(req, "chat_template_kwargs"),
         .bos_token = "<s>",
         .eos_token = "</s>",
@@ -79,8 +79,10 @@ static bool check_case(const tl_jinja_template *t, json_t *c)
         ok = st == TL_OK && len == strlen(want) && !memcmp(out, want, len);
         if (!ok) {
             printf("# %s: ", name);
-            if (st != TL_OK) printf("failed: %s\n", err);
-            else print_diff(want, out, len);
+            if (st != TL_OK)
+                printf("failed: %s\n", err);
+            else
+                print_diff(want, out, len);
         }
     } else if (!strcmp(want_err, "raised")) {
         ok = st != TL_OK && kind == TL_JINJA_RAISED && !strcmp(err, want_msg);
@@ -150,6 +152,37 @@ static void remove_builtins(const char *dir)
     rmdir(dir);
 }
 
+// Counts the *.jinja files in dir (0 if it cannot be read).
+static size_t count_templates(const char *dir)
+{
+    DIR *d = opendir(dir);
+    if (!d) return 0;
+    size_t n = 0;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        size_t l = strlen(e->d_name);
+        if (l > 6 && !strcmp(e->d_name + l - 6, ".jinja")) n++;
+    }
+    closedir(d);
+    return n;
+}
+
+// The number of cases the oracle must produce, counted from its inputs independently of its
+// output: every conversation through every real and built-in template, plus one case per
+// feature template. An empty or truncated oracle output then fails instead of passing vacuously.
+static size_t expected_cases(const char *builtins)
+{
+    json_error_t jerr;
+    json_t *conv = json_load_file("tests/chat/conversations.json", 0, &jerr);
+    size_t n_conv = json_object_size(json_object_get(conv, "conversations"));
+    json_decref(conv);
+    size_t n_real = count_templates(tl_test_shared("templates"));
+    size_t n_builtin = count_templates(builtins);
+    size_t n_feature = count_templates("tests/chat/templates");
+    if (!n_conv || !n_real || !n_builtin || !n_feature) return 0;
+    return (n_real + n_builtin) * n_conv + n_feature;
+}
+
 int main(void)
 {
     char builtins[256];
@@ -174,6 +207,15 @@ int main(void)
     unlink(out);
     if (!json_is_array(g_cases)) {
         printf("1..1\nnot ok 1 - oracle output unreadable: %s\n", jerr.text);
+        return 1;
+    }
+    size_t want = expected_cases(builtins);
+    if (!want || json_array_size(g_cases) != want) {
+        printf("1..1\nnot ok 1 - oracle produced %zu cases, expected %zu (templates x "
+               "conversations + feature templates)\n",
+               json_array_size(g_cases), want);
+        json_decref(g_cases);
+        remove_builtins(builtins);
         return 1;
     }
     // One test per distinct template, in the oracle's order.
