@@ -211,10 +211,13 @@ run: all
 	./$(BUILD)/tokenloom serve -m $(MODEL) $(ARGS)
 
 # Sanitizer tier: the same tests under ASan+UBSan in a separate build folder.
+# Leaks inside the Vulkan loader and driver are suppressed by module (tests/lsan.supp).
 # Left out of it: test_dockerfile.py (it checks the release binary's shared libraries, and an ASan
 # binary needs libasan).
 check:
-	TL_TEST_SKIP="test_dockerfile.py" $(MAKE) BUILD=build-san OPT=-O1 \
+	TL_TEST_SKIP="test_dockerfile.py" \
+	    LSAN_OPTIONS="suppressions=$(CURDIR)/tests/lsan.supp print_suppressions=0 $(LSAN_OPTIONS)" \
+	    $(MAKE) BUILD=build-san OPT=-O1 \
 	    SAN="-fsanitize=address,undefined -fno-omit-frame-pointer" test
 
 # ThreadSanitizer tier: the multi-threaded tests (engine, scheduler, server: loop thread, engine

@@ -3,8 +3,8 @@
  * an instance (Vulkan 1.1 or later) and lists the physical devices with what the backend needs
  * to know: type, device-local memory, subgroup size, fp16 arithmetic and int8 dot products.
  * Every failure (no loader, no driver, no device) is a one-line error through tl__errorf, never
- * a crash. Owns nothing between calls: the instance and the library handle are released before
- * returning. Single caller at a time.
+ * a crash. Owns nothing between calls: the instance is destroyed before returning; the loader
+ * and the driver it opened stay mapped (see pin_loaded_libraries). Single caller at a time.
  */
 #include "gpu/gpu.h"
 
@@ -22,7 +22,27 @@ tl_status tl_gpu_devices_print(FILE *f)
 #include <vulkan/vulkan.h>
 
 #include <dlfcn.h>
+#include <link.h>
 #include <stdlib.h>
+
+static int pin_one(struct dl_phdr_info *info, size_t size, void *arg)
+{
+    (void)size;
+    (void)arg;
+    if (info->dlpi_name && info->dlpi_name[0])
+        dlopen(info->dlpi_name, RTLD_LAZY | RTLD_NOLOAD | RTLD_NODELETE);
+    return 0;
+}
+
+// Marks every library now loaded (the Vulkan loader and the driver it opened among them) as
+// never to be unloaded. Drivers keep threads and allocations past vkDestroyInstance; once
+// unloaded, their code and their allocations belong to no module, which can crash a late
+// callback and leaves LeakSanitizer reports that no suppression can name (tests/lsan.supp
+// names the driver libraries, which it can do only while they stay mapped).
+static void pin_loaded_libraries(void)
+{
+    dl_iterate_phdr(pin_one, NULL);
+}
 
 static const char *type_name(VkPhysicalDeviceType t)
 {
@@ -74,6 +94,7 @@ tl_status tl_gpu_devices_print(FILE *f)
         st = tl__errorf(TL_ERR_UNSUPPORTED, "vulkan: no driver (vkCreateInstance: %d)", (int)r);
         goto out_lib;
     }
+    pin_loaded_libraries();
 #define LOAD(T, name) PFN_##T name = (PFN_##T)gipa(inst, #T)
     LOAD(vkDestroyInstance, destroy);
     LOAD(vkEnumeratePhysicalDevices, enumerate);
