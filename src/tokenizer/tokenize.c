@@ -1,7 +1,7 @@
 /*
  * tl_tokenize: cuts special tokens out of the text, then encodes each remaining fragment with
- * the vocabulary's encoder (spm.c or bpe.c) and adds BOS/EOS. Mirrors llama.cpp's
- * llama_vocab::tokenize and tokenizer_st_partition.
+ * the vocabulary's encoder (spm.c, bpe.c or wpm.c) and adds BOS/EOS (WordPiece: [CLS]/[SEP]).
+ * Mirrors llama.cpp's llama_vocab::tokenize and tokenizer_st_partition.
  *
  * Special tokens. The candidates are the vocabulary's control, user-defined and unknown tokens,
  * longest piece first. Each candidate in turn is searched for in every text fragment left by the
@@ -200,6 +200,8 @@ tl_status tl_tokenize(const struct tl_vocab *v, const char *text, size_t len, bo
         if (v->type == TL_VOCAB_SPM) {
             rc = spm_fragment(v, text + f->off, f->len, v->add_space_prefix && prev_special, &buf,
                               &cap, &ids);
+        } else if (v->type == TL_VOCAB_WPM) {
+            rc = tl__wpm_encode(v, text + f->off, f->len, &ids);
         } else {
             rc = tl__bpe_encode(v, text + f->off, f->len, &ids);
         }
@@ -207,6 +209,7 @@ tl_status tl_tokenize(const struct tl_vocab *v, const char *text, size_t len, bo
     }
     if (rc) goto out_free_scratch;
     if (add_special && v->add_eos && v->eos >= 0 && !tl__ids_push(&ids, v->eos)) goto out_nomem;
+    if (add_special && v->add_sep && v->sep >= 0 && !tl__ids_push(&ids, v->sep)) goto out_nomem;
     *out = ids.ids;
     *n_out = ids.n;
     ids.ids = NULL;

@@ -2,7 +2,8 @@
  * Vocabularies and tokenizers, read from a GGUF's tokenizer.* metadata (or a llama2.c
  * tokenizer.bin): SentencePiece-style BPE by scores with byte fallback ("llama"), and byte-level
  * BPE by merge ranks with a pre-tokenizer regex chosen by tokenizer.ggml.pre ("gpt2"), run with
- * PCRE2 in UTF-8/UCP mode. Output matches llama.cpp's tokenizer token for token.
+ * PCRE2 in UTF-8/UCP mode, and WordPiece ("bert", the embedding models' tokenizer). Output
+ * matches llama.cpp's tokenizer token for token.
  *
  * A tl_vocab is immutable after loading and may be used from any thread at once. A tl_detok is
  * per-sequence state for incremental decoding and belongs to one thread.
@@ -21,6 +22,7 @@
 enum tl_vocab_type {
     TL_VOCAB_SPM = 1, // tokenizer.ggml.model = "llama"
     TL_VOCAB_BPE = 2, // tokenizer.ggml.model = "gpt2"
+    TL_VOCAB_WPM = 3, // tokenizer.ggml.model = "bert" (WordPiece)
 };
 
 // Token attributes (tokenizer.ggml.token_type): normal, unknown, control, user-defined, unused,

@@ -103,7 +103,7 @@ static struct tl_vocab *vocab_alloc(const char *source)
         free(v);
         return NULL;
     }
-    v->bos = v->eos = v->eot = v->eom = v->unk = v->pad = -1;
+    v->bos = v->eos = v->eot = v->eom = v->unk = v->pad = v->sep = -1;
     for (int b = 0; b < 256; b++)
         v->byte_tok[b] = -1;
     return v;
@@ -494,9 +494,11 @@ static tl_status load_gguf(struct tl_vocab *v, const struct tl_gguf *g)
         v->type = TL_VOCAB_SPM;
     } else if (tl_gguf_str_eq(model, "gpt2")) {
         v->type = TL_VOCAB_BPE;
+    } else if (tl_gguf_str_eq(model, "bert")) {
+        v->type = TL_VOCAB_WPM;
     } else {
         return tl__errorf(TL_ERR_UNSUPPORTED,
-                          "%s: tokenizer.ggml.model '%.*s' is not supported (llama, gpt2)",
+                          "%s: tokenizer.ggml.model '%.*s' is not supported (llama, gpt2, bert)",
                           v->source, (int)(model.len > 64 ? 64 : model.len), model.ptr);
     }
     bool has_pre = tl_gguf_get_str(g, "tokenizer.ggml.pre", &pre);
@@ -571,6 +573,17 @@ static tl_status load_gguf(struct tl_vocab *v, const struct tl_gguf *g)
         v->add_bos = true;
         v->add_space_prefix = true;
         v->pre_kind = 0;
+    } else if (v->type == TL_VOCAB_WPM) {
+        // BERT's ids ([PAD] 0, [UNK] 100, [CLS] 101, [SEP] 102), as llama.cpp defaults them;
+        // the text is framed as [CLS] text [SEP].
+        v->pad = n > 0 ? 0 : -1;
+        v->unk = n > 100 ? 100 : -1;
+        v->bos = n > 101 ? 101 : -1;
+        v->sep = n > 102 ? 102 : -1;
+        v->add_bos = v->add_sep = true;
+        v->pre_kind = 0;
+        for (int32_t i = 0; i < n; i++)
+            if (v->tokens[i].len > v->max_piece_len) v->max_piece_len = v->tokens[i].len;
     } else {
         bool known =
             tl__pretok_lookup(v->pre, &v->pre_kind, &v->ignore_merges, &v->add_bos, &no_bos);
@@ -594,6 +607,8 @@ static tl_status load_gguf(struct tl_vocab *v, const struct tl_gguf *g)
         {"tokenizer.ggml.eom_token_id", &v->eom},
         {"tokenizer.ggml.unknown_token_id", &v->unk},
         {"tokenizer.ggml.padding_token_id", &v->pad},
+        {"tokenizer.ggml.cls_token_id", &v->bos}, // older BERT files: [CLS] is what starts them
+        {"tokenizer.ggml.seperator_token_id", &v->sep}, // sic: llama.cpp's spelling
         {"tokenizer.ggml.fim_pre_token_id", &fim.pre},
         {"tokenizer.ggml.fim_suf_token_id", &fim.suf},
         {"tokenizer.ggml.fim_mid_token_id", &fim.mid},
@@ -608,10 +623,10 @@ static tl_status load_gguf(struct tl_vocab *v, const struct tl_gguf *g)
         if ((rc = get_id(v, g, ids[i].key, ids[i].id))) return rc;
     // Keys that llama.cpp reads but that do not change tokenization: still validate them.
     int32_t unused = -1;
-    if ((rc = get_id(v, g, "tokenizer.ggml.seperator_token_id", &unused))) return rc;
     if ((rc = get_id(v, g, "tokenizer.ggml.mask_token_id", &unused))) return rc;
     if ((rc = get_flag(v, g, "tokenizer.ggml.add_bos_token", &v->add_bos))) return rc;
     if ((rc = get_flag(v, g, "tokenizer.ggml.add_eos_token", &v->add_eos))) return rc;
+    if ((rc = get_flag(v, g, "tokenizer.ggml.add_sep_token", &v->add_sep))) return rc;
 
     if (v->type == TL_VOCAB_BPE && (rc = load_merges(v, g))) return rc;
 

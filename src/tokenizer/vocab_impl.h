@@ -52,9 +52,11 @@ struct tl_vocab {
     int64_t n_merges;
 
     int32_t bos, eos, eot, eom, unk, pad; // -1 when absent
-    bool add_bos, add_eos;
-    bool add_space_prefix; // SPM: prepend " " to the text (and after special tokens)
-    bool ignore_merges;    // BPE: a pre-token that is a whole token is not merged
+    int32_t sep;                          // WordPiece: [SEP], appended after the text; -1
+    bool add_bos, add_eos, add_sep;
+    uint32_t max_piece_len; // WordPiece: the longest piece in bytes (bounds the greedy match)
+    bool add_space_prefix;  // SPM: prepend " " to the text (and after special tokens)
+    bool ignore_merges;     // BPE: a pre-token that is a whole token is not merged
 
     int32_t *eog; // owned: sorted end-of-generation ids
     int32_t n_eog;
@@ -111,6 +113,10 @@ tl_status tl__spm_encode(const struct tl_vocab *v, const char *text, size_t len,
 
 // Byte-level BPE: runs the pre-tokenizer, byte-maps each pre-token and merges it by rank.
 tl_status tl__bpe_encode(const struct tl_vocab *v, const char *text, size_t len,
+                         struct tl__ids *out);
+
+// WordPiece (wpm.c): normalizes, splits into words and cuts each into the longest pieces.
+tl_status tl__wpm_encode(const struct tl_vocab *v, const char *text, size_t len,
                          struct tl__ids *out);
 
 // ---- pre-tokenizer (pretok.c) ------------------------------------------------------------------
