@@ -5,7 +5,9 @@
  * Every flag that can be checked without the model (ranges, the listen address, the chat
  * template name, that the model and template files are readable) is checked before the port is
  * bound. --grpc-port adds the Open Inference Protocol front (src/grpc/) on the same server. The
- * engine flags and their vLLM / llama.cpp aliases come from engine_flags.c. Single-threaded
+ * engine flags and their vLLM / llama.cpp aliases come from engine_flags.c. The machine the
+ * fronts report (kernel ISA, measured ceilings) is found here and handed to the server as a
+ * value (front/machine.h), so that the fronts never call into the kernels. Single-threaded
  * until tl_server_run.
  */
 #include "cli/cli.h"
@@ -14,7 +16,10 @@
 #include "cli/engine_flags.h"
 #include "core/log.h"
 #include "grammar/grammar.h"
+#include "core/clock.h"
 #include "grpc/grpc_front.h"
+#include "kernels/ceilings.h"
+#include "kernels/kernels.h"
 #include "server/chat_template.h"
 #include "server/server.h"
 
@@ -135,6 +140,36 @@ static void runtime_error(const char *msg)
         fprintf(stderr, "tokenloom serve: %s\n", msg);
 }
 
+// The machine for /metrics and /stats: the kernel ISA, and (unless --no-ceilings) its ceilings on
+// the engine's thread count, from the per-machine cache, else measured (about half a second,
+// before the port is bound). A failed measurement only leaves utilization unreported.
+static void find_machine(int32_t n_threads, bool no_ceilings, struct tl_machine *out)
+{
+    memset(out, 0, sizeof(*out));
+    snprintf(out->kernels_isa, sizeof(out->kernels_isa), "%s", tl_kernels_isa());
+    if (no_ceilings) return;
+    int64_t t0 = tl_time_us();
+    bool cached = false;
+    struct tl_ceilings c;
+    if (tl_ceilings_get(n_threads, NULL, &c, &cached)) {
+        TL_LOGW("serve: cannot measure the machine's ceilings (utilization not reported): %s",
+                tl_last_error());
+        return;
+    }
+    TL_LOGI("serve: machine ceilings on %d thread(s), %s kernels (%s in %.0f ms): int8 %.1f GOP/s, "
+            "f32 FMA %.1f GFLOP/s, memory read %.1f GB/s",
+            c.n_threads, c.isa, cached ? "cached" : "measured",
+            (double)(tl_time_us() - t0) / 1000.0, c.int8_ops_per_s / 1e9, c.fp32_flops_per_s / 1e9,
+            c.mem_read_bytes_per_s / 1e9);
+    out->have_ceilings = true;
+    out->ceilings.int8_ops_per_s = c.int8_ops_per_s;
+    out->ceilings.fp32_flops_per_s = c.fp32_flops_per_s;
+    out->ceilings.mem_read_bytes_per_s = c.mem_read_bytes_per_s;
+    out->ceilings.n_threads = c.n_threads;
+    snprintf(out->ceilings.isa, sizeof(out->ceilings.isa), "%s", c.isa);
+    snprintf(out->ceilings.cpu, sizeof(out->ceilings.cpu), "%s", c.cpu);
+}
+
 int tl_cmd_serve(int argc, char **argv)
 {
     struct tl_server_config c;
@@ -142,6 +177,7 @@ int tl_cmd_serve(int argc, char **argv)
     c.handle_signals = true;
     c.model_path = NULL;
     int grpc_port = -1; // off
+    bool no_ceilings = false;
     const char *env_key = getenv("TOKENLOOM_API_KEY");
     if (env_key && *env_key) c.api_key = env_key;
     for (int i = 1; i < argc; i++) {
@@ -155,7 +191,7 @@ int tl_cmd_serve(int argc, char **argv)
         }
         if (!strcmp(argv[i], "--jinja")) continue; // llama.cpp's; templates are always used
         if (!strcmp(argv[i], "--no-ceilings")) {
-            c.no_ceilings = true;
+            no_ceilings = true;
             continue;
         }
         if (!strcmp(argv[i], "--grpc-port")) {
@@ -265,6 +301,7 @@ int tl_cmd_serve(int argc, char **argv)
                 c.tool_call_syntax);
         return 2;
     }
+    find_machine(c.engine.n_threads, no_ceilings, &c.machine);
     struct tl_server *s = tl_server_create(&c);
     if (!s) {
         runtime_error(server_error());
@@ -277,7 +314,9 @@ int tl_cmd_serve(int argc, char **argv)
                                     .max_message_bytes = c.max_body_bytes,
                                     .max_unsent_bytes = c.max_unsent_bytes,
                                     .api_key = c.api_key};
-        g = tl_grpc_start(s, &gc);
+        struct tl_engine_share share;
+        tl_server_engine_share(s, &share);
+        g = tl_grpc_start(&share, &gc);
         if (!g) {
             runtime_error(server_error());
             tl_server_destroy(s);

@@ -12,7 +12,7 @@
 #include "grpc/grpc_front.h"
 #include "grpc/grpc_infer.h"
 #include "core/strbuf.h"
-#include "server/metrics.h"
+#include "front/metrics.h"
 
 #include <grpc/grpc.h>
 #include <pthread.h>
@@ -102,7 +102,7 @@ struct tl_grpc_call {
 };
 
 struct tl_grpc_front {
-    struct tl_server *srv;
+    struct tl_engine_share share; // the engine's owner (the HTTP server)
     struct tl_grpc_config cfg;
     grpc_server *server;
     grpc_completion_queue *cq;

@@ -240,7 +240,7 @@ static bool authorized(const struct tl_grpc_call *c, const char *key)
     return false;
 }
 
-static bool model_matches(const struct tl_server_share *sh, const char *name, const char *version)
+static bool model_matches(const struct tl_front_share *sh, const char *name, const char *version)
 {
     return !strcmp(name, sh->model_name) && (!*version || !strcmp(version, "1"));
 }
@@ -271,9 +271,9 @@ static void health_check(struct tl_grpc_call *c, const uint8_t *data, size_t len
 static void handle_small(struct tl_grpc_call *c, const uint8_t *data, size_t len)
 {
     struct tl_grpc_front *g = c->g;
-    struct tl_server_share sh;
-    bool up = tl_server_share(g->srv, &sh);
-    enum tl_server_phase ph = tl_server_phase(g->srv);
+    struct tl_front_share sh;
+    bool up = tl_engine_share_get(&g->share, &sh);
+    enum tl_front_phase ph = tl_engine_share_phase(&g->share);
     switch (c->method) {
     case TL_GM_LIVE: {
         Inference__ServerLiveResponse r = INFERENCE__SERVER_LIVE_RESPONSE__INIT;
@@ -283,7 +283,7 @@ static void handle_small(struct tl_grpc_call *c, const uint8_t *data, size_t len
     }
     case TL_GM_READY: {
         Inference__ServerReadyResponse r = INFERENCE__SERVER_READY_RESPONSE__INIT;
-        r.ready = up && ph == TL_SERVER_READY;
+        r.ready = up && ph == TL_FRONT_READY;
         reply(c, &r.base);
         return;
     }
@@ -298,7 +298,7 @@ static void handle_small(struct tl_grpc_call *c, const uint8_t *data, size_t len
         return;
     }
     case TL_GM_HEALTH:
-        health_check(c, data, len, up && ph == TL_SERVER_READY);
+        health_check(c, data, len, up && ph == TL_FRONT_READY);
         return;
     default:
         break;
@@ -316,7 +316,7 @@ static void handle_small(struct tl_grpc_call *c, const uint8_t *data, size_t len
             reply(c, &r.base); // ready = false while loading
         } else {
             tl__grpc_finish(c, GRPC_STATUS_UNAVAILABLE, "the model is %s",
-                            ph == TL_SERVER_FAILED ? "not available (failed to load)" : "loading");
+                            ph == TL_FRONT_FAILED ? "not available (failed to load)" : "loading");
         }
     } else if (!model_matches(&sh, q->name, q->version)) {
         tl__grpc_finish(c, GRPC_STATUS_NOT_FOUND,
@@ -325,7 +325,7 @@ static void handle_small(struct tl_grpc_call *c, const uint8_t *data, size_t len
                         q->name, q->version, sh.model_name);
     } else if (c->method == TL_GM_MODEL_READY) {
         Inference__ModelReadyResponse r = INFERENCE__MODEL_READY_RESPONSE__INIT;
-        r.ready = ph == TL_SERVER_READY;
+        r.ready = ph == TL_FRONT_READY;
         reply(c, &r.base);
     } else {
         size_t n = 0;
@@ -451,10 +451,10 @@ static void on_new_call(struct tl_grpc_front *g, struct tl_grpc_call *c, bool ok
                         "<key>'");
     } else if (atomic_load(&g->quit)) {
         tl__grpc_finish(c, GRPC_STATUS_UNAVAILABLE, "the server is stopping");
-    } else if (c->method == TL_GM_STREAM && tl_server_phase(g->srv) != TL_SERVER_READY) {
+    } else if (c->method == TL_GM_STREAM && tl_engine_share_phase(&g->share) != TL_FRONT_READY) {
         tl__grpc_finish(c, GRPC_STATUS_UNAVAILABLE, "the server is %s",
-                        tl_server_phase(g->srv) == TL_SERVER_DRAINING ? "shutting down"
-                                                                      : "not ready");
+                        tl_engine_share_phase(&g->share) == TL_FRONT_DRAINING ? "shutting down"
+                                                                              : "not ready");
     } else {
         start_recv(c);
     }
@@ -610,14 +610,15 @@ static void hook_metrics(void *arg, const char *labels, struct tl_sb *out)
 
 // ---- lifecycle -------------------------------------------------------------------------------
 
-struct tl_grpc_front *tl_grpc_start(struct tl_server *srv, const struct tl_grpc_config *c)
+struct tl_grpc_front *tl_grpc_start(const struct tl_engine_share *share,
+                                    const struct tl_grpc_config *c)
 {
     struct tl_grpc_front *g = calloc(1, sizeof(*g));
     if (!g) {
         tl__errorf(TL_ERR_NOMEM, "grpc: out of memory");
         return NULL;
     }
-    g->srv = srv;
+    g->share = *share;
     g->cfg = *c;
     pthread_mutex_init(&g->mu, NULL);
     pthread_mutex_init(&g->lat_mu, NULL);
@@ -658,18 +659,18 @@ struct tl_grpc_front *tl_grpc_start(struct tl_server *srv, const struct tl_grpc_
         return NULL;
     }
     grpc_server_start(g->server);
-    struct tl_server_front f = {.in_flight = hook_in_flight,
-                                .cancel_all = hook_cancel_all,
-                                .metrics = hook_metrics,
-                                .add_latency = hook_add_latency,
-                                .arg = g};
-    tl_server_set_front(srv, &f);
+    struct tl_front_hooks f = {.in_flight = hook_in_flight,
+                               .cancel_all = hook_cancel_all,
+                               .metrics = hook_metrics,
+                               .add_latency = hook_add_latency,
+                               .arg = g};
+    tl_engine_share_attach(share, &f);
     if (pthread_create(&g->thread, NULL, grpc_main, g) != 0) {
         tl__errorf(TL_ERR_NOMEM, "grpc: cannot start the gRPC thread");
         atomic_store(&g->quit, true);
         grpc_main(g); // tears down on this thread
-        struct tl_server_front none = {0};
-        tl_server_set_front(srv, &none);
+        struct tl_front_hooks none = {0};
+        tl_engine_share_attach(share, &none);
         grpc_shutdown();
         pthread_mutex_destroy(&g->mu);
         pthread_mutex_destroy(&g->lat_mu);
@@ -690,8 +691,8 @@ void tl_grpc_stop(struct tl_grpc_front *g)
     if (!g) return;
     atomic_store(&g->quit, true);
     if (g->thread_started) pthread_join(g->thread, NULL);
-    struct tl_server_front none = {0};
-    tl_server_set_front(g->srv, &none);
+    struct tl_front_hooks none = {0};
+    tl_engine_share_attach(&g->share, &none);
     while (g->q_head) { // messages with no request left (freed with their requests)
         struct tl_grpc_msg *m = g->q_head;
         g->q_head = m->next;
