@@ -39,39 +39,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define SERVICE "/inference.GRPCInferenceService/"
-#define HEALTH_CHECK "/grpc.health.v1.Health/Check"
 #define N_WAITING 8 // request_call operations kept outstanding
-
-static const char *const method_names[TL_GM_COUNT] = {
-    "ServerLive", "ServerReady",      "ModelReady",  "ServerMetadata", "ModelMetadata",
-    "ModelInfer", "ModelStreamInfer", "HealthCheck", "other",
-};
-
-static const char *const code_names[TL_GRPC_N_CODES] = {
-    "OK",
-    "CANCELLED",
-    "UNKNOWN",
-    "INVALID_ARGUMENT",
-    "DEADLINE_EXCEEDED",
-    "NOT_FOUND",
-    "ALREADY_EXISTS",
-    "PERMISSION_DENIED",
-    "RESOURCE_EXHAUSTED",
-    "FAILED_PRECONDITION",
-    "ABORTED",
-    "OUT_OF_RANGE",
-    "UNIMPLEMENTED",
-    "INTERNAL",
-    "UNAVAILABLE",
-    "DATA_LOSS",
-    "UNAUTHENTICATED",
-};
-
-const char *tl__grpc_code_name(grpc_status_code code)
-{
-    return code >= 0 && code < TL_GRPC_N_CODES ? code_names[code] : "UNKNOWN";
-}
 
 // ---- sending ---------------------------------------------------------------------------------
 
@@ -81,7 +49,7 @@ static void start_batch(struct tl_grpc_call *c, const grpc_op *ops, size_t n,
     grpc_call_error e = grpc_call_start_batch(c->call, ops, n, tag, NULL);
     if (e != GRPC_CALL_OK) {
         // Only a programming error gets here; the call is then treated as gone.
-        TL_LOGE("grpc: start_batch failed (%d) on %s", (int)e, method_names[c->method]);
+        TL_LOGE("grpc: start_batch failed (%d) on %s", (int)e, tl__grpc_method_name(c->method));
         return;
     }
     c->pending++;
@@ -166,8 +134,8 @@ void tl__grpc_send(struct tl_grpc_call *c, uint8_t *data, size_t len)
     if (cap && c->out_bytes > cap && !c->closed) {
         // The client stopped reading (gRPC flow control holds our sends): memory per call stays
         // bounded, as on HTTP (--max-unsent-bytes). The close operation then completes.
-        TL_LOGW("grpc: a %s client left %zu bytes unread; cancelling", method_names[c->method],
-                c->out_bytes);
+        TL_LOGW("grpc: a %s client left %zu bytes unread; cancelling",
+                tl__grpc_method_name(c->method), c->out_bytes);
         tl__grpc_cancel_gens(c);
         drop_output(c);
         if (!c->want_status) {
@@ -307,7 +275,7 @@ static void handle_small(struct tl_grpc_call *c, const uint8_t *data, size_t len
     Inference__ModelReadyRequest *q = inference__model_ready_request__unpack(NULL, len, data);
     if (!q) {
         tl__grpc_finish(c, GRPC_STATUS_INVALID_ARGUMENT, "cannot decode the %s request",
-                        method_names[c->method]);
+                        tl__grpc_method_name(c->method));
         return;
     }
     if (!up) {
@@ -412,18 +380,6 @@ void tl__grpc_maybe_free(struct tl_grpc_call *c)
     free_call(c);
 }
 
-static enum tl_grpc_method method_of(const grpc_slice *path)
-{
-    size_t n = GRPC_SLICE_LENGTH(*path), ns = strlen(SERVICE);
-    const char *p = (const char *)GRPC_SLICE_START_PTR(*path);
-    if (n == strlen(HEALTH_CHECK) && !memcmp(p, HEALTH_CHECK, n)) return TL_GM_HEALTH;
-    if (n <= ns || memcmp(p, SERVICE, ns)) return TL_GM_OTHER;
-    for (int m = 0; m < TL_GM_HEALTH; m++)
-        if (strlen(method_names[m]) == n - ns && !memcmp(p + ns, method_names[m], n - ns))
-            return (enum tl_grpc_method)m;
-    return TL_GM_OTHER;
-}
-
 static void on_new_call(struct tl_grpc_front *g, struct tl_grpc_call *c, bool ok)
 {
     g->n_waiting--;
@@ -432,7 +388,7 @@ static void on_new_call(struct tl_grpc_front *g, struct tl_grpc_call *c, bool ok
         return;
     }
     if (!atomic_load(&g->quit)) request_call(g);
-    c->method = method_of(&c->details.method);
+    c->method = tl__grpc_method_of(&c->details.method);
     c->next = g->calls;
     if (g->calls) g->calls->prev = c;
     g->calls = c;
@@ -596,7 +552,8 @@ static void hook_metrics(void *arg, const char *labels, struct tl_sb *out)
             if (n)
                 tl_sb_printf(out,
                              "tokenloom:grpc_requests_total{method=\"%s\",code=\"%s\",%s} %lld\n",
-                             method_names[m], code_names[k], labels, n);
+                             tl__grpc_method_name((enum tl_grpc_method)m),
+                             tl__grpc_code_name((grpc_status_code)k), labels, n);
         }
     tl_sb_printf(out,
                  "# HELP tokenloom:grpc_stream_generations_total generations started on "
