@@ -1,9 +1,9 @@
 /*
  * The life of a generating request (see request.h): starting it (prompts, bounds, one engine
- * request per choice) and freeing it. Its other jobs have files of their own (request_impl.h
- * lists them): engine events (request_events.c), streaming (request_sse.c), logprobs
- * (request_logprobs.c), the final replies (request_reply.c), and a vanished client or a
- * stopping server (request_cancel.c).
+ * request per choice), freeing it, and ending what is left after the engine stopped. Its other
+ * jobs have files of their own (request_impl.h lists them): engine events (request_events.c),
+ * the final replies (request_reply.c), streaming (request_sse.c), logprobs
+ * (request_logprobs.c), and a vanished client or the shutdown deadline (request_cancel.c).
  *
  * DESIGN
  * tl_srv_req_start tokenizes each prompt (chat: renders the template first), checks prompt +
@@ -228,4 +228,30 @@ refuse:
     tl_srv_send_error(s, r, &err, t0);
     q->http = NULL;
     if (q->n_live == 0) tl__req_free(q);
+}
+
+// ---- after the engine stopped ----------------------------------------------------------------
+
+void tl_srv_reqs_abandon_all(struct tl_server *s)
+{
+    while (s->reqs) {
+        struct tl_srv_req *q = s->reqs;
+        for (int i = 0; i < q->n_choices; i++) {
+            if (q->choices[i].submitted && !q->choices[i].done) q->n_live--;
+            q->choices[i].done = true;
+        }
+        tl__req_unwatch(q);
+        if (q->http) {
+            if (q->streaming) {
+                tl_http_stream_end(&s->http, q->http);
+            } else {
+                struct tl_oai_error err;
+                tl_oai_error_set(&err, 503, "server_error", "service_unavailable", NULL,
+                                 "the server is shutting down");
+                tl_srv_send_error(s, q->http, &err, q->t_start_us);
+            }
+            q->http = NULL;
+        }
+        tl__req_free(q);
+    }
 }

@@ -2,10 +2,12 @@
  * When a generating request's client goes, or the server stops (see request_impl.h): the
  * connection's close callback and the liveness probe mark the client gone and cancel its
  * choices in the engine; a client that leaves more than max_unsent_bytes unread counts as gone;
- * shutdown cancels every live choice, and after the engine stopped abandons what is left.
+ * the shutdown deadline cancels every live choice. A leaf of the request files: it calls none
+ * of them.
  *
  * INVARIANTS: a request whose client is gone stays until the DONE of every submitted choice
- * (request.c); only tl_srv_reqs_abandon_all, with the engine thread joined, frees it sooner.
+ * (request.c); only tl_srv_reqs_abandon_all (request.c), with the engine thread joined, frees
+ * it sooner.
  *
  * THREADS: the event-loop thread.
  */
@@ -79,28 +81,4 @@ int tl_srv_reqs_count(const struct tl_server *s)
     for (const struct tl_srv_req *q = s->reqs; q; q = q->next)
         n++;
     return n;
-}
-
-void tl_srv_reqs_abandon_all(struct tl_server *s)
-{
-    while (s->reqs) {
-        struct tl_srv_req *q = s->reqs;
-        for (int i = 0; i < q->n_choices; i++) {
-            if (q->choices[i].submitted && !q->choices[i].done) q->n_live--;
-            q->choices[i].done = true;
-        }
-        tl__req_unwatch(q);
-        if (q->http) {
-            if (q->streaming) {
-                tl_http_stream_end(&s->http, q->http);
-            } else {
-                struct tl_oai_error err;
-                tl_oai_error_set(&err, 503, "server_error", "service_unavailable", NULL,
-                                 "the server is shutting down");
-                tl_srv_send_error(s, q->http, &err, q->t_start_us);
-            }
-            q->http = NULL;
-        }
-        tl__req_free(q);
-    }
 }

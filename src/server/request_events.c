@@ -2,7 +2,9 @@
  * A generating request's engine events on the loop (see request_impl.h): each TOKEN becomes an
  * SSE chunk (streaming) or is appended to its choice's text and logprobs; DONE records the
  * choice's finish, counts, times and error, sends a stream's last chunk, and finishes the
- * request when its last choice is done. PROMPT_TOKEN events go to request_logprobs.c.
+ * request when its last choice is done. With echo + logprobs on /v1/completions, PROMPT_TOKEN
+ * events bring the prompt tokens' logprobs, which lead the arrays; a stream sends them with the
+ * echoed prompt in its first chunk, as vLLM does.
  *
  * INVARIANTS: see request.c. A message is freed here, except a choice's preallocated DONE
  * message, which is freed with its request.
@@ -15,7 +17,7 @@
 
 #include <string.h>
 
-void tl__req_mark_started(struct tl_server *s, struct tl_srv_choice *c)
+static void mark_started(struct tl_server *s, struct tl_srv_choice *c)
 {
     if (!c->started) {
         c->started = true;
@@ -26,7 +28,7 @@ void tl__req_mark_started(struct tl_server *s, struct tl_srv_choice *c)
 static void on_token(struct tl_server *s, struct tl_srv_req *q, struct tl_srv_choice *c,
                      const struct tl_srv_msg *m)
 {
-    tl__req_mark_started(s, c);
+    mark_started(s, c);
     if (!q->t_first_token_us) q->t_first_token_us = m->t_us;
     if (c->t_last_token_us)
         tl_hist_observe(&s->metrics.itl, (double)(m->t_us - c->t_last_token_us) / 1e6);
@@ -72,11 +74,47 @@ static void on_token(struct tl_server *s, struct tl_srv_req *q, struct tl_srv_ch
         tl__req_lose(q, c);
 }
 
+// One prompt token's logprob (echo + logprobs). The last one completes the prompt: streaming
+// sends the echoed prompt text with all of them in one chunk, as vLLM does; both modes then
+// continue the text offsets of generated tokens from the end of the echoed text.
+static void on_prompt_token(struct tl_server *s, struct tl_srv_req *q, struct tl_srv_choice *c,
+                            const struct tl_srv_msg *m)
+{
+    mark_started(s, c);
+    if (!q->http || q->client_gone || !c->lp.obj) return;
+    const struct tl_event *ev = &m->ev;
+    int64_t before = c->lp.offset;
+    if (!tl__req_add_logprob(s, &c->lp, ev->token, ev->logprob, ev->top, ev->n_top))
+        tl__req_lose(q, c);
+    // SPM writes a space before the first word that the prompt's text does not have: the
+    // offsets after that token count from the text, one less.
+    json_t *toks = json_object_get(c->lp.obj, "tokens");
+    const char *tok = json_string_value(json_array_get(toks, json_array_size(toks) - 1));
+    const char *pt = q->prompts.text[c->prompt];
+    if (before == 0 && c->lp.offset > 0 && tok && tok[0] == ' ' && pt && pt[0] != ' ')
+        c->lp.offset--;
+    if (ev->prompt_pos + 1 < q->prompts.n_tokens[c->prompt]) return;
+    int64_t text_len = (int64_t)q->prompts.text_len[c->prompt];
+    if (!q->streaming) {
+        c->lp.offset = text_len;
+        return;
+    }
+    const char *text = q->prompts.text[c->prompt] ? q->prompts.text[c->prompt] : "";
+    json_t *lp = tl_oai_logprobs_take(&c->lp);
+    if (c->lost) {
+        json_decref(lp);
+        return;
+    }
+    tl__req_sse_send(
+        q, c, tl__req_chunk(q, tl_oai_text_choice(c->index, text, (size_t)text_len, lp, NULL)));
+    c->lp_offset = text_len;
+}
+
 static void on_done(struct tl_server *s, struct tl_srv_req *q, struct tl_srv_choice *c,
                     struct tl_srv_msg *m)
 {
     const struct tl_event *ev = &m->ev;
-    tl__req_mark_started(s, c);
+    mark_started(s, c);
     c->done = true;
     q->n_live--;
     c->finish = ev->finish;
@@ -134,7 +172,7 @@ void tl_srv_req_process_msg(struct tl_server *s, struct tl_srv_msg *m)
         return;
     }
     if (m->ev.type == TL_EVENT_PROMPT_TOKEN)
-        tl__req_on_prompt_token(s, q, c, m);
+        on_prompt_token(s, q, c, m);
     else
         on_token(s, q, c, m);
     free(m);

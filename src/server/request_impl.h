@@ -1,12 +1,13 @@
 /*
  * Internals shared by the files of a generating request's life (request.h is the server's view
  * of it):
- *   request.c          start (prompts, bounds, submission) and free
- *   request_events.c   the engine's events on the loop (TOKEN, DONE)
- *   request_logprobs.c token logprobs, and the prompt's (PROMPT_TOKEN) with echo
- *   request_sse.c      a stream's chunks and events
+ *   request_events.c   the engine's events on the loop (TOKEN, PROMPT_TOKEN, DONE)
  *   request_reply.c    the end: a stream's last events, or the whole JSON / KServe reply
- *   request_cancel.c   a vanished client, the unsent bound, shutdown cancellation
+ *   request.c          start (prompts, bounds, submission), free, abandon after shutdown
+ *   request_sse.c      a stream's chunks and events
+ *   request_logprobs.c token texts into logprobs
+ *   request_cancel.c   a vanished client, the unsent bound, the shutdown deadline
+ * Each calls only the files listed below it (no circle).
  *
  * THREADS: the event-loop thread, every function here.
  */
@@ -26,11 +27,6 @@
 // draining server's check when it was the last request.
 void tl__req_free(struct tl_srv_req *q);
 
-// ---- request_events.c ------------------------------------------------------------------------
-
-// The choice's first event: it no longer counts as queued.
-void tl__req_mark_started(struct tl_server *s, struct tl_srv_choice *c);
-
 // ---- request_logprobs.c ----------------------------------------------------------------------
 
 // Adds one token (and its alternatives) to a logprobs builder. False when memory ran out.
@@ -38,9 +34,6 @@ bool tl__req_add_logprob(struct tl_server *s, struct tl_oai_logprobs *lp, int32_
                          const struct tl_token_logprob *top, int n_top);
 // Whether the engine reports the prompt's logprobs (echo + logprobs on /v1/completions).
 bool tl__req_prompt_logprobs(const struct tl_srv_req *q);
-// Handles one PROMPT_TOKEN event.
-void tl__req_on_prompt_token(struct tl_server *s, struct tl_srv_req *q, struct tl_srv_choice *c,
-                             const struct tl_srv_msg *m);
 
 // ---- request_sse.c ---------------------------------------------------------------------------
 
