@@ -6,9 +6,10 @@
  * template name, that the model and template files are readable) is checked before the port is
  * bound. --grpc-port adds the Open Inference Protocol front (src/grpc/) on the same server. The
  * engine flags and their vLLM / llama.cpp aliases come from engine_flags.c. The machine the
- * fronts report (kernel ISA, measured ceilings) is found here and handed to the server as a
- * value (front/machine.h), so that the fronts never call into the kernels. Single-threaded
- * until tl_server_run.
+ * fronts report (kernel ISA, measured ceilings) is found here and handed to the server
+ * (front/machine.h; the ceilings through a callback the server runs on its engine thread once
+ * the model is loaded), so that the fronts never call into the kernels. Single-threaded until
+ * tl_server_run, but for find_ceilings.
  */
 #include "cli/cli.h"
 #include "cli/args.h"
@@ -140,34 +141,31 @@ static void runtime_error(const char *msg)
         fprintf(stderr, "tokenloom serve: %s\n", msg);
 }
 
-// The machine for /metrics and /stats: the kernel ISA, and (unless --no-ceilings) its ceilings on
-// the engine's thread count, from the per-machine cache, else measured (about half a second,
-// before the port is bound). A failed measurement only leaves utilization unreported.
-static void find_machine(int32_t n_threads, bool no_ceilings, struct tl_machine *out)
+// The machine's ceilings for /metrics and /stats (the server calls this on its engine thread
+// once the model is loaded): from the per-machine cache, else measured (about half a second).
+// A failed measurement only leaves utilization unreported.
+static bool find_ceilings(int32_t n_threads, struct tl_machine_ceilings *out)
 {
-    memset(out, 0, sizeof(*out));
-    snprintf(out->kernels_isa, sizeof(out->kernels_isa), "%s", tl_kernels_isa());
-    if (no_ceilings) return;
     int64_t t0 = tl_time_us();
     bool cached = false;
     struct tl_ceilings c;
     if (tl_ceilings_get(n_threads, NULL, &c, &cached)) {
         TL_LOGW("serve: cannot measure the machine's ceilings (utilization not reported): %s",
                 tl_last_error());
-        return;
+        return false;
     }
     TL_LOGI("serve: machine ceilings on %d thread(s), %s kernels (%s in %.0f ms): int8 %.1f GOP/s, "
             "f32 FMA %.1f GFLOP/s, memory read %.1f GB/s",
             c.n_threads, c.isa, cached ? "cached" : "measured",
             (double)(tl_time_us() - t0) / 1000.0, c.int8_ops_per_s / 1e9, c.fp32_flops_per_s / 1e9,
             c.mem_read_bytes_per_s / 1e9);
-    out->have_ceilings = true;
-    out->ceilings.int8_ops_per_s = c.int8_ops_per_s;
-    out->ceilings.fp32_flops_per_s = c.fp32_flops_per_s;
-    out->ceilings.mem_read_bytes_per_s = c.mem_read_bytes_per_s;
-    out->ceilings.n_threads = c.n_threads;
-    snprintf(out->ceilings.isa, sizeof(out->ceilings.isa), "%s", c.isa);
-    snprintf(out->ceilings.cpu, sizeof(out->ceilings.cpu), "%s", c.cpu);
+    out->int8_ops_per_s = c.int8_ops_per_s;
+    out->fp32_flops_per_s = c.fp32_flops_per_s;
+    out->mem_read_bytes_per_s = c.mem_read_bytes_per_s;
+    out->n_threads = c.n_threads;
+    snprintf(out->isa, sizeof(out->isa), "%s", c.isa);
+    snprintf(out->cpu, sizeof(out->cpu), "%s", c.cpu);
+    return true;
 }
 
 int tl_cmd_serve(int argc, char **argv)
@@ -301,7 +299,8 @@ int tl_cmd_serve(int argc, char **argv)
                 c.tool_call_syntax);
         return 2;
     }
-    find_machine(c.engine.n_threads, no_ceilings, &c.machine);
+    snprintf(c.machine.kernels_isa, sizeof(c.machine.kernels_isa), "%s", tl_kernels_isa());
+    c.find_ceilings = no_ceilings ? NULL : find_ceilings;
     struct tl_server *s = tl_server_create(&c);
     if (!s) {
         runtime_error(server_error());

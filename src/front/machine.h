@@ -1,8 +1,9 @@
 /*
  * The machine the engine runs on, as the fronts report it (/metrics' build_info and machine_*
  * gauges, the utilization gauges, /stats): the kernel ISA chosen at run time and the measured
- * ceilings. The caller measures them (cmd_serve.c, with kernels/ceilings.h and tl_kernels_isa)
- * and hands them in as a value in the server's config, so that no front calls into the
+ * ceilings. The caller finds them (cmd_serve.c, with tl_kernels_isa and kernels/ceilings.h)
+ * and hands them in through the server's config (the ISA as a value, the ceilings from a
+ * callback the engine thread runs once the model is loaded), so that no front calls into the
  * kernels: the fronts sit beside the engine, and the kernels are the engine's business.
  *
  * Plain data; no functions, no shared state.

@@ -129,6 +129,15 @@ static void wake_loop(struct tl_server *s)
     (void)n;
 }
 
+// The machine's ceilings for the utilization metrics, from the caller, on the engine's thread
+// count (written before engine_up, which publishes them to the loop).
+static void find_ceilings(struct tl_server *s)
+{
+    if (!s->cfg.find_ceilings || s->cfg.backend) return;
+    s->cfg.machine.have_ceilings =
+        s->cfg.find_ceilings(s->cfg.engine.n_threads, &s->cfg.machine.ceilings);
+}
+
 bool tl_srv_metrics_sync(struct tl_server *s)
 {
     if (!atomic_load(&s->engine_up)) return false;
@@ -171,6 +180,7 @@ static void *engine_main(void *arg)
         wake_loop(s);
         return NULL;
     }
+    find_ceilings(s);
     atomic_store(&s->engine_up, true);
     int expected = TL_SRV_LOADING;
     if (atomic_compare_exchange_strong(&s->state, &expected, TL_SRV_READY))

@@ -36,10 +36,14 @@ struct tl_server_config {
     const char *chat_template_file; // a Jinja file overriding both, or NULL
     const char *tool_call_syntax;   // a tool-call syntax name overriding detection, or NULL
     bool handle_signals;            // stop on SIGINT/SIGTERM (the CLI sets it)
-    // The machine (kernel ISA, measured ceilings) as the caller found it (cmd_serve.c), for
+    // The machine (kernel ISA, measured ceilings) as the caller finds it (cmd_serve.c), for
     // /metrics and /stats; zero: ISA "unknown", no ceilings (utilization and machine_* gauges
     // absent).
     struct tl_machine machine;
+    // When set (and no test backend), called on the engine thread once the model is loaded,
+    // before the server turns READY (a measurement must not share the machine with the load):
+    // fills the ceilings for n_threads threads and returns true, or false when there are none.
+    bool (*find_ceilings)(int32_t n_threads, struct tl_machine_ceilings *out);
 
     // Loading (on the engine thread, while /health says 503):
     const char *model_path;
