@@ -7,7 +7,7 @@
  * transport, routes.c turns HTTP requests into answers or, for generation, into request.c's
  * requests. A second thread runs the engine: load the model, then loop { step; wait while
  * idle }. Submission and cancellation go straight to the engine's thread-safe API from the
- * loop; events come back through queue.c and are handed to request.c here.
+ * loop; events come back through queue.c and are handed to request_events.c here.
  * No thread per connection; the loop never blocks on the engine.
  *
  * INVARIANTS
