@@ -138,7 +138,7 @@ $(GPU_SHADERS_H): $(GPU_SPV) src/gpu/embed_shaders.sh src/server/dashboard/embed
 $(BUILD)/src/gpu/shaders.o $(BUILD)/pic/src/gpu/shaders.o: $(GPU_SHADERS_H)
 endif
 
-# `tokenloom version` and /metrics report the git revision and build flags (server/build_info.c);
+# `tokenloom version` and /metrics report the git revision and build flags (front/build_info.c);
 # the stamp file changes (and the object is rebuilt) only when they do.
 GIT_REV     := $(or $(shell git rev-parse --short=7 HEAD 2>/dev/null),unknown)$(shell \
                git diff --quiet HEAD -- 2>/dev/null || echo -dirty)
@@ -146,10 +146,10 @@ BUILD_FLAGS := $(strip $(OPT) $(SAN))
 VERSION_STAMP := $(BUILD)/version.stamp
 $(shell mkdir -p $(BUILD) && echo '$(GIT_REV) $(BUILD_FLAGS)' | cmp -s - $(VERSION_STAMP) || \
         echo '$(GIT_REV) $(BUILD_FLAGS)' > $(VERSION_STAMP))
-$(BUILD)/src/server/build_info.o: src/server/build_info.c $(VERSION_STAMP)
+$(BUILD)/src/front/build_info.o: src/front/build_info.c $(VERSION_STAMP)
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) -DTL_GIT_REV='"$(GIT_REV)"' -DTL_BUILD_FLAGS='"$(BUILD_FLAGS)"' -c $< -o $@
-$(BUILD)/pic/src/server/build_info.o: src/server/build_info.c $(VERSION_STAMP)
+$(BUILD)/pic/src/front/build_info.o: src/front/build_info.c $(VERSION_STAMP)
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) -fPIC -DTL_GIT_REV='"$(GIT_REV)"' -DTL_BUILD_FLAGS='"$(BUILD_FLAGS)"' -c $< -o $@
 

@@ -5,8 +5,11 @@
  * Every flag that can be checked without the model (ranges, the listen address, the chat
  * template name, that the model and template files are readable) is checked before the port is
  * bound. --grpc-port adds the Open Inference Protocol front (src/grpc/) on the same server. The
- * engine flags and their vLLM / llama.cpp aliases come from engine_flags.c. Single-threaded
- * until tl_server_run.
+ * engine flags and their vLLM / llama.cpp aliases come from engine_flags.c. The machine the
+ * fronts report (kernel ISA, measured ceilings) is found here and handed to the server
+ * (front/machine.h; the ceilings through a callback the server runs on its engine thread once
+ * the model is loaded), so that the fronts never call into the kernels. Single-threaded until
+ * tl_server_run, but for find_ceilings.
  */
 #include "cli/cli.h"
 #include "cli/args.h"
@@ -14,7 +17,10 @@
 #include "cli/engine_flags.h"
 #include "core/log.h"
 #include "grammar/grammar.h"
+#include "core/clock.h"
 #include "grpc/grpc_front.h"
+#include "kernels/ceilings.h"
+#include "kernels/kernels.h"
 #include "server/chat_template.h"
 #include "server/server.h"
 
@@ -135,6 +141,33 @@ static void runtime_error(const char *msg)
         fprintf(stderr, "tokenloom serve: %s\n", msg);
 }
 
+// The machine's ceilings for /metrics and /stats (the server calls this on its engine thread
+// once the model is loaded): from the per-machine cache, else measured (about half a second).
+// A failed measurement only leaves utilization unreported.
+static bool find_ceilings(int32_t n_threads, struct tl_machine_ceilings *out)
+{
+    int64_t t0 = tl_time_us();
+    bool cached = false;
+    struct tl_ceilings c;
+    if (tl_ceilings_get(n_threads, NULL, &c, &cached)) {
+        TL_LOGW("serve: cannot measure the machine's ceilings (utilization not reported): %s",
+                tl_last_error());
+        return false;
+    }
+    TL_LOGI("serve: machine ceilings on %d thread(s), %s kernels (%s in %.0f ms): int8 %.1f GOP/s, "
+            "f32 FMA %.1f GFLOP/s, memory read %.1f GB/s",
+            c.n_threads, c.isa, cached ? "cached" : "measured",
+            (double)(tl_time_us() - t0) / 1000.0, c.int8_ops_per_s / 1e9, c.fp32_flops_per_s / 1e9,
+            c.mem_read_bytes_per_s / 1e9);
+    out->int8_ops_per_s = c.int8_ops_per_s;
+    out->fp32_flops_per_s = c.fp32_flops_per_s;
+    out->mem_read_bytes_per_s = c.mem_read_bytes_per_s;
+    out->n_threads = c.n_threads;
+    snprintf(out->isa, sizeof(out->isa), "%s", c.isa);
+    snprintf(out->cpu, sizeof(out->cpu), "%s", c.cpu);
+    return true;
+}
+
 int tl_cmd_serve(int argc, char **argv)
 {
     struct tl_server_config c;
@@ -142,6 +175,7 @@ int tl_cmd_serve(int argc, char **argv)
     c.handle_signals = true;
     c.model_path = NULL;
     int grpc_port = -1; // off
+    bool no_ceilings = false;
     const char *env_key = getenv("TOKENLOOM_API_KEY");
     if (env_key && *env_key) c.api_key = env_key;
     for (int i = 1; i < argc; i++) {
@@ -155,7 +189,7 @@ int tl_cmd_serve(int argc, char **argv)
         }
         if (!strcmp(argv[i], "--jinja")) continue; // llama.cpp's; templates are always used
         if (!strcmp(argv[i], "--no-ceilings")) {
-            c.no_ceilings = true;
+            no_ceilings = true;
             continue;
         }
         if (!strcmp(argv[i], "--grpc-port")) {
@@ -265,6 +299,8 @@ int tl_cmd_serve(int argc, char **argv)
                 c.tool_call_syntax);
         return 2;
     }
+    snprintf(c.machine.kernels_isa, sizeof(c.machine.kernels_isa), "%s", tl_kernels_isa());
+    c.find_ceilings = no_ceilings ? NULL : find_ceilings;
     struct tl_server *s = tl_server_create(&c);
     if (!s) {
         runtime_error(server_error());
@@ -277,7 +313,9 @@ int tl_cmd_serve(int argc, char **argv)
                                     .max_message_bytes = c.max_body_bytes,
                                     .max_unsent_bytes = c.max_unsent_bytes,
                                     .api_key = c.api_key};
-        g = tl_grpc_start(s, &gc);
+        struct tl_engine_share share;
+        tl_server_engine_share(s, &share);
+        g = tl_grpc_start(&share, &gc);
         if (!g) {
             runtime_error(server_error());
             tl_server_destroy(s);

@@ -1,6 +1,6 @@
 /*
  * tokenloom version / tokenloom --version: the release, the git revision and build flags the
- * binary was built from (server/build_info.c, which the Makefile stamps), and the kernel ISA
+ * binary was built from (front/build_info.c, which the Makefile stamps), and the kernel ISA
  * chosen on this CPU at run time.
  * Single-threaded; owns nothing.
  */
@@ -8,7 +8,7 @@
 
 #include "gpu/gpu.h"
 #include "kernels/kernels.h"
-#include "server/build_info.h"
+#include "front/build_info.h"
 
 #include <stdio.h>
 

@@ -4,7 +4,7 @@
  * decode tokens, prefill tokens per step), into the engine thread's running tl_engine_stats.
  *
  * Why a file of its own: engine.c runs the step; this is bookkeeping the metrics read
- * (src/server/metrics.c), kept apart so the step stays readable.
+ * (src/front/metrics.c), kept apart so the step stays readable.
  *
  * Thread model: engine thread only (the stats are published by engine.c's publish_stats).
  */

@@ -1,17 +1,18 @@
 /*
  * The gRPC front of `tokenloom serve --grpc-port`: the Open Inference Protocol's
  * inference.GRPCInferenceService (proto/grpc_service.proto) with Triton's ModelStreamInfer,
- * served on its own thread over the HTTP server's engine (src/server/server.h,
- * tl_server_share). See docs/server.md ("gRPC") and docs/internals/server.md.
+ * served on its own thread over an engine another front owns, reached through its
+ * struct tl_engine_share (front/engine_share.h; the HTTP server's: tl_server_engine_share).
+ * See docs/server.md ("gRPC") and docs/internals/grpc.md.
  *
- * Usage: tl_grpc_start after tl_server_create (binds now; answers UNAVAILABLE while the
- * model loads), then tl_server_run (whose drain waits for gRPC requests too), then
- * tl_grpc_stop before tl_server_destroy.
+ * Usage: tl_grpc_start after the owner is created (binds now; answers UNAVAILABLE while the
+ * model loads), then the owner runs (its drain waits for gRPC requests too), then
+ * tl_grpc_stop before the owner is destroyed.
  */
 #ifndef TL_GRPC_FRONT_H
 #define TL_GRPC_FRONT_H
 
-#include "server/server.h"
+#include "front/engine_share.h"
 
 #include <stddef.h>
 
@@ -29,11 +30,12 @@ struct tl_grpc_config {
 
 struct tl_grpc_front;
 
-// Binds host:port, registers with the server and starts the gRPC thread. NULL on failure
-// (message in tl_last_error()).
-struct tl_grpc_front *tl_grpc_start(struct tl_server *srv, const struct tl_grpc_config *c);
+// Binds host:port, registers with the engine's owner (its hooks, through share, which is
+// copied) and starts the gRPC thread. NULL on failure (message in tl_last_error()).
+struct tl_grpc_front *tl_grpc_start(const struct tl_engine_share *share,
+                                    const struct tl_grpc_config *c);
 int tl_grpc_port(const struct tl_grpc_front *g);
-// After tl_server_run returned (the engine thread is joined): ends the calls still open,
+// After the owner's run returned (the engine thread is joined): ends the calls still open,
 // stops the thread and frees everything. NULL is a no-op.
 void tl_grpc_stop(struct tl_grpc_front *g);
 

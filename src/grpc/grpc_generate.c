@@ -166,7 +166,7 @@ static int64_t deadline_ms(const struct tl_grpc_call *c)
 }
 
 // Submits a read request. On failure sets *code and writes the message.
-static struct tl_grpc_gen_req *submit(struct tl_grpc_call *c, const struct tl_server_share *sh,
+static struct tl_grpc_gen_req *submit(struct tl_grpc_call *c, const struct tl_front_share *sh,
                                       const Inference__ModelInferRequest *q,
                                       const struct tl_grpc_gen *gen, grpc_status_code *code,
                                       char *err, size_t cap)
@@ -256,13 +256,13 @@ void tl__grpc_infer(struct tl_grpc_call *c, const uint8_t *data, size_t len)
 {
     struct tl_grpc_front *g = c->g;
     char err[400];
-    struct tl_server_share sh;
-    enum tl_server_phase ph = tl_server_phase(g->srv);
-    if (ph != TL_SERVER_READY || !tl_server_share(g->srv, &sh)) {
+    struct tl_front_share sh;
+    enum tl_front_phase ph = tl_engine_share_phase(&g->share);
+    if (ph != TL_FRONT_READY || !tl_engine_share_get(&g->share, &sh)) {
         request_error(c, GRPC_STATUS_UNAVAILABLE,
-                      ph == TL_SERVER_DRAINING ? "the server is shutting down"
-                      : ph == TL_SERVER_FAILED ? "the model failed to load"
-                                               : "the model is loading");
+                      ph == TL_FRONT_DRAINING ? "the server is shutting down"
+                      : ph == TL_FRONT_FAILED ? "the model failed to load"
+                                              : "the model is loading");
         return;
     }
     Inference__ModelInferRequest *q = inference__model_infer_request__unpack(NULL, len, data);
@@ -294,8 +294,8 @@ static void send_result(struct tl_grpc_gen_req *r, const char *text, size_t len,
                         const struct tl_event *done)
 {
     struct tl_grpc_call *c = r->call;
-    struct tl_server_share sh;
-    if (!tl_server_share(c->g->srv, &sh)) return;
+    struct tl_front_share sh;
+    if (!tl_engine_share_get(&c->g->share, &sh)) return;
     struct tl_grpc_result res = {
         .model_name = sh.model_name, .id = r->id, .text = text, .text_len = len, .final = final};
     if (done) {
@@ -385,8 +385,8 @@ void tl__grpc_drain_queue(struct tl_grpc_front *g)
 
 void tl__grpc_cancel_gens(struct tl_grpc_call *c)
 {
-    struct tl_server_share sh;
-    if (!tl_server_share(c->g->srv, &sh)) return;
+    struct tl_front_share sh;
+    if (!tl_engine_share_get(&c->g->share, &sh)) return;
     for (struct tl_grpc_gen_req *r = c->gens; r; r = r->next)
         sh.be->cancel(sh.engine, r->engine_id);
 }

@@ -1,7 +1,8 @@
 /*
  * Internals shared by the gRPC front's files: grpc_server.c (thread, completion queue, call
- * plumbing, the small RPCs, metrics) and grpc_generate.c (ModelInfer / ModelStreamInfer: engine
- * submission and the engine -> gRPC thread hand-over).
+ * plumbing, the small RPCs, metrics), grpc_generate.c (ModelInfer / ModelStreamInfer: engine
+ * submission and the engine -> gRPC thread hand-over) and grpc_names.c (method and status
+ * names).
  *
  * Threads: the gRPC thread owns every struct here, except the message queue (engine thread
  * produces, gRPC thread consumes) and the fields marked atomic.
@@ -12,7 +13,7 @@
 #include "grpc/grpc_front.h"
 #include "grpc/grpc_infer.h"
 #include "core/strbuf.h"
-#include "server/metrics.h"
+#include "front/metrics.h"
 
 #include <grpc/grpc.h>
 #include <pthread.h>
@@ -102,7 +103,7 @@ struct tl_grpc_call {
 };
 
 struct tl_grpc_front {
-    struct tl_server *srv;
+    struct tl_engine_share share; // the engine's owner (the HTTP server)
     struct tl_grpc_config cfg;
     grpc_server *server;
     grpc_completion_queue *cq;
@@ -131,6 +132,14 @@ struct tl_grpc_front {
     uint64_t rng;
 };
 
+// ---- grpc_names.c ----------------------------------------------------------------------------
+
+// A method's name ("ModelInfer"; "other" for TL_GM_OTHER), and a status code's ("NOT_FOUND").
+const char *tl__grpc_method_name(enum tl_grpc_method m);
+const char *tl__grpc_code_name(grpc_status_code code);
+// The method a call's path names (TL_GM_OTHER for any other path).
+enum tl_grpc_method tl__grpc_method_of(const grpc_slice *path);
+
 // ---- grpc_server.c ---------------------------------------------------------------------------
 
 // Queues a packed response (stolen) on the call and starts sending.
@@ -140,7 +149,6 @@ void tl__grpc_finish(struct tl_grpc_call *c, grpc_status_code code, const char *
     __attribute__((format(printf, 3, 4)));
 // Frees the call once nothing refers to it any more.
 void tl__grpc_maybe_free(struct tl_grpc_call *c);
-const char *tl__grpc_code_name(grpc_status_code code);
 
 // ---- grpc_generate.c -------------------------------------------------------------------------
 

@@ -1,5 +1,7 @@
 /*
- * Reading the LLM tensors of a ModelInferRequest (see grpc_infer.h).
+ * Reading the LLM tensors of a ModelInferRequest (see grpc_infer.h): the protobuf side (typed
+ * `contents`, shapes, which raw entry) here, the datatypes and the raw form in
+ * front/kserve_tensors.c.
  *
  * Every input is checked before anything is used: its name is known and given once, its
  * datatype is one its kind accepts, its shape has non-negative dimensions whose product is the
@@ -20,31 +22,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-const struct tl_grpc_tensor_desc tl_grpc_inputs[] = {
-    {"text_input", "BYTES", false}, {"stream", "BOOL", true},
-    {"max_tokens", "INT32", true},  {"temperature", "FP32", true},
-    {"top_p", "FP32", true},        {"top_k", "INT32", true},
-    {"seed", "UINT64", true},       {"stop", "BYTES", true},
-    {"ignore_eos", "BOOL", true},   {"sampling_parameters", "BYTES", true},
-};
-const int tl_grpc_n_inputs = (int)(sizeof(tl_grpc_inputs) / sizeof(tl_grpc_inputs[0]));
-
-#define MAX_ELEMENTS 64 // no input of ours holds more (stop holds at most 4)
-
-enum kind { K_BYTES, K_BOOL, K_INT, K_FLOAT };
-
-// One input's elements, whatever the datatype, widened.
-struct elems {
-    int64_t n;
-    enum kind kind;
-    const uint8_t *bytes[MAX_ELEMENTS]; // K_BYTES
-    size_t len[MAX_ELEMENTS];
-    bool b[MAX_ELEMENTS]; // K_BOOL
-    int64_t i[MAX_ELEMENTS];
-    bool is_unsigned; // K_INT: i holds uint64 bits
-    double f[MAX_ELEMENTS];
-};
-
 static bool fail(char *err, size_t cap, const char *fmt, ...)
 {
     va_list ap;
@@ -54,130 +31,40 @@ static bool fail(char *err, size_t cap, const char *fmt, ...)
     return false;
 }
 
-struct dtype {
-    const char *name;
-    enum kind kind;
-    int size; // bytes per element in raw form (BYTES: 0)
-    bool is_unsigned;
-};
-static const struct dtype dtypes[] = {
-    {"BYTES", K_BYTES, 0, false}, {"BOOL", K_BOOL, 1, false},  {"INT8", K_INT, 1, false},
-    {"INT16", K_INT, 2, false},   {"INT32", K_INT, 4, false},  {"INT64", K_INT, 8, false},
-    {"UINT8", K_INT, 1, true},    {"UINT16", K_INT, 2, true},  {"UINT32", K_INT, 4, true},
-    {"UINT64", K_INT, 8, true},   {"FP32", K_FLOAT, 4, false}, {"FP64", K_FLOAT, 8, false},
-};
-
-static const struct dtype *find_dtype(const char *name)
-{
-    for (size_t i = 0; i < sizeof(dtypes) / sizeof(dtypes[0]); i++)
-        if (!strcmp(dtypes[i].name, name)) return &dtypes[i];
-    return NULL;
-}
-
-static uint64_t le(const uint8_t *p, int size)
-{
-    uint64_t v = 0;
-    for (int k = size - 1; k >= 0; k--)
-        v = (v << 8) | p[k];
-    return v;
-}
-
-static int64_t sign_extend(uint64_t v, int size)
-{
-    if (size >= 8) return (int64_t)v;
-    uint64_t m = 1ull << (size * 8 - 1);
-    return (int64_t)((v ^ m) - m);
-}
-
-// Reads the raw form of one input (little-endian; BYTES as 4-byte length + bytes).
-static bool read_raw(const char *name, const struct dtype *dt, const ProtobufCBinaryData *raw,
-                     struct elems *e, char *err, size_t cap)
-{
-    const uint8_t *p = raw->data;
-    size_t n = raw->len;
-    if (dt->kind == K_BYTES) {
-        int64_t k = 0;
-        size_t at = 0;
-        while (at < n) {
-            if (n - at < 4)
-                return fail(err, cap, "input '%s': raw BYTES contents end inside a length prefix",
-                            name);
-            uint64_t l = le(p + at, 4);
-            at += 4;
-            if (l > n - at)
-                return fail(err, cap,
-                            "input '%s': raw BYTES element %lld claims %llu bytes, %zu left", name,
-                            (long long)k, (unsigned long long)l, n - at);
-            if (k >= MAX_ELEMENTS)
-                return fail(err, cap, "input '%s' holds more than %d elements", name, MAX_ELEMENTS);
-            e->bytes[k] = p + at;
-            e->len[k] = (size_t)l;
-            k++;
-            at += (size_t)l;
-        }
-        e->n = k;
-        return true;
-    }
-    if (n % (size_t)dt->size)
-        return fail(err, cap, "input '%s': raw contents of %zu bytes are not whole %s elements",
-                    name, n, dt->name);
-    size_t k = n / (size_t)dt->size;
-    if (k > MAX_ELEMENTS)
-        return fail(err, cap, "input '%s' holds more than %d elements", name, MAX_ELEMENTS);
-    for (size_t j = 0; j < k; j++) {
-        uint64_t v = le(p + j * (size_t)dt->size, dt->size);
-        if (dt->kind == K_BOOL) {
-            e->b[j] = v != 0;
-        } else if (dt->kind == K_INT) {
-            e->i[j] = dt->is_unsigned ? (int64_t)v : sign_extend(v, dt->size);
-        } else if (dt->size == 4) {
-            uint32_t u = (uint32_t)v;
-            float f;
-            memcpy(&f, &u, 4);
-            e->f[j] = f;
-        } else {
-            double d;
-            memcpy(&d, &v, 8);
-            e->f[j] = d;
-        }
-    }
-    e->n = (int64_t)k;
-    return true;
-}
-
 // Reads the typed `contents` of one input: the field of its datatype.
-static bool read_contents(const char *name, const struct dtype *dt,
-                          const Inference__InferTensorContents *c, struct elems *e, char *err,
-                          size_t cap)
+static bool read_contents(const char *name, const struct tl_kserve_dtype *dt,
+                          const Inference__InferTensorContents *c, struct tl_kserve_elems *e,
+                          char *err, size_t cap)
 {
     size_t n = 0;
     if (c) {
-        if (dt->kind == K_BYTES)
+        if (dt->kind == TL_KSERVE_BYTES)
             n = c->n_bytes_contents;
-        else if (dt->kind == K_BOOL)
+        else if (dt->kind == TL_KSERVE_BOOL)
             n = c->n_bool_contents;
         else if (!strcmp(dt->name, "INT64"))
             n = c->n_int64_contents;
         else if (!strcmp(dt->name, "UINT64"))
             n = c->n_uint64_contents;
-        else if (dt->kind == K_INT)
+        else if (dt->kind == TL_KSERVE_INT)
             n = dt->is_unsigned ? c->n_uint_contents : c->n_int_contents;
         else
             n = dt->size == 4 ? c->n_fp32_contents : c->n_fp64_contents;
     }
-    if (n > MAX_ELEMENTS)
-        return fail(err, cap, "input '%s' holds more than %d elements", name, MAX_ELEMENTS);
+    if (n > TL_KSERVE_MAX_ELEMENTS)
+        return fail(err, cap, "input '%s' holds more than %d elements", name,
+                    TL_KSERVE_MAX_ELEMENTS);
     for (size_t j = 0; j < n; j++) {
-        if (dt->kind == K_BYTES) {
+        if (dt->kind == TL_KSERVE_BYTES) {
             e->bytes[j] = c->bytes_contents[j].data;
             e->len[j] = c->bytes_contents[j].len;
-        } else if (dt->kind == K_BOOL) {
+        } else if (dt->kind == TL_KSERVE_BOOL) {
             e->b[j] = c->bool_contents[j] != 0;
         } else if (!strcmp(dt->name, "INT64")) {
             e->i[j] = c->int64_contents[j];
         } else if (!strcmp(dt->name, "UINT64")) {
             e->i[j] = (int64_t)c->uint64_contents[j];
-        } else if (dt->kind == K_INT) {
+        } else if (dt->kind == TL_KSERVE_INT) {
             e->i[j] = dt->is_unsigned ? (int64_t)c->uint_contents[j] : c->int_contents[j];
         } else {
             e->f[j] = dt->size == 4 ? c->fp32_contents[j] : c->fp64_contents[j];
@@ -188,11 +75,11 @@ static bool read_contents(const char *name, const struct dtype *dt,
 }
 
 // The datatype, shape and data of input idx, checked against each other.
-static bool read_input(const Inference__ModelInferRequest *r, size_t idx, struct elems *e,
+static bool read_input(const Inference__ModelInferRequest *r, size_t idx, struct tl_kserve_elems *e,
                        char *err, size_t cap)
 {
     const Inference__ModelInferRequest__InferInputTensor *t = r->inputs[idx];
-    const struct dtype *dt = find_dtype(t->datatype);
+    const struct tl_kserve_dtype *dt = tl_kserve_dtype_find(t->datatype);
     if (!dt) return fail(err, cap, "input '%s' has unknown datatype '%s'", t->name, t->datatype);
     memset(e, 0, sizeof(*e));
     e->kind = dt->kind;
@@ -201,8 +88,8 @@ static bool read_input(const Inference__ModelInferRequest *r, size_t idx, struct
     for (size_t d = 0; d < t->n_shape; d++) {
         if (t->shape[d] < 0)
             return fail(err, cap, "input '%s' has a negative dimension in its shape", t->name);
-        if (t->shape[d] > MAX_ELEMENTS || want * t->shape[d] > MAX_ELEMENTS)
-            want = MAX_ELEMENTS + 1; // too many either way; stays above the bound
+        if (t->shape[d] > TL_KSERVE_MAX_ELEMENTS || want * t->shape[d] > TL_KSERVE_MAX_ELEMENTS)
+            want = TL_KSERVE_MAX_ELEMENTS + 1; // too many either way; stays above the bound
         else
             want *= t->shape[d];
     }
@@ -210,31 +97,16 @@ static bool read_input(const Inference__ModelInferRequest *r, size_t idx, struct
     bool raw = r->n_raw_input_contents > 0;
     if (raw && t->contents)
         return fail(err, cap, "input '%s' has both contents and raw_input_contents", t->name);
-    bool ok = raw ? read_raw(t->name, dt, &r->raw_input_contents[idx], e, err, cap)
+    bool ok = raw ? tl_kserve_read_raw(t->name, dt, r->raw_input_contents[idx].data,
+                                       r->raw_input_contents[idx].len, e, err, cap)
                   : read_contents(t->name, dt, t->contents, e, err, cap);
     if (!ok) return false;
-    if (want > MAX_ELEMENTS)
+    if (want > TL_KSERVE_MAX_ELEMENTS)
         return fail(err, cap, "input '%s': its shape asks for more than %d elements", t->name,
-                    MAX_ELEMENTS);
+                    TL_KSERVE_MAX_ELEMENTS);
     if (e->n != want)
         return fail(err, cap, "input '%s': its shape holds %lld element(s) but its data %lld",
                     t->name, (long long)want, (long long)e->n);
-    return true;
-}
-
-static bool one(const char *name, const struct elems *e, char *err, size_t cap)
-{
-    if (e->n != 1)
-        return fail(err, cap, "input '%s' must hold exactly one element, got %lld", name,
-                    (long long)e->n);
-    return true;
-}
-
-static bool want_kind(const char *name, const char *datatype, const struct elems *e, enum kind k,
-                      const char *expected, char *err, size_t cap)
-{
-    if (e->kind != k)
-        return fail(err, cap, "input '%s' has datatype %s; expected %s", name, datatype, expected);
     return true;
 }
 
@@ -344,20 +216,14 @@ static bool apply_json(struct tl_grpc_gen *g, const uint8_t *text, size_t len, c
     return ok;
 }
 
-static int input_index(const char *name)
-{
-    for (int i = 0; i < tl_grpc_n_inputs; i++)
-        if (!strcmp(tl_grpc_inputs[i].name, name)) return i;
-    return -1;
-}
-
 // Applies one typed input (not sampling_parameters).
 static bool apply_input(struct tl_grpc_gen *g, const char *name, const char *datatype,
-                        const struct elems *e, char *err, size_t cap)
+                        const struct tl_kserve_elems *e, char *err, size_t cap)
 {
     int64_t iv = 0;
     if (!strcmp(name, "text_input")) {
-        if (!want_kind(name, datatype, e, K_BYTES, "BYTES", err, cap) || !one(name, e, err, cap))
+        if (!tl_kserve_want_kind(name, datatype, e, TL_KSERVE_BYTES, "BYTES", err, cap) ||
+            !tl_kserve_one(name, e, err, cap))
             return false;
         if (e->len[0] == 0) return fail(err, cap, "input 'text_input' is empty");
         g->prompt = malloc(e->len[0] + 1);
@@ -368,37 +234,41 @@ static bool apply_input(struct tl_grpc_gen *g, const char *name, const char *dat
         return true;
     }
     if (!strcmp(name, "stop")) {
-        if (!want_kind(name, datatype, e, K_BYTES, "BYTES", err, cap)) return false;
+        if (!tl_kserve_want_kind(name, datatype, e, TL_KSERVE_BYTES, "BYTES", err, cap))
+            return false;
         clear_stops(g);
         for (int64_t i = 0; i < e->n; i++)
             if (!add_stop(g, e->bytes[i], e->len[i], err, cap)) return false;
         return true;
     }
     if (!strcmp(name, "stream") || !strcmp(name, "ignore_eos")) {
-        if (!want_kind(name, datatype, e, K_BOOL, "BOOL", err, cap) || !one(name, e, err, cap))
+        if (!tl_kserve_want_kind(name, datatype, e, TL_KSERVE_BOOL, "BOOL", err, cap) ||
+            !tl_kserve_one(name, e, err, cap))
             return false;
         *(!strcmp(name, "stream") ? &g->stream : &g->ignore_eos) = e->b[0];
         return true;
     }
     if (!strcmp(name, "temperature") || !strcmp(name, "top_p")) {
-        if (!want_kind(name, datatype, e, K_FLOAT, "FP32 (or FP64)", err, cap) ||
-            !one(name, e, err, cap))
+        if (!tl_kserve_want_kind(name, datatype, e, TL_KSERVE_FLOAT, "FP32 (or FP64)", err, cap) ||
+            !tl_kserve_one(name, e, err, cap))
             return false;
         if (!strcmp(name, "temperature"))
             return set_float(name, e->f[0], 0, 2, false, &g->sampling.temperature, err, cap);
         return set_float(name, e->f[0], 0, 1, true, &g->sampling.top_p, err, cap);
     }
     if (!strcmp(name, "seed")) {
-        if (!want_kind(name, datatype, e, K_INT, "UINT64 (or another integer type)", err, cap) ||
-            !one(name, e, err, cap))
+        if (!tl_kserve_want_kind(name, datatype, e, TL_KSERVE_INT,
+                                 "UINT64 (or another integer type)", err, cap) ||
+            !tl_kserve_one(name, e, err, cap))
             return false;
         g->sampling.seed = (uint64_t)e->i[0];
         g->seed_set = true;
         return true;
     }
     // max_tokens, top_k
-    if (!want_kind(name, datatype, e, K_INT, "INT32 (or another integer type)", err, cap) ||
-        !one(name, e, err, cap))
+    if (!tl_kserve_want_kind(name, datatype, e, TL_KSERVE_INT, "INT32 (or another integer type)",
+                             err, cap) ||
+        !tl_kserve_one(name, e, err, cap))
         return false;
     if (e->is_unsigned && e->i[0] < 0)
         return fail(err, cap, "'%s' is too large", name); // a uint64 above INT64_MAX
@@ -436,7 +306,7 @@ bool tl_grpc_gen_parse(const Inference__ModelInferRequest *r, struct tl_grpc_gen
     // Names first: each known and given once. sampling_parameters goes before the tensors.
     int seen[16] = {0};
     for (size_t i = 0; i < r->n_inputs; i++) {
-        int k = input_index(r->inputs[i]->name);
+        int k = tl_kserve_input_index(r->inputs[i]->name);
         if (k < 0)
             return fail(err, cap,
                         "unknown input '%s' (inputs: text_input, stream, max_tokens, "
@@ -445,7 +315,7 @@ bool tl_grpc_gen_parse(const Inference__ModelInferRequest *r, struct tl_grpc_gen
         if (seen[k]++) return fail(err, cap, "input '%s' is given twice", r->inputs[i]->name);
     }
     if (!seen[0]) return fail(err, cap, "the required input 'text_input' is missing");
-    struct elems *e = malloc(sizeof(*e));
+    struct tl_kserve_elems *e = malloc(sizeof(*e));
     if (!e) return fail(err, cap, "out of memory");
     bool ok = true;
     for (int pass = 0; pass < 2 && ok; pass++) {
@@ -456,8 +326,10 @@ bool tl_grpc_gen_parse(const Inference__ModelInferRequest *r, struct tl_grpc_gen
             ok = read_input(r, i, e, err, cap);
             if (!ok) break;
             if (is_json) {
-                ok = want_kind(name, r->inputs[i]->datatype, e, K_BYTES, "BYTES", err, cap) &&
-                     one(name, e, err, cap) && apply_json(g, e->bytes[0], e->len[0], err, cap);
+                ok = tl_kserve_want_kind(name, r->inputs[i]->datatype, e, TL_KSERVE_BYTES, "BYTES",
+                                         err, cap) &&
+                     tl_kserve_one(name, e, err, cap) &&
+                     apply_json(g, e->bytes[0], e->len[0], err, cap);
             } else {
                 ok = apply_input(g, name, r->inputs[i]->datatype, e, err, cap);
             }

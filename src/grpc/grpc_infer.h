@@ -1,7 +1,8 @@
 /*
  * The Open Inference Protocol's LLM tensors, as Triton's vLLM and TensorRT-LLM backends name
  * them, read from a ModelInferRequest (generated from proto/grpc_service.proto) into one
- * generation request, and the description ModelMetadata gives of them.
+ * generation request. The tensors' table, datatypes and raw decoding are shared with the HTTP
+ * front's KServe routes (front/kserve_tensors.h).
  *
  * Inputs: text_input (BYTES, required), stream (BOOL), max_tokens (INT32), temperature and
  * top_p (FP32), top_k (INT32), seed (UINT64), stop (BYTES, 1..4 strings), ignore_eos (BOOL),
@@ -16,6 +17,7 @@
 
 #include <tokenloom.h>
 
+#include "front/kserve_tensors.h"
 #include "grpc_service.pb-c.h"
 
 #include <stdbool.h>
@@ -43,14 +45,5 @@ void tl_grpc_gen_free(struct tl_grpc_gen *g);
 // ("input 'max_tokens' has datatype FP32; expected INT32"), *out then left empty.
 bool tl_grpc_gen_parse(const Inference__ModelInferRequest *r, struct tl_grpc_gen *out, char *err,
                        size_t cap);
-
-// The model's tensors for ModelMetadata.
-struct tl_grpc_tensor_desc {
-    const char *name;
-    const char *datatype;
-    bool optional;
-};
-extern const struct tl_grpc_tensor_desc tl_grpc_inputs[];
-extern const int tl_grpc_n_inputs;
 
 #endif

@@ -108,16 +108,16 @@ uint8_t *tl_grpc_pack_model_metadata(const char *model_name, size_t *len)
     Inference__ModelMetadataResponse__TensorMetadata *ins[N_IN], *outs[1];
     int64_t shape[1] = {1};
     int64_t stop_shape[1] = {-1};
-    int n_in = tl_grpc_n_inputs < N_IN ? tl_grpc_n_inputs : N_IN;
+    int n_in = tl_kserve_n_inputs < N_IN ? tl_kserve_n_inputs : N_IN;
     for (int i = 0; i <= n_in; i++) {
         inference__model_metadata_response__tensor_metadata__init(&tm[i]);
         tm[i].n_shape = 1;
         tm[i].shape = shape;
     }
     for (int i = 0; i < n_in; i++) {
-        tm[i].name = (char *)tl_grpc_inputs[i].name;
-        tm[i].datatype = (char *)tl_grpc_inputs[i].datatype;
-        if (!strcmp(tl_grpc_inputs[i].name, "stop")) tm[i].shape = stop_shape;
+        tm[i].name = (char *)tl_kserve_inputs[i].name;
+        tm[i].datatype = (char *)tl_kserve_inputs[i].datatype;
+        if (!strcmp(tl_kserve_inputs[i].name, "stop")) tm[i].shape = stop_shape;
         ins[i] = &tm[i];
     }
     tm[n_in].name = "text_output";

@@ -39,39 +39,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define SERVICE "/inference.GRPCInferenceService/"
-#define HEALTH_CHECK "/grpc.health.v1.Health/Check"
 #define N_WAITING 8 // request_call operations kept outstanding
-
-static const char *const method_names[TL_GM_COUNT] = {
-    "ServerLive", "ServerReady",      "ModelReady",  "ServerMetadata", "ModelMetadata",
-    "ModelInfer", "ModelStreamInfer", "HealthCheck", "other",
-};
-
-static const char *const code_names[TL_GRPC_N_CODES] = {
-    "OK",
-    "CANCELLED",
-    "UNKNOWN",
-    "INVALID_ARGUMENT",
-    "DEADLINE_EXCEEDED",
-    "NOT_FOUND",
-    "ALREADY_EXISTS",
-    "PERMISSION_DENIED",
-    "RESOURCE_EXHAUSTED",
-    "FAILED_PRECONDITION",
-    "ABORTED",
-    "OUT_OF_RANGE",
-    "UNIMPLEMENTED",
-    "INTERNAL",
-    "UNAVAILABLE",
-    "DATA_LOSS",
-    "UNAUTHENTICATED",
-};
-
-const char *tl__grpc_code_name(grpc_status_code code)
-{
-    return code >= 0 && code < TL_GRPC_N_CODES ? code_names[code] : "UNKNOWN";
-}
 
 // ---- sending ---------------------------------------------------------------------------------
 
@@ -81,7 +49,7 @@ static void start_batch(struct tl_grpc_call *c, const grpc_op *ops, size_t n,
     grpc_call_error e = grpc_call_start_batch(c->call, ops, n, tag, NULL);
     if (e != GRPC_CALL_OK) {
         // Only a programming error gets here; the call is then treated as gone.
-        TL_LOGE("grpc: start_batch failed (%d) on %s", (int)e, method_names[c->method]);
+        TL_LOGE("grpc: start_batch failed (%d) on %s", (int)e, tl__grpc_method_name(c->method));
         return;
     }
     c->pending++;
@@ -166,8 +134,8 @@ void tl__grpc_send(struct tl_grpc_call *c, uint8_t *data, size_t len)
     if (cap && c->out_bytes > cap && !c->closed) {
         // The client stopped reading (gRPC flow control holds our sends): memory per call stays
         // bounded, as on HTTP (--max-unsent-bytes). The close operation then completes.
-        TL_LOGW("grpc: a %s client left %zu bytes unread; cancelling", method_names[c->method],
-                c->out_bytes);
+        TL_LOGW("grpc: a %s client left %zu bytes unread; cancelling",
+                tl__grpc_method_name(c->method), c->out_bytes);
         tl__grpc_cancel_gens(c);
         drop_output(c);
         if (!c->want_status) {
@@ -240,7 +208,7 @@ static bool authorized(const struct tl_grpc_call *c, const char *key)
     return false;
 }
 
-static bool model_matches(const struct tl_server_share *sh, const char *name, const char *version)
+static bool model_matches(const struct tl_front_share *sh, const char *name, const char *version)
 {
     return !strcmp(name, sh->model_name) && (!*version || !strcmp(version, "1"));
 }
@@ -271,9 +239,9 @@ static void health_check(struct tl_grpc_call *c, const uint8_t *data, size_t len
 static void handle_small(struct tl_grpc_call *c, const uint8_t *data, size_t len)
 {
     struct tl_grpc_front *g = c->g;
-    struct tl_server_share sh;
-    bool up = tl_server_share(g->srv, &sh);
-    enum tl_server_phase ph = tl_server_phase(g->srv);
+    struct tl_front_share sh;
+    bool up = tl_engine_share_get(&g->share, &sh);
+    enum tl_front_phase ph = tl_engine_share_phase(&g->share);
     switch (c->method) {
     case TL_GM_LIVE: {
         Inference__ServerLiveResponse r = INFERENCE__SERVER_LIVE_RESPONSE__INIT;
@@ -283,7 +251,7 @@ static void handle_small(struct tl_grpc_call *c, const uint8_t *data, size_t len
     }
     case TL_GM_READY: {
         Inference__ServerReadyResponse r = INFERENCE__SERVER_READY_RESPONSE__INIT;
-        r.ready = up && ph == TL_SERVER_READY;
+        r.ready = up && ph == TL_FRONT_READY;
         reply(c, &r.base);
         return;
     }
@@ -298,7 +266,7 @@ static void handle_small(struct tl_grpc_call *c, const uint8_t *data, size_t len
         return;
     }
     case TL_GM_HEALTH:
-        health_check(c, data, len, up && ph == TL_SERVER_READY);
+        health_check(c, data, len, up && ph == TL_FRONT_READY);
         return;
     default:
         break;
@@ -307,7 +275,7 @@ static void handle_small(struct tl_grpc_call *c, const uint8_t *data, size_t len
     Inference__ModelReadyRequest *q = inference__model_ready_request__unpack(NULL, len, data);
     if (!q) {
         tl__grpc_finish(c, GRPC_STATUS_INVALID_ARGUMENT, "cannot decode the %s request",
-                        method_names[c->method]);
+                        tl__grpc_method_name(c->method));
         return;
     }
     if (!up) {
@@ -316,7 +284,7 @@ static void handle_small(struct tl_grpc_call *c, const uint8_t *data, size_t len
             reply(c, &r.base); // ready = false while loading
         } else {
             tl__grpc_finish(c, GRPC_STATUS_UNAVAILABLE, "the model is %s",
-                            ph == TL_SERVER_FAILED ? "not available (failed to load)" : "loading");
+                            ph == TL_FRONT_FAILED ? "not available (failed to load)" : "loading");
         }
     } else if (!model_matches(&sh, q->name, q->version)) {
         tl__grpc_finish(c, GRPC_STATUS_NOT_FOUND,
@@ -325,7 +293,7 @@ static void handle_small(struct tl_grpc_call *c, const uint8_t *data, size_t len
                         q->name, q->version, sh.model_name);
     } else if (c->method == TL_GM_MODEL_READY) {
         Inference__ModelReadyResponse r = INFERENCE__MODEL_READY_RESPONSE__INIT;
-        r.ready = ph == TL_SERVER_READY;
+        r.ready = ph == TL_FRONT_READY;
         reply(c, &r.base);
     } else {
         size_t n = 0;
@@ -412,18 +380,6 @@ void tl__grpc_maybe_free(struct tl_grpc_call *c)
     free_call(c);
 }
 
-static enum tl_grpc_method method_of(const grpc_slice *path)
-{
-    size_t n = GRPC_SLICE_LENGTH(*path), ns = strlen(SERVICE);
-    const char *p = (const char *)GRPC_SLICE_START_PTR(*path);
-    if (n == strlen(HEALTH_CHECK) && !memcmp(p, HEALTH_CHECK, n)) return TL_GM_HEALTH;
-    if (n <= ns || memcmp(p, SERVICE, ns)) return TL_GM_OTHER;
-    for (int m = 0; m < TL_GM_HEALTH; m++)
-        if (strlen(method_names[m]) == n - ns && !memcmp(p + ns, method_names[m], n - ns))
-            return (enum tl_grpc_method)m;
-    return TL_GM_OTHER;
-}
-
 static void on_new_call(struct tl_grpc_front *g, struct tl_grpc_call *c, bool ok)
 {
     g->n_waiting--;
@@ -432,7 +388,7 @@ static void on_new_call(struct tl_grpc_front *g, struct tl_grpc_call *c, bool ok
         return;
     }
     if (!atomic_load(&g->quit)) request_call(g);
-    c->method = method_of(&c->details.method);
+    c->method = tl__grpc_method_of(&c->details.method);
     c->next = g->calls;
     if (g->calls) g->calls->prev = c;
     g->calls = c;
@@ -451,10 +407,10 @@ static void on_new_call(struct tl_grpc_front *g, struct tl_grpc_call *c, bool ok
                         "<key>'");
     } else if (atomic_load(&g->quit)) {
         tl__grpc_finish(c, GRPC_STATUS_UNAVAILABLE, "the server is stopping");
-    } else if (c->method == TL_GM_STREAM && tl_server_phase(g->srv) != TL_SERVER_READY) {
+    } else if (c->method == TL_GM_STREAM && tl_engine_share_phase(&g->share) != TL_FRONT_READY) {
         tl__grpc_finish(c, GRPC_STATUS_UNAVAILABLE, "the server is %s",
-                        tl_server_phase(g->srv) == TL_SERVER_DRAINING ? "shutting down"
-                                                                      : "not ready");
+                        tl_engine_share_phase(&g->share) == TL_FRONT_DRAINING ? "shutting down"
+                                                                              : "not ready");
     } else {
         start_recv(c);
     }
@@ -596,7 +552,8 @@ static void hook_metrics(void *arg, const char *labels, struct tl_sb *out)
             if (n)
                 tl_sb_printf(out,
                              "tokenloom:grpc_requests_total{method=\"%s\",code=\"%s\",%s} %lld\n",
-                             method_names[m], code_names[k], labels, n);
+                             tl__grpc_method_name((enum tl_grpc_method)m),
+                             tl__grpc_code_name((grpc_status_code)k), labels, n);
         }
     tl_sb_printf(out,
                  "# HELP tokenloom:grpc_stream_generations_total generations started on "
@@ -610,14 +567,15 @@ static void hook_metrics(void *arg, const char *labels, struct tl_sb *out)
 
 // ---- lifecycle -------------------------------------------------------------------------------
 
-struct tl_grpc_front *tl_grpc_start(struct tl_server *srv, const struct tl_grpc_config *c)
+struct tl_grpc_front *tl_grpc_start(const struct tl_engine_share *share,
+                                    const struct tl_grpc_config *c)
 {
     struct tl_grpc_front *g = calloc(1, sizeof(*g));
     if (!g) {
         tl__errorf(TL_ERR_NOMEM, "grpc: out of memory");
         return NULL;
     }
-    g->srv = srv;
+    g->share = *share;
     g->cfg = *c;
     pthread_mutex_init(&g->mu, NULL);
     pthread_mutex_init(&g->lat_mu, NULL);
@@ -658,18 +616,18 @@ struct tl_grpc_front *tl_grpc_start(struct tl_server *srv, const struct tl_grpc_
         return NULL;
     }
     grpc_server_start(g->server);
-    struct tl_server_front f = {.in_flight = hook_in_flight,
-                                .cancel_all = hook_cancel_all,
-                                .metrics = hook_metrics,
-                                .add_latency = hook_add_latency,
-                                .arg = g};
-    tl_server_set_front(srv, &f);
+    struct tl_front_hooks f = {.in_flight = hook_in_flight,
+                               .cancel_all = hook_cancel_all,
+                               .metrics = hook_metrics,
+                               .add_latency = hook_add_latency,
+                               .arg = g};
+    tl_engine_share_attach(share, &f);
     if (pthread_create(&g->thread, NULL, grpc_main, g) != 0) {
         tl__errorf(TL_ERR_NOMEM, "grpc: cannot start the gRPC thread");
         atomic_store(&g->quit, true);
         grpc_main(g); // tears down on this thread
-        struct tl_server_front none = {0};
-        tl_server_set_front(srv, &none);
+        struct tl_front_hooks none = {0};
+        tl_engine_share_attach(share, &none);
         grpc_shutdown();
         pthread_mutex_destroy(&g->mu);
         pthread_mutex_destroy(&g->lat_mu);
@@ -690,8 +648,8 @@ void tl_grpc_stop(struct tl_grpc_front *g)
     if (!g) return;
     atomic_store(&g->quit, true);
     if (g->thread_started) pthread_join(g->thread, NULL);
-    struct tl_server_front none = {0};
-    tl_server_set_front(g->srv, &none);
+    struct tl_front_hooks none = {0};
+    tl_engine_share_attach(&g->share, &none);
     while (g->q_head) { // messages with no request left (freed with their requests)
         struct tl_grpc_msg *m = g->q_head;
         g->q_head = m->next;

@@ -14,7 +14,7 @@
 #ifndef TL_SERVER_HTTP_H
 #define TL_SERVER_HTTP_H
 
-#include "server/metrics.h"
+#include "front/metrics.h"
 
 #include <tokenloom.h>
 

@@ -15,7 +15,7 @@
  */
 #include "server/kserve.h"
 
-#include "grpc/grpc_infer.h"
+#include "front/kserve_tensors.h"
 #include "server/request.h"
 #include "server/route_checks.h"
 
@@ -39,10 +39,10 @@ static void send_err(struct tl_server *s, struct evhttp_request *r, int64_t t0, 
 static json_t *model_metadata(const struct tl_server *s)
 {
     json_t *ins = json_array(), *outs = json_array();
-    for (int i = 0; ins && i < tl_grpc_n_inputs; i++)
-        json_array_append_new(ins, json_pack("{sssss[i]}", "name", tl_grpc_inputs[i].name,
-                                             "datatype", tl_grpc_inputs[i].datatype, "shape",
-                                             strcmp(tl_grpc_inputs[i].name, "stop") ? 1 : -1));
+    for (int i = 0; ins && i < tl_kserve_n_inputs; i++)
+        json_array_append_new(ins, json_pack("{sssss[i]}", "name", tl_kserve_inputs[i].name,
+                                             "datatype", tl_kserve_inputs[i].datatype, "shape",
+                                             strcmp(tl_kserve_inputs[i].name, "stop") ? 1 : -1));
     if (outs)
         json_array_append_new(
             outs, json_pack("{sssss[i]}", "name", "text_output", "datatype", "BYTES", "shape", 1));

@@ -1,6 +1,7 @@
 /*
- * OpenAI request parsing and validation, and the error objects' fields (see openai.h); the
- * response objects are built in openai_reply.c.
+ * OpenAI request parsing and validation (see openai.h); the fields beyond the basics are read
+ * in openai_fields.c, the error object is filled in openai_error.c, and the response objects
+ * are built in openai_reply.c.
  *
  * Validation names the offending field in both the message and the error's "param", the way
  * the OpenAI API does ("'temperature' must be between 0 and 2"), so a client can tell what to
@@ -27,46 +28,6 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
-
-// ---- errors ---------------------------------------------------------------------------------
-
-void tl_oai_error_set(struct tl_oai_error *err, int http_status, const char *type, const char *code,
-                      const char *param, const char *fmt, ...)
-{
-    err->http_status = http_status;
-    err->type = type;
-    err->code = code;
-    snprintf(err->param, sizeof(err->param), "%s", param ? param : "");
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err->message, sizeof(err->message), fmt, ap);
-    va_end(ap);
-}
-
-void tl_oai_error_from_status(struct tl_oai_error *err, tl_status st, const char *message)
-{
-    const char *msg = message && *message ? message : tl_status_str(st);
-    switch (st) {
-    case TL_ERR_INVALID_ARG:
-    case TL_ERR_TOO_LONG:
-    case TL_ERR_UNSUPPORTED:
-        tl_oai_error_set(err, 400, "invalid_request_error", "invalid_value", NULL, "%s", msg);
-        break;
-    case TL_ERR_NOT_FOUND:
-        tl_oai_error_set(err, 404, "invalid_request_error", "not_found", NULL, "%s", msg);
-        break;
-    case TL_ERR_FULL:
-        tl_oai_error_set(err, 429, "rate_limit_error", "rate_limit_exceeded", NULL, "%s", msg);
-        break;
-    case TL_ERR_NOMEM:
-    case TL_ERR_STATE:
-        tl_oai_error_set(err, 503, "server_error", "service_unavailable", NULL, "%s", msg);
-        break;
-    default:
-        tl_oai_error_set(err, 500, "server_error", "internal_error", NULL, "%s", msg);
-        break;
-    }
-}
 
 // Memory ran out while parsing: 503, not the client's fault.
 static bool no_memory(struct tl_oai_error *err)

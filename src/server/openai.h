@@ -135,6 +135,8 @@ bool tl__oai_check_tool_message(json_t *m, size_t i, bool is_tool, struct tl_oai
 bool tl__oai_forced_call_grammar(struct tl_oai_params *p, enum tl_tool_syntax syntax,
                                  struct tl_oai_error *err);
 
+// ---- openai_error.c --------------------------------------------------------------------------
+
 // Fills *err. fmt is printf-style; param may be NULL.
 void tl_oai_error_set(struct tl_oai_error *err, int http_status, const char *type, const char *code,
                       const char *param, const char *fmt, ...)

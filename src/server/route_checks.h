@@ -27,7 +27,7 @@ bool tl_srv_route_method(struct tl_server *s, struct evhttp_request *r, int64_t 
 // Whether name is one of the served model's names (its id, file name or the file's stem).
 bool tl_srv_model_matches(const struct tl_server *s, const char *name);
 
-// An OpenAI error reply: from its fields, or from a tl_status (the one mapping in openai.c).
+// An OpenAI error reply: from its fields, or from a tl_status (the one mapping in openai_error.c).
 void tl_srv_reply_error(struct tl_server *s, struct evhttp_request *r, int64_t t0, int status,
                         const char *type, const char *code, const char *param, const char *msg);
 void tl_srv_reply_status(struct tl_server *s, struct evhttp_request *r, int64_t t0, tl_status st,

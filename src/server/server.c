@@ -7,7 +7,7 @@
  * transport, routes.c turns HTTP requests into answers or, for generation, into request.c's
  * requests. A second thread runs the engine: load the model, then loop { step; wait while
  * idle }. Submission and cancellation go straight to the engine's thread-safe API from the
- * loop; events come back through queue.c and are handed to request.c here.
+ * loop; events come back through queue.c and are handed to request_events.c here.
  * No thread per connection; the loop never blocks on the engine.
  *
  * INVARIANTS
@@ -43,25 +43,7 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
-// ---- backend and config ----------------------------------------------------------------------
-
-static void model_info_(const tl_model *m, struct tl_model_info *out)
-{
-    tl_model_get_info(m, out);
-}
-
-const struct tl_srv_backend tl_srv_backend_default = {
-    .model_info = model_info_,
-    .tokenize = tl_model_tokenize,
-    .detokenize = tl_model_detokenize,
-    .token_text = tl_model_token_text,
-    .submit = tl_engine_submit,
-    .cancel = tl_engine_cancel,
-    .step = tl_engine_step,
-    .wait = tl_engine_wait,
-    .wake = tl_engine_wake,
-    .get_stats = tl_engine_get_stats,
-};
+// ---- config ------------------------------------------------------------------------------------
 
 void tl_server_config_default(struct tl_server_config *c)
 {
@@ -147,26 +129,13 @@ static void wake_loop(struct tl_server *s)
     (void)n;
 }
 
-// The machine's ceilings for the utilization metrics, on the engine's thread count: from the
-// per-machine cache, else measured (about half a second, before the server turns READY).
-static void measure_ceilings(struct tl_server *s)
+// The machine's ceilings for the utilization metrics, from the caller, on the engine's thread
+// count (written before engine_up, which publishes them to the loop).
+static void find_ceilings(struct tl_server *s)
 {
-    if (s->cfg.no_ceilings || s->cfg.backend) return;
-    int64_t t0 = tl_time_us();
-    bool cached = false;
-    if (tl_ceilings_get(s->cfg.engine.n_threads, s->cfg.ceilings_cache_dir, &s->ceilings,
-                        &cached)) {
-        TL_LOGW("serve: cannot measure the machine's ceilings (utilization not reported): %s",
-                tl_last_error());
-        return;
-    }
-    s->have_ceilings = true;
-    const struct tl_ceilings *c = &s->ceilings;
-    TL_LOGI("serve: machine ceilings on %d thread(s), %s kernels (%s in %.0f ms): int8 %.1f GOP/s, "
-            "f32 FMA %.1f GFLOP/s, memory read %.1f GB/s",
-            c->n_threads, c->isa, cached ? "cached" : "measured",
-            (double)(tl_time_us() - t0) / 1000.0, c->int8_ops_per_s / 1e9,
-            c->fp32_flops_per_s / 1e9, c->mem_read_bytes_per_s / 1e9);
+    if (!s->cfg.find_ceilings || s->cfg.backend) return;
+    s->cfg.machine.have_ceilings =
+        s->cfg.find_ceilings(s->cfg.engine.n_threads, &s->cfg.machine.ceilings);
 }
 
 bool tl_srv_metrics_sync(struct tl_server *s)
@@ -176,7 +145,7 @@ bool tl_srv_metrics_sync(struct tl_server *s)
         static const char *const kv_names[] = {"f32", "f16", "q8_0"};
         int kt = (int)s->cfg.engine.kv_type;
         tl_metrics_set_model(&s->metrics, s->model_name, kt >= 0 && kt < 3 ? kv_names[kt] : "f16",
-                             s->have_ceilings ? &s->ceilings : NULL);
+                             &s->cfg.machine);
         s->metrics_ready = true;
     }
     return true;
@@ -211,28 +180,14 @@ static void *engine_main(void *arg)
         wake_loop(s);
         return NULL;
     }
-    measure_ceilings(s);
+    find_ceilings(s);
     atomic_store(&s->engine_up, true);
     int expected = TL_SRV_LOADING;
     if (atomic_compare_exchange_strong(&s->state, &expected, TL_SRV_READY))
         TL_LOGI("serve: ready: model '%s' on http://%s:%d (chat template %s%s)", s->model_name,
                 s->cfg.host, s->http.port, s->chat.source_name,
                 s->chat.fallback ? ": the model has none" : "");
-    int64_t last_err_us = 0;
-    while (!atomic_load(&s->engine_quit)) {
-        int64_t pending = 0;
-        tl_status st = s->be->step(s->engine, &pending);
-        if (st) {
-            int64_t now = tl_time_us();
-            if (now - last_err_us > 1000000) {
-                TL_LOGE("serve: engine step failed: %s", tl_last_error());
-                last_err_us = now;
-            }
-            s->be->wait(s->engine, 10);
-        } else if (pending == 0) {
-            s->be->wait(s->engine, 200);
-        }
-    }
+    tl_front_engine_loop(s->be, s->engine, &s->engine_quit);
     return NULL;
 }
 
@@ -419,19 +374,24 @@ int tl_server_port(const struct tl_server *s)
     return s->http.port;
 }
 
-void tl_server_set_front(struct tl_server *s, const struct tl_server_front *f)
+// ---- the share other fronts reach the engine through ---------------------------------------
+
+static void share_attach(void *owner, const struct tl_front_hooks *f)
 {
+    struct tl_server *s = owner;
     s->front = *f;
 }
 
-enum tl_server_phase tl_server_phase(const struct tl_server *s)
+static enum tl_front_phase share_phase(const void *owner)
 {
-    return (enum tl_server_phase)atomic_load(&((struct tl_server *)s)->state);
+    const struct tl_server *s = owner;
+    return (enum tl_front_phase)atomic_load(&((struct tl_server *)s)->state);
 }
 
-bool tl_server_share(const struct tl_server *s, struct tl_server_share *out)
+static bool share_get(const void *owner, struct tl_front_share *out)
 {
-    int st = tl_server_phase(s);
+    const struct tl_server *s = owner;
+    int st = share_phase(s);
     // READY publishes the engine thread's writes; DRAINING follows READY unless the stop came
     // while loading, which engine_up tells apart.
     if (st == TL_SRV_LOADING || st == TL_SRV_FAILED ||
@@ -445,6 +405,14 @@ bool tl_server_share(const struct tl_server *s, struct tl_server_share *out)
     out->max_seq_len = s->max_seq_len;
     out->max_token_bytes = s->max_token_bytes;
     return true;
+}
+
+void tl_server_engine_share(struct tl_server *s, struct tl_engine_share *out)
+{
+    out->phase = share_phase;
+    out->share = share_get;
+    out->attach = share_attach;
+    out->owner = s;
 }
 
 // Stops and joins the engine thread, then handles the messages that arrived before the join.

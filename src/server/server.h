@@ -11,27 +11,12 @@
 
 #include <tokenloom.h>
 
+#include "front/engine_share.h"
+#include "front/machine.h"
+
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
-
-// How the server reaches the model and the engine: the public API by default
-// (tl_srv_backend_default); tests substitute a scripted fake to exercise the HTTP layer alone.
-// Every function has the contract of the public function of the same name.
-struct tl_srv_backend {
-    void (*model_info)(const tl_model *m, struct tl_model_info *out);
-    tl_status (*tokenize)(const tl_model *m, const char *text, size_t len, bool add_special,
-                          bool parse_special, int32_t **ids, int64_t *n_ids);
-    char *(*detokenize)(const tl_model *m, const int32_t *ids, int64_t n, bool render_special);
-    size_t (*token_text)(const tl_model *m, int32_t id, char *buf, size_t cap);
-    tl_status (*submit)(tl_engine *e, const struct tl_request *r, uint64_t *id);
-    tl_status (*cancel)(tl_engine *e, uint64_t id);
-    tl_status (*step)(tl_engine *e, int64_t *n_pending);
-    void (*wait)(tl_engine *e, int timeout_ms);
-    void (*wake)(tl_engine *e);
-    void (*get_stats)(tl_engine *e, struct tl_engine_stats *out);
-};
-extern const struct tl_srv_backend tl_srv_backend_default;
 
 struct tl_server_config {
     const char *host;               // listen address (default "127.0.0.1")
@@ -51,10 +36,14 @@ struct tl_server_config {
     const char *chat_template_file; // a Jinja file overriding both, or NULL
     const char *tool_call_syntax;   // a tool-call syntax name overriding detection, or NULL
     bool handle_signals;            // stop on SIGINT/SIGTERM (the CLI sets it)
-    // The machine's ceilings (kernels/ceilings.h) are measured once the model is loaded (or read
-    // from the per-machine cache) for the utilization metrics; never with a test backend.
-    bool no_ceilings;               // skip them: utilization and machine_* gauges are absent
-    const char *ceilings_cache_dir; // NULL = $XDG_CACHE_HOME/tokenloom or ~/.cache/tokenloom
+    // The machine (kernel ISA, measured ceilings) as the caller finds it (cmd_serve.c), for
+    // /metrics and /stats; zero: ISA "unknown", no ceilings (utilization and machine_* gauges
+    // absent).
+    struct tl_machine machine;
+    // When set (and no test backend), called on the engine thread once the model is loaded,
+    // before the server turns READY (a measurement must not share the machine with the load):
+    // fills the ceilings for n_threads threads and returns true, or false when there are none.
+    bool (*find_ceilings)(int32_t n_threads, struct tl_machine_ceilings *out);
 
     // Loading (on the engine thread, while /health says 503):
     const char *model_path;
@@ -84,43 +73,10 @@ void tl_server_stop(struct tl_server *s);
 // Frees everything (after tl_server_run returned, or instead of running). NULL is a no-op.
 void tl_server_destroy(struct tl_server *s);
 
-// ---- another front on the same engine (the gRPC server, src/grpc) ---------------------------
-// The HTTP server owns the engine and the shutdown. A front registers before tl_server_run;
-// a drain then also waits for its requests, and /metrics appends its counters.
-struct tl_sb;
-struct tl_metrics;
-struct tl_server_front {
-    int64_t (*in_flight)(void *arg); // its requests still running; thread-safe
-    void (*cancel_all)(void *arg);   // the shutdown timeout passed; must not block
-    // Appends Prometheus text, each series labelled with `labels` (`model_name="..."`, to put
-    // last inside the braces); must not block.
-    void (*metrics)(void *arg, const char *labels, struct tl_sb *out);
-    // Adds its requests' latency histograms and counters into m (a copy of the server's, same
-    // buckets) so /metrics and /stats cover every front; must not block.
-    void (*add_latency)(void *arg, struct tl_metrics *m);
-    void *arg;
-};
-void tl_server_set_front(struct tl_server *s, const struct tl_server_front *f);
-
-enum tl_server_phase {
-    TL_SERVER_LOADING = 0,
-    TL_SERVER_READY = 1,
-    TL_SERVER_DRAINING = 2,
-    TL_SERVER_FAILED = 3,
-};
-enum tl_server_phase tl_server_phase(const struct tl_server *s); // thread-safe
-
-// What a front needs to submit work, valid (and constant) once the phase has been READY.
-struct tl_server_share {
-    const struct tl_srv_backend *be;
-    tl_engine *engine;
-    const tl_model *model;
-    const char *model_name;  // the served id
-    int max_queued_requests; // the bound each front applies to its own queued requests
-    int32_t max_seq_len;
-    size_t max_token_bytes; // a prompt longer than max_seq_len * this cannot fit
-};
-// False while the model is loading or failed. Thread-safe.
-bool tl_server_share(const struct tl_server *s, struct tl_server_share *out);
+// ---- other fronts on the same engine (the gRPC server, src/grpc) ----------------------------
+// The HTTP server owns the engine and the shutdown. Another front reaches it through this
+// share (front/engine_share.h) and registers its hooks before tl_server_run; a drain then also
+// waits for its requests, and /metrics appends its counters. Valid until tl_server_destroy.
+void tl_server_engine_share(struct tl_server *s, struct tl_engine_share *out);
 
 #endif

@@ -11,9 +11,9 @@
 #define TL_SERVER_STATE_H
 
 #include "chat/toolcall.h"
+#include "front/metrics.h"
 #include "server/chat_template.h"
 #include "server/http.h"
-#include "server/metrics.h"
 #include "server/queue.h"
 #include "server/server.h"
 
@@ -21,11 +21,12 @@
 #include <pthread.h>
 #include <stdatomic.h>
 
+// The phases of front/engine_share.h, as the server has always spelled them.
 enum tl_srv_state {
-    TL_SRV_LOADING = 0, // the engine thread is loading the model
-    TL_SRV_READY = 1,
-    TL_SRV_DRAINING = 2, // stop requested: no new work, in-flight requests finish
-    TL_SRV_FAILED = 3,   // the model or engine failed to load
+    TL_SRV_LOADING = TL_FRONT_LOADING, // the engine thread is loading the model
+    TL_SRV_READY = TL_FRONT_READY,
+    TL_SRV_DRAINING = TL_FRONT_DRAINING, // stop requested: no new work, in-flight requests finish
+    TL_SRV_FAILED = TL_FRONT_FAILED,     // the model or engine failed to load
 };
 
 struct tl_srv_req;
@@ -83,10 +84,8 @@ struct tl_server {
     uint64_t rng;      // seeds for requests without one
     int64_t started_s; // Unix seconds at start
     struct tl_metrics metrics;
-    struct tl_ceilings ceilings; // measured by the engine thread before engine_up (if have_)
-    bool have_ceilings;
-    bool metrics_ready; // the loop has given metrics the model facts (tl_srv_metrics_sync)
-    struct tl_server_front front; // another front on the engine (gRPC); zeroed when none
+    bool metrics_ready;          // the loop has given metrics the model facts (tl_srv_metrics_sync)
+    struct tl_front_hooks front; // another front on the engine (gRPC); zeroed when none
 };
 
 // Gives the metrics the model's facts once the engine is up (event-loop thread; cheap, call

@@ -31,7 +31,6 @@
 #include "server/stats.h"
 
 #include "core/clock.h"
-#include "kernels/kernels.h"
 #include "server/route_checks.h"
 
 #include <math.h>
@@ -129,7 +128,7 @@ static json_t *engine_json(const struct tl_server *s, const struct tl_engine_sta
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);
     int64_t threads = c->n_threads > 0 ? c->n_threads : (cpus > 0 ? cpus : 1);
     return json_pack("{sI ss ss sI sI sI sI sI sb}", "threads", (json_int_t)threads, "isa",
-                     tl_kernels_isa(), "kv_type", kv_type_name(c->kv_type), "kv_block_size",
+                     s->metrics.kernels_isa, "kv_type", kv_type_name(c->kv_type), "kv_block_size",
                      (json_int_t)es->kv_block_size, "kv_blocks", (json_int_t)es->kv_blocks_total,
                      "max_batch_size", (json_int_t)c->max_batch_size, "max_tokens_per_step",
                      (json_int_t)c->max_tokens_per_step, "max_seq_len", (json_int_t)s->max_seq_len,
@@ -201,7 +200,7 @@ static json_t *utilization_json(struct tl_server *s, const struct tl_engine_stat
             put(u, "memory_bandwidth_ratio", json_real(w.memory_utilization), &ok);
     }
     if (s->metrics.have_ceilings) {
-        const struct tl_ceilings *c = &s->metrics.ceilings;
+        const struct tl_machine_ceilings *c = &s->metrics.ceilings;
         put(u, "peak_int8_ops_per_s", json_real(c->int8_ops_per_s), &ok);
         put(u, "peak_fp32_flops_per_s", json_real(c->fp32_flops_per_s), &ok);
         put(u, "peak_memory_read_bytes_per_s", json_real(c->mem_read_bytes_per_s), &ok);

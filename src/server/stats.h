@@ -8,7 +8,7 @@
 #ifndef TL_SERVER_STATS_H
 #define TL_SERVER_STATS_H
 
-#include "server/metrics.h"
+#include "front/metrics.h"
 #include "server/state.h"
 
 #include <jansson.h>

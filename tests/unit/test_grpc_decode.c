@@ -336,10 +336,10 @@ static void test_reply_roundtrip(void **state)
     Inference__ModelMetadataResponse *mm =
         inference__model_metadata_response__unpack(NULL, len, buf);
     assert_non_null(mm);
-    assert_int_equal((int)mm->n_inputs, tl_grpc_n_inputs);
-    for (int i = 0; i < tl_grpc_n_inputs; i++) {
-        assert_string_equal(mm->inputs[i]->name, tl_grpc_inputs[i].name);
-        assert_string_equal(mm->inputs[i]->datatype, tl_grpc_inputs[i].datatype);
+    assert_int_equal((int)mm->n_inputs, tl_kserve_n_inputs);
+    for (int i = 0; i < tl_kserve_n_inputs; i++) {
+        assert_string_equal(mm->inputs[i]->name, tl_kserve_inputs[i].name);
+        assert_string_equal(mm->inputs[i]->datatype, tl_kserve_inputs[i].datatype);
     }
     inference__model_metadata_response__free_unpacked(mm, NULL);
     free(buf);

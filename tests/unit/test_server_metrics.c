@@ -1,12 +1,12 @@
 /*
- * Tests for src/server/metrics.c: histogram bucketing (bounds are inclusive, cumulative output,
+ * Tests for src/front/metrics.c: histogram bucketing (bounds are inclusive, cumulative output,
  * +Inf equals _count), the exposition text for a known engine snapshot, checked line by line
  * against values computed by hand (every series labelled with the escaped model name), and the
  * utilization window: rates from counter growth between samples, divided by the ceilings.
  */
 #include "tl_test.h"
 
-#include "server/metrics.h"
+#include "front/metrics.h"
 
 #include <math.h>
 #include <time.h>
@@ -142,6 +142,8 @@ static void test_render(void **state)
     expect_line(t, "tokenloom:cache_config_info{block_size=\"16\",num_blocks=\"200\","
                    "kv_type=\"q8_0\"," MN "} 1");
     assert_non_null(strstr(t, "\ntokenloom:build_info{version=\""));
+    // No machine handed in: the kernel ISA is "unknown".
+    assert_non_null(strstr(t, "\",isa=\"unknown\"," MN "} 1\n"));
     // No ceilings: no utilization gauges and no machine_* gauges (absent, not zero).
     assert_null(strstr(t, "compute_utilization"));
     assert_null(strstr(t, "machine_peak"));
@@ -187,9 +189,14 @@ static void test_window(void **state)
     (void)state;
     struct tl_metrics m;
     tl_metrics_init(&m);
-    struct tl_ceilings c = {.int8_ops_per_s = 1e11, .fp32_flops_per_s = 1e10,
-                            .mem_read_bytes_per_s = 1e10, .n_threads = 2};
-    tl_metrics_set_model(&m, "m", "f16", &c);
+    // The machine as the caller hands it in (cmd_serve.c measures it).
+    struct tl_machine mc = {.kernels_isa = "avx2",
+                            .have_ceilings = true,
+                            .ceilings = {.int8_ops_per_s = 1e11,
+                                         .fp32_flops_per_s = 1e10,
+                                         .mem_read_bytes_per_s = 1e10,
+                                         .n_threads = 2}};
+    tl_metrics_set_model(&m, "m", "f16", &mc);
     struct tl_engine_stats es;
     memset(&es, 0, sizeof(es));
     const int64_t s = 1000000;
@@ -237,6 +244,8 @@ static void test_window(void **state)
     expect_line(sb.buf, "tokenloom:engine_busy_ratio{model_name=\"m\"} 0.5");
     expect_line(sb.buf, "tokenloom:machine_peak_int8_ops_per_second{model_name=\"m\"} 100000000000");
     expect_line(sb.buf, "tokenloom:machine_memory_read_bytes_per_second{model_name=\"m\"} 10000000000");
+    // The ISA handed in is the one build_info reports.
+    assert_non_null(strstr(sb.buf, "\",isa=\"avx2\",model_name=\"m\"} 1\n"));
     tl_sb_free(&sb);
     // Samples every second: after 12 more, the window starts at most 10 s back.
     for (int k = 1; k <= 12; k++)

@@ -4,18 +4,18 @@
  * Latency histograms are observed by the server's event loop as requests finish; engine
  * counters and gauges come from a tl_engine_stats snapshot taken at scrape time; utilization
  * gauges are rates over a recent window of samples of those counters, against the machine's
- * ceilings (kernels/ceilings.h) measured at start.
+ * ceilings measured at start, handed in by the caller (front/machine.h).
  *
  * Thread model: a tl_metrics belongs to the event-loop thread (observe and render there); no
  * locks.
  */
-#ifndef TL_SERVER_METRICS_H
-#define TL_SERVER_METRICS_H
+#ifndef TL_FRONT_METRICS_H
+#define TL_FRONT_METRICS_H
 
 #include <tokenloom.h>
 
 #include "core/strbuf.h"
-#include "kernels/ceilings.h"
+#include "front/machine.h"
 
 #include <stdbool.h>
 #include <stdint.h>
@@ -67,19 +67,21 @@ struct tl_metrics {
     int64_t client_disconnects; // requests cancelled because their client went away
 
     // Facts of the loaded model (tl_metrics_set_model; before that, an empty model_name).
-    char model_label[320];       // `model_name="..."`, value escaped for the exposition format
-    char kv_type[8];             // "f16", "f32", "q8_0"
-    bool have_ceilings;          // false with --no-ceilings: the machine_* gauges and the
-    struct tl_ceilings ceilings; // utilization gauges are then absent
+    char model_label[320]; // `model_name="..."`, value escaped for the exposition format
+    char kv_type[8];       // "f16", "f32", "q8_0"
+    char kernels_isa[16];  // build_info's isa label ("unknown" when not said)
+    bool have_ceilings;    // false with --no-ceilings: the machine_* gauges and
+    struct tl_machine_ceilings ceilings; // the utilization gauges are then absent
 
     struct tl_metrics_sample window[TL_METRICS_WINDOW_SAMPLES]; // ring
     int n_window, i_window; // samples held, index of the next to write
 };
 
 void tl_metrics_init(struct tl_metrics *m);
-// Records the served model's id, the KV cache type and the ceilings (NULL when not measured).
+// Records the served model's id, the KV cache type and the machine (its kernel ISA and
+// ceilings; NULL: ISA unknown, no ceilings).
 void tl_metrics_set_model(struct tl_metrics *m, const char *model_name, const char *kv_type,
-                          const struct tl_ceilings *ceilings);
+                          const struct tl_machine *machine);
 // Counts one HTTP response with this status.
 void tl_metrics_count_http(struct tl_metrics *m, int status);
 // Observes one finished engine request (times from its DONE event, in microseconds).

@@ -8,7 +8,7 @@
  * Thread model: called on the event-loop thread at scrape time; reads only files of /proc and
  * getrlimit.
  */
-#include "server/metrics.h"
+#include "front/metrics.h"
 
 #include <dirent.h>
 #include <stdio.h>

@@ -3,8 +3,8 @@
  * Makefile; "unknown" outside a git checkout, "-dirty" with uncommitted changes) and the build
  * flags. Reported by `tokenloom version` and /metrics' tokenloom:build_info.
  */
-#ifndef TL_SERVER_BUILD_INFO_H
-#define TL_SERVER_BUILD_INFO_H
+#ifndef TL_FRONT_BUILD_INFO_H
+#define TL_FRONT_BUILD_INFO_H
 
 const char *tl_build_version(void);
 const char *tl_build_revision(void);

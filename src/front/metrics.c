@@ -17,8 +17,9 @@
  * FLOPs, bytes of weights and K/V read: model/work.c). The event loop samples those counters
  * about once a second into a small ring (tl_metrics_tick); a scrape divides the growth since
  * the oldest sample at most TL_METRICS_WINDOW_S old by the elapsed time and by the machine's
- * ceilings (kernels/ceilings.c). Without ceilings (--no-ceilings) the two utilization gauges
- * and the machine_* gauges are absent rather than zero, which would read as "idle".
+ * ceilings (measured by the caller, front/machine.h). Without ceilings (--no-ceilings) the two
+ * utilization gauges and the machine_* gauges are absent rather than zero, which would read as
+ * "idle".
  *
  * The gauges the Gateway API Inference Extension's endpoint picker reads are also exported under
  * vLLM's names (vllm:num_requests_waiting, vllm:num_requests_running, vllm:kv_cache_usage_perc,
@@ -28,11 +29,10 @@
  * Thread model: one tl_metrics per server, touched only by the event-loop thread (the model
  * facts are written by the engine thread before the server turns READY, which publishes them).
  */
-#include "server/metrics.h"
+#include "front/metrics.h"
 
 #include "core/error.h"
-#include "kernels/kernels.h"
-#include "server/build_info.h"
+#include "front/build_info.h"
 
 #include <stdint.h>
 #include <stdio.h>
@@ -86,10 +86,11 @@ void tl_metrics_init(struct tl_metrics *m)
     tl_hist_init(&m->output_len, len, (int)(sizeof(len) / sizeof(len[0])));
     snprintf(m->model_label, sizeof(m->model_label), "model_name=\"\"");
     snprintf(m->kv_type, sizeof(m->kv_type), "f16");
+    snprintf(m->kernels_isa, sizeof(m->kernels_isa), "unknown");
 }
 
 void tl_metrics_set_model(struct tl_metrics *m, const char *model_name, const char *kv_type,
-                          const struct tl_ceilings *ceilings)
+                          const struct tl_machine *machine)
 {
     // Label values escape backslash, double quote and newline; a name too long is cut (a
     // served id is at most a few hundred bytes in practice).
@@ -107,8 +108,10 @@ void tl_metrics_set_model(struct tl_metrics *m, const char *model_name, const ch
     m->model_label[n++] = '"';
     m->model_label[n] = 0;
     snprintf(m->kv_type, sizeof(m->kv_type), "%s", kv_type ? kv_type : "f16");
-    m->have_ceilings = ceilings != NULL;
-    if (ceilings) m->ceilings = *ceilings;
+    snprintf(m->kernels_isa, sizeof(m->kernels_isa), "%s",
+             machine && machine->kernels_isa[0] ? machine->kernels_isa : "unknown");
+    m->have_ceilings = machine && machine->have_ceilings;
+    if (m->have_ceilings) m->ceilings = machine->ceilings;
 }
 
 void tl_metrics_count_http(struct tl_metrics *m, int status)
@@ -244,7 +247,7 @@ void tl_metrics_window(const struct tl_metrics *m, const struct tl_engine_stats 
         out->queue_under_50ms_ratio =
             (double)(cur.queue_fast - old->queue_fast) / (double)(cur.queue_n - old->queue_n);
     if (m->have_ceilings) {
-        const struct tl_ceilings *c = &m->ceilings;
+        const struct tl_machine_ceilings *c = &m->ceilings;
         out->compute_utilization = ratio(out->int8_ops_per_s, c->int8_ops_per_s) +
                                    ratio(out->flops_per_s, c->fp32_flops_per_s);
         out->memory_utilization = ratio(out->bytes_read_per_s, c->mem_read_bytes_per_s);
@@ -324,7 +327,7 @@ static void render_utilization(const struct tl_metrics *m, const struct tl_engin
     scalar(o, m, "engine_busy_ratio", "gauge",
            "Share of wall time spent inside engine steps over the last 10 s.", w.busy_ratio);
     if (m->have_ceilings) {
-        const struct tl_ceilings *c = &m->ceilings;
+        const struct tl_machine_ceilings *c = &m->ceilings;
         scalar(o, m, "compute_utilization", "gauge",
                "Work done over the last 10 s against the machine's peak (int8 ops / peak int8 + "
                "f32 FLOPs / peak f32), 0 to 1: the CPU's MFU.",
@@ -408,7 +411,7 @@ static void render_info(const struct tl_metrics *m, const struct tl_engine_stats
     head(o, "build_info", "gauge",
          "The build: version, git revision, kernel ISA chosen at run time.");
     tl_sb_printf(o, P "build_info{version=\"%s\",revision=\"%s\",isa=\"%s\",%s} 1\n",
-                 tl_build_version(), tl_build_revision(), tl_kernels_isa(), m->model_label);
+                 tl_build_version(), tl_build_revision(), m->kernels_isa, m->model_label);
     head(o, "cache_config_info", "gauge", "The KV cache: positions per block, blocks, type.");
     tl_sb_printf(
         o, P "cache_config_info{block_size=\"%lld\",num_blocks=\"%lld\",kv_type=\"%s\",%s} 1\n",

@@ -4,7 +4,7 @@
  *
  * Thread model: constant strings.
  */
-#include "server/build_info.h"
+#include "front/build_info.h"
 
 #include "tokenloom.h"
 
