@@ -1,0 +1,61 @@
+/*
+ * The device kernels, recorded into a tl_gpu_rec (gpu.h) and run with it: each op checks its
+ * shapes and buffer sizes (TL_ERR_INVALID_ARG / TL_ERR_UNSUPPORTED with a one-line message,
+ * sticky in the recorder) and appends one dispatch. All tensors are f32 in device buffers unless
+ * a weight type says otherwise, rows contiguous, element counts below 2^31.
+ * Determinism (docs/ARCHITECTURE.md, per device): every output element is computed in one fixed
+ * order whatever the batch's size or make-up; tests/unit/test_gpu_ops.c checks it bit for bit.
+ * Device-neutral: a second backend implements the same kernels (gpu_impl.h).
+ * Thread-safety: as the recorder (one thread at a time).
+ */
+#ifndef TL_GPU_GPU_OPS_H
+#define TL_GPU_GPU_OPS_H
+
+#include "gpu/gpu.h"
+
+#include "core/dtype.h"
+#include "kernels/kernels.h"
+
+// y[r] = x[r] * w / sqrt(mean(x[r]^2) + eps) for n_rows rows of n (tl_rmsnorm). y may be x.
+tl_status tl_gpu_rmsnorm(tl_gpu_rec *r, tl_gpu_buffer *x, tl_gpu_buffer *w, tl_gpu_buffer *y,
+                         int64_t n, int64_t n_rows, float eps) TL_WARN_UNUSED;
+
+enum tl_gpu_eltwise_op {
+    TL_GPU_ADD = 0,    // y = a + b (tl_add)
+    TL_GPU_MUL = 1,    // y = a * b
+    TL_GPU_SWIGLU = 2, // y = silu(a) * b, a = gate, b = up (tl_swiglu)
+};
+// y[i] = a[i] op b[i] for i < n. y may be a or b.
+tl_status tl_gpu_eltwise(tl_gpu_rec *r, enum tl_gpu_eltwise_op op, tl_gpu_buffer *a,
+                         tl_gpu_buffer *b, tl_gpu_buffer *y, int64_t n) TL_WARN_UNUSED;
+
+// Fills the RoPE table cs[(pos * head_dim/2 + i) * 2 + {0,1}] = {cos, sin} of
+// pos * freq_scale * freq_base^(-2i/head_dim) for pos < n_pos, computed as the CPU computes it
+// (in double, rounded to float), so tl_gpu_rope equals tl_rope bit for bit. cs holds
+// n_pos * head_dim floats. head_dim even.
+void tl_gpu_rope_table_fill(float *cs, int64_t n_pos, int head_dim, float freq_base,
+                            float freq_scale);
+
+// RoPE in place on x (n_tok, n_heads, head_dim) (tl_rope, per token t at position pos[t]):
+// pos is a buffer of n_tok int32, table one filled by tl_gpu_rope_table_fill for n_table
+// positions. Every pos[t] must be in [0, n_table) (a row at another position is left as is).
+tl_status tl_gpu_rope(tl_gpu_rec *r, tl_gpu_buffer *x, int64_t n_tok, int n_heads, int head_dim,
+                      enum tl_rope_mode mode, tl_gpu_buffer *pos, tl_gpu_buffer *table,
+                      int64_t n_table) TL_WARN_UNUSED;
+
+// Whether tl_gpu_matmul takes weights of this type (F32, F16, Q8_0).
+bool tl_gpu_matmul_supported(enum tl_dtype type);
+
+// Bytes a device buffer holding a weight of (n_out, n_in) `type` must have: the rows as in the
+// model file plus padding the shaders may read (0 for an unsupported type or shape).
+size_t tl_gpu_matmul_weight_bytes(enum tl_dtype type, int64_t n_in, int64_t n_out);
+
+// y[t][o] = sum_i W[o][i] * x[t][i] for t < n_tok, o < n_out (tl_matmul): W in `type` rows as in
+// the model file (n_in even for F16, a multiple of 32 for Q8_0), x (n_tok, n_in), y (n_tok,
+// n_out). Each output element is reduced in one fixed order: a row's result is bit-identical
+// alone and inside any batch.
+tl_status tl_gpu_matmul(tl_gpu_rec *r, enum tl_dtype type, tl_gpu_buffer *w, int64_t n_in,
+                        int64_t n_out, tl_gpu_buffer *x, int64_t n_tok,
+                        tl_gpu_buffer *y) TL_WARN_UNUSED;
+
+#endif
