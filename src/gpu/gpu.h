@@ -47,6 +47,28 @@ const struct tl_gpu_shader *tl_gpu_shaders(size_t *n /* OUT */);
 // naming what is missing (Vulkan not compiled in, no loader, no driver / no device).
 tl_status tl_gpu_devices_print(FILE *f) TL_WARN_UNUSED;
 
+// ---- device names (--device) -------------------------------------------------------------------
+
+enum tl_device_kind {
+    TL_DEVICE_CPU = 0, // "cpu"
+    TL_DEVICE_AUTO,    // "auto": a discrete, else integrated GPU; else the CPU
+    TL_DEVICE_VULKAN,  // "vulkan" (= vulkan:0) or "vulkan:N"
+};
+struct tl_device_spec {
+    enum tl_device_kind kind;
+    int index; // TL_DEVICE_VULKAN: N
+};
+
+// Parses a device name: cpu, auto, vulkan, vulkan:N (N in 0..65535). TL_ERR_INVALID_ARG with a
+// one-line message naming the accepted forms otherwise. Pure; thread-safe.
+tl_status tl_device_spec_parse(const char *s, struct tl_device_spec *out) TL_WARN_UNUSED;
+
+// What `auto` would take: the index of the first discrete, else the first integrated Vulkan
+// device, never a CPU-type one (lavapipe). Returns -1 when there is none and writes why to
+// why[cap] (no loader, no driver, only CPU devices, not compiled in). Creates and destroys an
+// instance; one caller at a time.
+int tl_gpu_auto_pick(char *why, size_t cap);
+
 // ---- devices and buffers ----------------------------------------------------------------------
 
 typedef struct tl_gpu_device tl_gpu_device;

@@ -40,6 +40,25 @@ static long vulkan_index(const char *spec)
     return v;
 }
 
+tl_status tl_device_spec_parse(const char *s, struct tl_device_spec *out)
+{
+    out->kind = TL_DEVICE_CPU;
+    out->index = 0;
+    if (s && !strcmp(s, "cpu")) return 0;
+    if (s && !strcmp(s, "auto")) {
+        out->kind = TL_DEVICE_AUTO;
+        return 0;
+    }
+    long index = s ? vulkan_index(s) : -1;
+    if (index < 0)
+        return tl__errorf(TL_ERR_INVALID_ARG,
+                          "device '%s' not understood (auto, cpu, vulkan or vulkan:N)",
+                          s ? s : "(null)");
+    out->kind = TL_DEVICE_VULKAN;
+    out->index = (int)index;
+    return 0;
+}
+
 tl_status tl_gpu_device_open(const char *spec, tl_gpu_device **out)
 {
     *out = NULL;

@@ -1,8 +1,9 @@
 /*
- * The device listing (`tokenloom devices`): every Vulkan physical device with what the backend
- * needs to know: type, device-local memory, subgroup size, fp16 arithmetic and int8 dot
- * products. The loader and instance come from vk_instance.c; every failure (no loader, no
- * driver, no device) is a one-line error, never a crash. Owns nothing between calls.
+ * Device discovery: the listing (`tokenloom devices`: every Vulkan physical device with what the
+ * backend needs to know: type, device-local memory, subgroup size, fp16 arithmetic and int8 dot
+ * products) and what `--device auto` would pick (a discrete, else an integrated GPU). The
+ * loader and instance come from vk_instance.c; every failure (no loader, no driver, no device)
+ * is a one-line error, never a crash. Owns nothing between calls.
  * Single caller at a time.
  */
 #include "gpu/gpu.h"
@@ -15,6 +16,12 @@ tl_status tl_gpu_devices_print(FILE *f)
     (void)f;
     return tl__errorf(TL_ERR_UNSUPPORTED,
                       "vulkan: not compiled in (build with libvulkan-dev and glslc installed)");
+}
+
+int tl_gpu_auto_pick(char *why, size_t cap)
+{
+    snprintf(why, cap, "vulkan: not compiled in");
+    return -1;
 }
 #else
 #include "gpu/vk_impl.h"
@@ -85,5 +92,39 @@ tl_status tl_gpu_devices_print(FILE *f)
 out_inst:
     tl__vk_instance_close(&vi);
     return st;
+}
+int tl_gpu_auto_pick(char *why, size_t cap)
+{
+    struct tl__vk_instance vi;
+    if (tl__vk_instance_open(&vi)) {
+        snprintf(why, cap, "%s", tl_last_error());
+        return -1;
+    }
+    VkPhysicalDevice *devs;
+    uint32_t n;
+    if (tl__vk_physical_devices(&vi, &devs, &n)) {
+        snprintf(why, cap, "%s", tl_last_error());
+        tl__vk_instance_close(&vi);
+        return -1;
+    }
+    int pick = -1;
+    static const VkPhysicalDeviceType order[] = {VK_PHYSICAL_DEVICE_TYPE_DISCRETE_GPU,
+                                                 VK_PHYSICAL_DEVICE_TYPE_INTEGRATED_GPU};
+    for (int o = 0; o < 2 && pick < 0; o++)
+        for (uint32_t i = 0; i < n && pick < 0; i++) {
+            VkPhysicalDeviceProperties2 p = {.sType =
+                                                 VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2};
+            vi.props2(devs[i], &p);
+            if (p.properties.deviceType == order[o]) pick = (int)i;
+        }
+    if (pick < 0) {
+        VkPhysicalDeviceProperties2 p = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2};
+        vi.props2(devs[0], &p);
+        snprintf(why, cap, "no GPU among the %u Vulkan device%s (vulkan:0 is %s, type=%s)", n,
+                 n == 1 ? "" : "s", p.properties.deviceName, type_name(p.properties.deviceType));
+    }
+    free(devs);
+    tl__vk_instance_close(&vi);
+    return pick;
 }
 #endif

@@ -23,6 +23,28 @@ static void test_open_bad_name(void **state)
     }
 }
 
+// --device names: parsed the same with or without Vulkan compiled in.
+static void test_device_spec_parse(void **state)
+{
+    (void)state;
+    struct tl_device_spec s;
+    assert_int_equal(tl_device_spec_parse("cpu", &s), TL_OK);
+    assert_int_equal(s.kind, TL_DEVICE_CPU);
+    assert_int_equal(tl_device_spec_parse("auto", &s), TL_OK);
+    assert_int_equal(s.kind, TL_DEVICE_AUTO);
+    assert_int_equal(tl_device_spec_parse("vulkan", &s), TL_OK);
+    assert_true(s.kind == TL_DEVICE_VULKAN && s.index == 0);
+    assert_int_equal(tl_device_spec_parse("vulkan:12", &s), TL_OK);
+    assert_true(s.kind == TL_DEVICE_VULKAN && s.index == 12);
+    static const char *const bad[] = {
+        "CPU", "gpu", "cuda:0", "vulkan:", "vulkan:1x", "auto:0", "", "vulkan:70000"};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        assert_int_equal(tl_device_spec_parse(bad[i], &s), TL_ERR_INVALID_ARG);
+        if (!strstr(tl_last_error(), "auto, cpu, vulkan or vulkan:N"))
+            fail_msg("%s: %s", bad[i], tl_last_error());
+    }
+}
+
 static void test_open_not_compiled(void **state)
 {
     (void)state;
@@ -264,8 +286,9 @@ static void test_device_lost(void **state)
     tl_gpu_device_destroy(d);
 }
 
-TL_TEST_MAIN(cmocka_unit_test(test_open_bad_name), cmocka_unit_test(test_open_not_compiled),
-             cmocka_unit_test(test_open_unknown_index), cmocka_unit_test(test_open_no_driver),
-             cmocka_unit_test(test_device_identity), cmocka_unit_test(test_buffer_roundtrip_counts),
-             cmocka_unit_test(test_one_submission), cmocka_unit_test(test_recording_errors),
-             cmocka_unit_test(test_out_of_device_memory), cmocka_unit_test(test_device_lost))
+TL_TEST_MAIN(cmocka_unit_test(test_open_bad_name), cmocka_unit_test(test_device_spec_parse),
+             cmocka_unit_test(test_open_not_compiled), cmocka_unit_test(test_open_unknown_index),
+             cmocka_unit_test(test_open_no_driver), cmocka_unit_test(test_device_identity),
+             cmocka_unit_test(test_buffer_roundtrip_counts), cmocka_unit_test(test_one_submission),
+             cmocka_unit_test(test_recording_errors), cmocka_unit_test(test_out_of_device_memory),
+             cmocka_unit_test(test_device_lost))
