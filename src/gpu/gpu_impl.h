@@ -20,6 +20,8 @@ enum tl_gpu_kernel {
     TL_GPU_K_MM_F32,      // mm_f32.comp
     TL_GPU_K_MM_F16,      // mm_f16.comp
     TL_GPU_K_MM_Q8_0,     // mm_q8_0.comp
+    TL_GPU_K_MM_Q4_K,     // mm_q4_k.comp
+    TL_GPU_K_MM_Q6_K,     // mm_q6_k.comp
     TL_GPU_K_COUNT
 };
 

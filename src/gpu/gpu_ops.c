@@ -130,7 +130,8 @@ tl_status tl_gpu_rope(tl_gpu_rec *r, tl_gpu_buffer *x, int64_t n_tok, int n_head
 
 bool tl_gpu_matmul_supported(enum tl_dtype type)
 {
-    return type == TL_DTYPE_F32 || type == TL_DTYPE_F16 || type == TL_DTYPE_Q8_0;
+    return type == TL_DTYPE_F32 || type == TL_DTYPE_F16 || type == TL_DTYPE_Q8_0 ||
+           type == TL_DTYPE_Q4_K || type == TL_DTYPE_Q6_K;
 }
 
 // Bytes of one row in the model file's layout; 0 when the shape does not fit the type.
@@ -143,6 +144,10 @@ static int64_t row_bytes(enum tl_dtype type, int64_t n_in)
         return n_in % 2 ? 0 : n_in * 2;
     case TL_DTYPE_Q8_0:
         return n_in % TL_QK8_0 ? 0 : n_in / TL_QK8_0 * (int64_t)sizeof(struct tl_block_q8_0);
+    case TL_DTYPE_Q4_K: // super-blocks of 256 values in 144 bytes (kernels/quants.h)
+        return n_in % 256 ? 0 : n_in / 256 * 144;
+    case TL_DTYPE_Q6_K: // 256 values in 210 bytes
+        return n_in % 256 ? 0 : n_in / 256 * 210;
     default:
         return 0;
     }
@@ -152,7 +157,8 @@ size_t tl_gpu_matmul_weight_bytes(enum tl_dtype type, int64_t n_in, int64_t n_ou
 {
     int64_t rb = n_in > 0 && n_in < MAX_ELEMS ? row_bytes(type, n_in) : 0;
     if (!rb || n_out < 1 || n_out >= MAX_ELEMS) return 0;
-    // Q8_0 rows are 2-byte aligned; the shader may read the 4-byte word after the last block.
+    // Q8_0 and Q6_K rows are 2-byte aligned; a shader may read the 4-byte word after the last
+    // block.
     return (size_t)((rb * n_out + 3) / 4 * 4 + 4);
 }
 
@@ -164,11 +170,13 @@ tl_status tl_gpu_matmul(tl_gpu_rec *r, enum tl_dtype type, tl_gpu_buffer *w, int
     enum tl_gpu_kernel k = type == TL_DTYPE_F32    ? TL_GPU_K_MM_F32
                            : type == TL_DTYPE_F16  ? TL_GPU_K_MM_F16
                            : type == TL_DTYPE_Q8_0 ? TL_GPU_K_MM_Q8_0
+                           : type == TL_DTYPE_Q4_K ? TL_GPU_K_MM_Q4_K
+                           : type == TL_DTYPE_Q6_K ? TL_GPU_K_MM_Q6_K
                                                    : TL_GPU_K_COUNT;
     if (k == TL_GPU_K_COUNT)
         return bad(r, tl__errorf(TL_ERR_UNSUPPORTED,
                                  "gpu matmul: weight type %s is not supported on the device yet "
-                                 "(F32, F16, Q8_0)",
+                                 "(F32, F16, Q8_0, Q4_K, Q6_K)",
                                  tl_dtype_name(type)));
     if ((st = shape(r, "matmul weight", n_out, n_in)) || (st = shape(r, "matmul x", n_tok, n_in)) ||
         (st = shape(r, "matmul y", n_tok, n_out)))
@@ -177,7 +185,7 @@ tl_status tl_gpu_matmul(tl_gpu_rec *r, enum tl_dtype type, tl_gpu_buffer *w, int
     if (!wbytes)
         return bad(r, tl__errorf(TL_ERR_INVALID_ARG,
                                  "gpu matmul: %s rows of %lld elements "
-                                 "(F16: even; Q8_0: a multiple of 32)",
+                                 "(F16: even; Q8_0: a multiple of 32; Q4_K, Q6_K: of 256)",
                                  tl_dtype_name(type), (long long)n_in));
     if ((st = need(r, "matmul", "W", w, (int64_t)wbytes)) ||
         (st = need(r, "matmul", "x", x, n_tok * n_in * 4)) ||
