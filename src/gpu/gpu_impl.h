@@ -22,6 +22,8 @@ enum tl_gpu_kernel {
     TL_GPU_K_MM_Q8_0,     // mm_q8_0.comp
     TL_GPU_K_MM_Q4_K,     // mm_q4_k.comp
     TL_GPU_K_MM_Q6_K,     // mm_q6_k.comp
+    TL_GPU_K_MM_BF16,     // mm_bf16.comp
+    TL_GPU_K_MM_Q5_K,     // mm_q5_k.comp
     TL_GPU_K_COUNT
 };
 

@@ -130,8 +130,9 @@ tl_status tl_gpu_rope(tl_gpu_rec *r, tl_gpu_buffer *x, int64_t n_tok, int n_head
 
 bool tl_gpu_matmul_supported(enum tl_dtype type)
 {
-    return type == TL_DTYPE_F32 || type == TL_DTYPE_F16 || type == TL_DTYPE_Q8_0 ||
-           type == TL_DTYPE_Q4_K || type == TL_DTYPE_Q6_K;
+    return type == TL_DTYPE_F32 || type == TL_DTYPE_F16 || type == TL_DTYPE_BF16 ||
+           type == TL_DTYPE_Q8_0 || type == TL_DTYPE_Q4_K || type == TL_DTYPE_Q5_K ||
+           type == TL_DTYPE_Q6_K;
 }
 
 // Bytes of one row in the model file's layout; 0 when the shape does not fit the type.
@@ -141,11 +142,14 @@ static int64_t row_bytes(enum tl_dtype type, int64_t n_in)
     case TL_DTYPE_F32:
         return n_in * 4;
     case TL_DTYPE_F16:
+    case TL_DTYPE_BF16:
         return n_in % 2 ? 0 : n_in * 2;
     case TL_DTYPE_Q8_0:
         return n_in % TL_QK8_0 ? 0 : n_in / TL_QK8_0 * (int64_t)sizeof(struct tl_block_q8_0);
     case TL_DTYPE_Q4_K: // super-blocks of 256 values in 144 bytes (kernels/quants.h)
         return n_in % 256 ? 0 : n_in / 256 * 144;
+    case TL_DTYPE_Q5_K: // 256 values in 176 bytes
+        return n_in % 256 ? 0 : n_in / 256 * 176;
     case TL_DTYPE_Q6_K: // 256 values in 210 bytes
         return n_in % 256 ? 0 : n_in / 256 * 210;
     default:
@@ -172,11 +176,13 @@ tl_status tl_gpu_matmul(tl_gpu_rec *r, enum tl_dtype type, tl_gpu_buffer *w, int
                            : type == TL_DTYPE_Q8_0 ? TL_GPU_K_MM_Q8_0
                            : type == TL_DTYPE_Q4_K ? TL_GPU_K_MM_Q4_K
                            : type == TL_DTYPE_Q6_K ? TL_GPU_K_MM_Q6_K
+                           : type == TL_DTYPE_BF16 ? TL_GPU_K_MM_BF16
+                           : type == TL_DTYPE_Q5_K ? TL_GPU_K_MM_Q5_K
                                                    : TL_GPU_K_COUNT;
     if (k == TL_GPU_K_COUNT)
         return bad(r, tl__errorf(TL_ERR_UNSUPPORTED,
                                  "gpu matmul: weight type %s is not supported on the device yet "
-                                 "(F32, F16, Q8_0, Q4_K, Q6_K)",
+                                 "(F32, F16, BF16, Q8_0, Q4_K, Q5_K, Q6_K)",
                                  tl_dtype_name(type)));
     if ((st = shape(r, "matmul weight", n_out, n_in)) || (st = shape(r, "matmul x", n_tok, n_in)) ||
         (st = shape(r, "matmul y", n_tok, n_out)))
@@ -185,7 +191,7 @@ tl_status tl_gpu_matmul(tl_gpu_rec *r, enum tl_dtype type, tl_gpu_buffer *w, int
     if (!wbytes)
         return bad(r, tl__errorf(TL_ERR_INVALID_ARG,
                                  "gpu matmul: %s rows of %lld elements "
-                                 "(F16: even; Q8_0: a multiple of 32; Q4_K, Q6_K: of 256)",
+                                 "(F16, BF16: even; Q8_0: a multiple of 32; K-quants: of 256)",
                                  tl_dtype_name(type), (long long)n_in));
     if ((st = need(r, "matmul", "W", w, (int64_t)wbytes)) ||
         (st = need(r, "matmul", "x", x, n_tok * n_in * 4)) ||

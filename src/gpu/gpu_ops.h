@@ -43,7 +43,7 @@ tl_status tl_gpu_rope(tl_gpu_rec *r, tl_gpu_buffer *x, int64_t n_tok, int n_head
                       enum tl_rope_mode mode, tl_gpu_buffer *pos, tl_gpu_buffer *table,
                       int64_t n_table) TL_WARN_UNUSED;
 
-// Whether tl_gpu_matmul takes weights of this type (F32, F16, Q8_0, Q4_K, Q6_K).
+// Whether tl_gpu_matmul takes weights of this type (F32, F16, BF16, Q8_0, Q4_K, Q5_K, Q6_K).
 bool tl_gpu_matmul_supported(enum tl_dtype type);
 
 // Bytes a device buffer holding a weight of (n_out, n_in) `type` must have: the rows as in the
@@ -51,7 +51,7 @@ bool tl_gpu_matmul_supported(enum tl_dtype type);
 size_t tl_gpu_matmul_weight_bytes(enum tl_dtype type, int64_t n_in, int64_t n_out);
 
 // y[t][o] = sum_i W[o][i] * x[t][i] for t < n_tok, o < n_out (tl_matmul): W in `type` rows as in
-// the model file (n_in even for F16, a multiple of 32 for Q8_0, of 256 for Q4_K and Q6_K),
+// the model file (n_in even for F16/BF16, a multiple of 32 for Q8_0, of 256 for the K-quants),
 // x (n_tok, n_in), y (n_tok,
 // n_out). Each output element is reduced in one fixed order: a row's result is bit-identical
 // alone and inside any batch.

@@ -14,15 +14,15 @@
  *   divides by n (2.5 ULP), adds eps (0.5), inversesqrt (2 ULP, halved for the square root's
  *   sensitivity: 0.5 (m u) + ...), then two multiplies; the CPU's double sum and float scale add
  *   1.5 ULP. Bound: |y| * u * (m/2 + 14).
- * - matmul (F32, F16, Q8_0, Q4_K, Q6_K), against the exact sum of dequantized w times x in
- *   double (the device decodes each weight exactly as tl_dequantize_row does): each element is a
+ * - matmul (F32, F16, BF16, Q8_0, Q4_K, Q5_K, Q6_K), against the exact sum of dequantized w times x
+ * in double (the device decodes each weight exactly as tl_dequantize_row does): each element is a
  *   chain of k fused multiply-adds and tree additions, k = the per-lane terms (F32:
- *   ceil(n_in/32); F16: 2 ceil(n_in/64); Q8_0: 32 within a block + ceil(blocks/32) + 1; K-quants:
- *   256 within a super-block + ceil(super-blocks/32) + 1)
- *   plus 5 tree levels, so |err| <= gamma_k * sum |w x| (Higham's bound, gamma_k = k u/(1-k u)).
- *   Against tl_matmul the CPU's own bound is added: gamma_n_in * sum|w x| for F32/F16, and for
- *   the quantized types the CPU's quantization of x to 8 bits in blocks of 32 (each x off by at
- *   most half its block's step amax/127): sum over blocks of sum|w| * amax_x / 254.
+ *   ceil(n_in/32); F16, BF16: 2 ceil(n_in/64); Q8_0: 32 within a block + ceil(blocks/32) + 1;
+ * K-quants: 256 within a super-block + ceil(super-blocks/32) + 1) plus 5 tree levels, so |err| <=
+ * gamma_k * sum |w x| (Higham's bound, gamma_k = k u/(1-k u)). Against tl_matmul the CPU's own
+ * bound is added: gamma_n_in * sum|w x| for F32/F16/BF16, and for the quantized types the CPU's
+ * quantization of x to 8 bits in blocks of 32 (each x off by at most half its block's step
+ * amax/127): sum over blocks of sum|w| * amax_x / 254.
  * - batch invariance: a token's outputs are bit-identical alone and inside a batch of 7.
  */
 #define TL_TEST_RNG_SEED 0x6A09E667F3BCC909ull
@@ -212,11 +212,14 @@ static size_t row_bytes(enum tl_dtype type, int64_t n_in)
     case TL_DTYPE_F32:
         return (size_t)n_in * 4;
     case TL_DTYPE_F16:
+    case TL_DTYPE_BF16:
         return (size_t)n_in * 2;
     case TL_DTYPE_Q8_0:
         return (size_t)n_in / 32 * sizeof(struct tl_block_q8_0);
     case TL_DTYPE_Q4_K:
         return (size_t)n_in / 256 * 144;
+    case TL_DTYPE_Q5_K:
+        return (size_t)n_in / 256 * 176;
     case TL_DTYPE_Q6_K:
         return (size_t)n_in / 256 * 210;
     default:
@@ -285,8 +288,9 @@ static void check_matmul(tl_gpu_device *d, const struct mm_case *c)
     tl_matmul(NULL, &w, x, N_TOK, cpu, work);
     tl_aligned_free(work);
 
-    double k = c->type == TL_DTYPE_F32    ? (double)((n_in + 31) / 32)
-               : c->type == TL_DTYPE_F16  ? 2.0 * (double)((n_in + 63) / 64)
+    double k = c->type == TL_DTYPE_F32 ? (double)((n_in + 31) / 32)
+               : c->type == TL_DTYPE_F16 || c->type == TL_DTYPE_BF16
+                   ? 2.0 * (double)((n_in + 63) / 64)
                : c->type == TL_DTYPE_Q8_0 ? 32.0 + (double)((n_in / 32 + 31) / 32) + 1
                                           : 256.0 + (double)((n_in / 256 + 31) / 32) + 1;
     double g_dev = gamma_k(k + 5), g_cpu = gamma_k((double)n_in + 5);
@@ -298,7 +302,7 @@ static void check_matmul(tl_gpu_device *d, const struct mm_case *c)
                 exact += (double)wr[i] * xr[i];
                 mag += fabs((double)wr[i] * xr[i]);
             }
-            if (c->type != TL_DTYPE_F32 && c->type != TL_DTYPE_F16)
+            if (c->type != TL_DTYPE_F32 && c->type != TL_DTYPE_F16 && c->type != TL_DTYPE_BF16)
                 for (int64_t b0 = 0; b0 < n_in; b0 += 32) {
                     double amax = 0, wsum = 0;
                     for (int64_t i = b0; i < b0 + 32; i++) {
@@ -356,6 +360,16 @@ static void test_matmul_f16(void **state)
         check_matmul(d, &cs[i]);
 }
 
+static void test_matmul_bf16(void **state)
+{
+    (void)state;
+    tl_gpu_device *d = gpu_test_device();
+    static const struct mm_case cs[] = {
+        {TL_DTYPE_BF16, 2, 5}, {TL_DTYPE_BF16, 172, 37}, {TL_DTYPE_BF16, 2050, 33}};
+    for (size_t i = 0; i < sizeof(cs) / sizeof(cs[0]); i++)
+        check_matmul(d, &cs[i]);
+}
+
 static void test_matmul_q8_0(void **state)
 {
     (void)state;
@@ -379,6 +393,16 @@ static void test_matmul_q4_k(void **state)
         check_matmul(d, &cs[i]);
 }
 
+static void test_matmul_q5_k(void **state)
+{
+    (void)state;
+    tl_gpu_device *d = gpu_test_device();
+    static const struct mm_case cs[] = {
+        {TL_DTYPE_Q5_K, 256, 3}, {TL_DTYPE_Q5_K, 2304, 37}, {TL_DTYPE_Q5_K, 10240, 5}};
+    for (size_t i = 0; i < sizeof(cs) / sizeof(cs[0]); i++)
+        check_matmul(d, &cs[i]);
+}
+
 static void test_matmul_q6_k(void **state)
 {
     (void)state;
@@ -392,5 +416,6 @@ static void test_matmul_q6_k(void **state)
 TL_TEST_MAIN(cmocka_unit_test(test_add_mul_exact), cmocka_unit_test(test_swiglu),
              cmocka_unit_test(test_rmsnorm), cmocka_unit_test(test_rope_exact),
              cmocka_unit_test(test_matmul_f32), cmocka_unit_test(test_matmul_f16),
-             cmocka_unit_test(test_matmul_q8_0), cmocka_unit_test(test_matmul_q4_k),
+             cmocka_unit_test(test_matmul_bf16), cmocka_unit_test(test_matmul_q8_0),
+             cmocka_unit_test(test_matmul_q4_k), cmocka_unit_test(test_matmul_q5_k),
              cmocka_unit_test(test_matmul_q6_k))
