@@ -24,6 +24,8 @@ enum tl_gpu_kernel {
     TL_GPU_K_MM_Q6_K,     // mm_q6_k.comp
     TL_GPU_K_MM_BF16,     // mm_bf16.comp
     TL_GPU_K_MM_Q5_K,     // mm_q5_k.comp
+    TL_GPU_K_KV_STORE,    // kv_store.comp
+    TL_GPU_K_ATTENTION,   // attention.comp
     TL_GPU_K_COUNT
 };
 
@@ -33,8 +35,8 @@ struct tl__gpu_kernel_info {
 };
 extern const struct tl__gpu_kernel_info tl__gpu_kernels[TL_GPU_K_COUNT];
 
-#define TL_GPU_MAX_BINDINGS 4
-#define TL_GPU_PUSH_MAX 64 // bytes of push constants per dispatch (Vulkan guarantees 128)
+#define TL_GPU_MAX_BINDINGS 5 // a device must allow this many storage buffers per stage
+#define TL_GPU_PUSH_MAX 64    // bytes of push constants per dispatch (Vulkan guarantees 128)
 
 enum tl__gpu_op_kind { TL__GPU_UPLOAD, TL__GPU_DOWNLOAD, TL__GPU_DISPATCH };
 

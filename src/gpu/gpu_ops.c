@@ -211,3 +211,99 @@ tl_status tl_gpu_matmul(tl_gpu_rec *r, enum tl_dtype type, tl_gpu_buffer *w, int
     return tl__gpu_rec_dispatch(r, k, b, &pc, sizeof(pc), (uint32_t)gx, (uint32_t)gy,
                                 (uint32_t)tiles);
 }
+
+// ---- paged KV cache and attention -------------------------------------------------------------
+
+size_t tl_gpu_kv_pool_bytes(enum tl_dtype type, int64_t n_blocks, int block_size, int n_kv_head,
+                            int head_dim)
+{
+    if ((type != TL_DTYPE_F32 && type != TL_DTYPE_F16) || n_blocks < 1 || block_size < 1 ||
+        n_kv_head < 1 || head_dim < 1 || head_dim > 256 || (type == TL_DTYPE_F16 && head_dim % 2))
+        return 0;
+    int64_t row = (int64_t)n_kv_head * head_dim;
+    if (row >= MAX_ELEMS || n_blocks * block_size >= MAX_ELEMS / row) return 0;
+    return (size_t)(n_blocks * block_size * row) * (type == TL_DTYPE_F32 ? 4 : 2);
+}
+
+static tl_status check_kv(tl_gpu_rec *r, const char *op, const struct tl_gpu_kv *kv, int64_t n_tok,
+                          const tl_gpu_buffer *meta, int64_t n_meta)
+{
+    tl_status st;
+    size_t pool =
+        tl_gpu_kv_pool_bytes(kv->type, kv->n_blocks, kv->block_size, kv->n_kv_head, kv->head_dim);
+    if (!pool)
+        return bad(r, tl__errorf(kv->type == TL_DTYPE_F32 || kv->type == TL_DTYPE_F16
+                                     ? TL_ERR_INVALID_ARG
+                                     : TL_ERR_UNSUPPORTED,
+                                 "gpu %s: a %s KV pool of %lld blocks x %d x %d heads x %d (F32 "
+                                 "or F16, head_dim <= 256, even for F16)",
+                                 op, tl_dtype_name(kv->type), (long long)kv->n_blocks,
+                                 kv->block_size, kv->n_kv_head, kv->head_dim));
+    if ((st = shape(r, op, n_tok, 1)) || (st = shape(r, op, n_meta, 1))) return st;
+    if (n_meta < 2 * n_tok)
+        return bad(r,
+                   tl__errorf(TL_ERR_INVALID_ARG, "gpu %s: meta has %lld entries for %lld tokens",
+                              op, (long long)n_meta, (long long)n_tok));
+    if ((st = need(r, op, "K pool", kv->k, (int64_t)pool)) ||
+        (st = need(r, op, "V pool", kv->v, (int64_t)pool)) ||
+        (st = need(r, op, "meta", meta, n_meta * 4)))
+        return st;
+    return 0;
+}
+
+tl_status tl_gpu_kv_store(tl_gpu_rec *r, const struct tl_gpu_kv *kv, tl_gpu_buffer *k,
+                          tl_gpu_buffer *v, int64_t n_tok, tl_gpu_buffer *meta, int64_t n_meta)
+{
+    tl_status st;
+    if (r->err) return r->err;
+    if ((st = check_kv(r, "kv_store", kv, n_tok, meta, n_meta))) return st;
+    int64_t row = (int64_t)kv->n_kv_head * kv->head_dim;
+    if (n_tok > MAX_GROUPS)
+        return bad(r, tl__errorf(TL_ERR_INVALID_ARG, "gpu kv_store: %lld tokens (at most %d)",
+                                 (long long)n_tok, MAX_GROUPS));
+    if ((st = need(r, "kv_store", "k", k, n_tok * row * 4)) ||
+        (st = need(r, "kv_store", "v", v, n_tok * row * 4)))
+        return st;
+    struct {
+        uint32_t n_tok, row, block_size, kv_type, n_blocks, n_meta;
+    } pc = {(uint32_t)n_tok,          (uint32_t)row,          (uint32_t)kv->block_size,
+            kv->type == TL_DTYPE_F16, (uint32_t)kv->n_blocks, (uint32_t)n_meta};
+    tl_gpu_buffer *bk[] = {k, kv->k, meta}, *bv[] = {v, kv->v, meta};
+    st = tl__gpu_rec_dispatch(r, TL_GPU_K_KV_STORE, bk, &pc, sizeof(pc), (uint32_t)n_tok, 1, 1);
+    if (st) return st;
+    return tl__gpu_rec_dispatch(r, TL_GPU_K_KV_STORE, bv, &pc, sizeof(pc), (uint32_t)n_tok, 1, 1);
+}
+
+tl_status tl_gpu_attention(tl_gpu_rec *r, const struct tl_gpu_kv *kv, tl_gpu_buffer *q,
+                           int64_t n_tok, int n_head, float scale, tl_gpu_buffer *meta,
+                           int64_t n_meta, tl_gpu_buffer *out)
+{
+    tl_status st;
+    if (r->err) return r->err;
+    if ((st = check_kv(r, "attention", kv, n_tok, meta, n_meta))) return st;
+    if (n_head < 1 || n_head % kv->n_kv_head || n_head > MAX_GROUPS || n_tok > MAX_GROUPS)
+        return bad(r, tl__errorf(TL_ERR_INVALID_ARG,
+                                 "gpu attention: %d heads over %d KV heads, %lld tokens (a "
+                                 "multiple; each at most %d)",
+                                 n_head, kv->n_kv_head, (long long)n_tok, MAX_GROUPS));
+    int64_t qbytes = n_tok * n_head * kv->head_dim * 4;
+    if ((st = need(r, "attention", "q", q, qbytes)) ||
+        (st = need(r, "attention", "out", out, qbytes)))
+        return st;
+    struct {
+        uint32_t n_tok, n_head, n_kv_head, head_dim, block_size, kv_type;
+        float scale;
+        uint32_t n_blocks, n_meta;
+    } pc = {(uint32_t)n_tok,
+            (uint32_t)n_head,
+            (uint32_t)kv->n_kv_head,
+            (uint32_t)kv->head_dim,
+            (uint32_t)kv->block_size,
+            kv->type == TL_DTYPE_F16,
+            scale,
+            (uint32_t)kv->n_blocks,
+            (uint32_t)n_meta};
+    tl_gpu_buffer *b[] = {q, kv->k, kv->v, meta, out};
+    return tl__gpu_rec_dispatch(r, TL_GPU_K_ATTENTION, b, &pc, sizeof(pc), (uint32_t)n_head,
+                                (uint32_t)n_tok, 1);
+}

@@ -59,4 +59,39 @@ tl_status tl_gpu_matmul(tl_gpu_rec *r, enum tl_dtype type, tl_gpu_buffer *w, int
                         int64_t n_out, tl_gpu_buffer *x, int64_t n_tok,
                         tl_gpu_buffer *y) TL_WARN_UNUSED;
 
+// ---- paged KV cache and attention -------------------------------------------------------------
+
+// A paged K and V pool on the device: n_blocks blocks of block_size positions of n_kv_head x
+// head_dim values of `type` (F32, or F16 with head_dim even), in kernels.h's tl_kv_layer element
+// order, so the engine's block ids address it as they address the CPU's pools.
+struct tl_gpu_kv {
+    enum tl_dtype type;
+    int block_size, n_kv_head, head_dim; // head_dim <= 256
+    int64_t n_blocks;
+    tl_gpu_buffer *k, *v; // borrowed, each of tl_gpu_kv_pool_bytes
+};
+
+// Bytes of one pool (K or V) of that shape; 0 when the type or shape is not supported.
+size_t tl_gpu_kv_pool_bytes(enum tl_dtype type, int64_t n_blocks, int block_size, int n_kv_head,
+                            int head_dim);
+
+// The step's token table, an int32 buffer of n_meta entries built by the host: meta[2t] is token
+// t's position, meta[2t + 1] the index in meta where its sequence's block table begins (block
+// ids < n_blocks for positions 0..pos). Block ids outside the pool and tables outside meta are
+// the caller's bug: the kernels then skip the store or read a wrong row, never out of bounds.
+
+// Stores token t's K row k[t] and V row v[t] (n_tok rows of n_kv_head * head_dim f32) at its
+// position (tl_kv_store; F16 rounds to nearest even exactly as tl_f32_to_fp16).
+tl_status tl_gpu_kv_store(tl_gpu_rec *r, const struct tl_gpu_kv *kv, tl_gpu_buffer *k,
+                          tl_gpu_buffer *v, int64_t n_tok, tl_gpu_buffer *meta,
+                          int64_t n_meta) TL_WARN_UNUSED;
+
+// Causal attention for n_tok query tokens (tl_attention): q and out are (n_tok, n_head *
+// head_dim); token t attends to positions 0..meta[2t] of its sequence; grouped-query with
+// n_head a multiple of n_kv_head. Each output is reduced in an order that depends only on the
+// token's context length: bit-identical alone and in any batch.
+tl_status tl_gpu_attention(tl_gpu_rec *r, const struct tl_gpu_kv *kv, tl_gpu_buffer *q,
+                           int64_t n_tok, int n_head, float scale, tl_gpu_buffer *meta,
+                           int64_t n_meta, tl_gpu_buffer *out) TL_WARN_UNUSED;
+
 #endif

@@ -92,6 +92,11 @@ static tl_status pick_physical(struct tl__vk_device *d, int index)
     d->vi.memprops(d->phys, &d->mem);
     snprintf(d->base.name, sizeof(d->base.name), "vulkan:%d (%s)", index, d->props.deviceName);
     d->base.is_cpu = d->props.deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU;
+    if (d->props.limits.maxPerStageDescriptorStorageBuffers < TL_GPU_MAX_BINDINGS)
+        return tl__errorf(
+            TL_ERR_UNSUPPORTED,
+            "%s: the kernels need %d storage buffers per shader, the device allows %u",
+            d->base.name, TL_GPU_MAX_BINDINGS, d->props.limits.maxPerStageDescriptorStorageBuffers);
     if (d->props.apiVersion < VK_API_VERSION_1_1)
         return tl__errorf(TL_ERR_UNSUPPORTED, "%s: Vulkan 1.1 is needed, the device has %u.%u",
                           d->base.name, VK_API_VERSION_MAJOR(d->props.apiVersion),
