@@ -75,6 +75,15 @@ typedef struct tl_gpu_device tl_gpu_device;
 typedef struct tl_gpu_buffer tl_gpu_buffer;
 typedef struct tl_gpu_rec tl_gpu_rec;
 
+// Where device time goes (timestamp queries around every recorded command).
+enum tl_gpu_phase {
+    TL_GPU_PHASE_MATMUL = 0, // the matmul kernels
+    TL_GPU_PHASE_ATTENTION,  // attention and the KV store
+    TL_GPU_PHASE_OTHER,      // every other kernel
+    TL_GPU_PHASE_COPY,       // host <-> device copies
+    TL_GPU_PHASE_COUNT
+};
+
 // What a device has done since it was opened (the step's shape: the engine will export these
 // per step in /stats). A "run" is one tl_gpu_rec_run: one submission and one wait.
 struct tl_gpu_stats {
@@ -86,6 +95,13 @@ struct tl_gpu_stats {
     uint64_t upload_bytes;   // bytes copied host -> device
     uint64_t download_bytes; // bytes copied device -> host
     uint64_t buffer_bytes;   // device memory held by live buffers now
+    // Device time from timestamp queries (0 when the queue has none, timed == false): busy_ns is
+    // first to last timestamp of each run, summed (utilization = busy_ns / wall time);
+    // phase_ns[p] sums each command's time (from the end of the command before it, so barrier
+    // waits count to the command that waited), so the phases add up to busy_ns.
+    bool timed;
+    uint64_t busy_ns;
+    uint64_t phase_ns[TL_GPU_PHASE_COUNT];
 };
 
 // Opens the device named by spec: "vulkan:N" (N as listed by `tokenloom devices`) or "vulkan"

@@ -15,14 +15,20 @@
 #include <stdlib.h>
 #include <string.h>
 
+#define MM TL_GPU_PHASE_MATMUL
+#define ATT TL_GPU_PHASE_ATTENTION
+#define OTH TL_GPU_PHASE_OTHER
 const struct tl__gpu_kernel_info tl__gpu_kernels[TL_GPU_K_COUNT] = {
-    [TL_GPU_K_RMSNORM] = {"rmsnorm", 3},   [TL_GPU_K_ELTWISE] = {"eltwise", 3},
-    [TL_GPU_K_ROPE] = {"rope", 3},         [TL_GPU_K_MM_F32] = {"mm_f32", 3},
-    [TL_GPU_K_MM_F16] = {"mm_f16", 3},     [TL_GPU_K_MM_Q8_0] = {"mm_q8_0", 3},
-    [TL_GPU_K_MM_Q4_K] = {"mm_q4_k", 3},   [TL_GPU_K_MM_Q6_K] = {"mm_q6_k", 3},
-    [TL_GPU_K_MM_BF16] = {"mm_bf16", 3},   [TL_GPU_K_MM_Q5_K] = {"mm_q5_k", 3},
-    [TL_GPU_K_KV_STORE] = {"kv_store", 3}, [TL_GPU_K_ATTENTION] = {"attention", 5},
+    [TL_GPU_K_RMSNORM] = {"rmsnorm", 3, OTH},   [TL_GPU_K_ELTWISE] = {"eltwise", 3, OTH},
+    [TL_GPU_K_ROPE] = {"rope", 3, OTH},         [TL_GPU_K_MM_F32] = {"mm_f32", 3, MM},
+    [TL_GPU_K_MM_F16] = {"mm_f16", 3, MM},      [TL_GPU_K_MM_Q8_0] = {"mm_q8_0", 3, MM},
+    [TL_GPU_K_MM_Q4_K] = {"mm_q4_k", 3, MM},    [TL_GPU_K_MM_Q6_K] = {"mm_q6_k", 3, MM},
+    [TL_GPU_K_MM_BF16] = {"mm_bf16", 3, MM},    [TL_GPU_K_MM_Q5_K] = {"mm_q5_k", 3, MM},
+    [TL_GPU_K_KV_STORE] = {"kv_store", 3, ATT}, [TL_GPU_K_ATTENTION] = {"attention", 5, ATT},
 };
+#undef MM
+#undef ATT
+#undef OTH
 
 tl_status tl__gpu_lost_error(const struct tl_gpu_device *d)
 {

@@ -30,8 +30,9 @@ enum tl_gpu_kernel {
 };
 
 struct tl__gpu_kernel_info {
-    const char *name; // shader file name without .comp
-    int n_buffers;    // storage buffers bound, in order
+    const char *name;        // shader file name without .comp
+    int n_buffers;           // storage buffers bound, in order
+    enum tl_gpu_phase phase; // where its device time is counted
 };
 extern const struct tl__gpu_kernel_info tl__gpu_kernels[TL_GPU_K_COUNT];
 

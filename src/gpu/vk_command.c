@@ -4,7 +4,8 @@
  * command buffer with a full compute/transfer memory barrier between consecutive commands (the
  * simple rule that is always right; a dependency tracker can drop the needless ones later),
  * submitted once, waited for once, and the downloads are copied out of staging. The counters
- * (submissions, waits, copies, dispatches) are what /stats will report per step.
+ * (submissions, waits, copies, dispatches, and device time per phase from a timestamp after
+ * every command) are what /stats will report per step.
  * Errors: a missing or failing pipeline fails before anything is submitted; a failed submit or
  * wait is tl__vk_fail's error (VK_ERROR_DEVICE_LOST marks the device lost). Waits are bounded
  * (TL_VK_WAIT_NS): a device that never finishes is treated as lost.
@@ -49,6 +50,53 @@ static tl_status ensure_desc_pool(struct tl__vk_device *d, uint32_t n_sets)
     }
     d->desc_pool_sets = want;
     return 0;
+}
+
+// Timestamps for a run of n_ops commands (n_ops + 1 of them). A pool that cannot be made turns
+// timing off for the device rather than failing the run (timing is telemetry).
+static void ensure_ts_pool(struct tl__vk_device *d, size_t n_ops)
+{
+    if (!d->ts_bits || n_ops + 1 <= d->ts_pool_size) return;
+    if (d->ts_pool) d->fn.vkDestroyQueryPool(d->dev, d->ts_pool, NULL);
+    d->ts_pool = NULL;
+    d->ts_pool_size = 0;
+    uint32_t want = 64;
+    while (want < n_ops + 1 && want < (1u << 30))
+        want *= 2;
+    VkQueryPoolCreateInfo ci = {.sType = VK_STRUCTURE_TYPE_QUERY_POOL_CREATE_INFO,
+                                .queryType = VK_QUERY_TYPE_TIMESTAMP,
+                                .queryCount = want};
+    if (n_ops + 1 > want || d->fn.vkCreateQueryPool(d->dev, &ci, NULL, &d->ts_pool) != VK_SUCCESS) {
+        d->ts_pool = NULL;
+        d->ts_bits = 0;
+        d->base.stats.timed = false;
+        return;
+    }
+    d->ts_pool_size = want;
+}
+
+// Adds the run's device time to the counters: each command's time is from the timestamp after
+// the command before it to the one after it.
+static void add_times(struct tl__vk_device *d, const struct tl_gpu_rec *rec)
+{
+    uint32_t n = (uint32_t)rec->n_ops + 1;
+    uint64_t *ts = malloc(n * sizeof(*ts));
+    if (!ts) return;
+    VkResult r =
+        d->fn.vkGetQueryPoolResults(d->dev, d->ts_pool, 0, n, n * sizeof(*ts), ts, sizeof(*ts),
+                                    VK_QUERY_RESULT_64_BIT | VK_QUERY_RESULT_WAIT_BIT);
+    if (r == VK_SUCCESS) {
+        uint64_t mask = d->ts_bits >= 64 ? ~0ull : (1ull << d->ts_bits) - 1;
+        for (size_t i = 0; i < rec->n_ops; i++) {
+            const struct tl__gpu_op *op = &rec->ops[i];
+            uint64_t ns = (uint64_t)((double)((ts[i + 1] - ts[i]) & mask) * d->ts_period_ns);
+            enum tl_gpu_phase ph = op->kind == TL__GPU_DISPATCH ? tl__gpu_kernels[op->kernel].phase
+                                                                : TL_GPU_PHASE_COPY;
+            d->base.stats.phase_ns[ph] += ns;
+            d->base.stats.busy_ns += ns;
+        }
+    }
+    free(ts);
 }
 
 static void barrier(struct tl__vk_device *d, VkPipelineStageFlags dst_stage, VkAccessFlags dst)
@@ -122,6 +170,10 @@ static void record(struct tl__vk_device *d, const struct tl_gpu_rec *rec,
 {
     uint32_t j = 0;
     int any_download = 0;
+    if (d->ts_pool) {
+        d->fn.vkCmdResetQueryPool(d->cmd, d->ts_pool, 0, (uint32_t)rec->n_ops + 1);
+        d->fn.vkCmdWriteTimestamp(d->cmd, VK_PIPELINE_STAGE_TOP_OF_PIPE_BIT, d->ts_pool, 0);
+    }
     for (size_t i = 0; i < rec->n_ops; i++) {
         const struct tl__gpu_op *op = &rec->ops[i];
         if (i > 0)
@@ -148,6 +200,9 @@ static void record(struct tl__vk_device *d, const struct tl_gpu_rec *rec,
                                          op->push_bytes, op->push);
             d->fn.vkCmdDispatch(d->cmd, op->groups[0], op->groups[1], op->groups[2]);
         }
+        if (d->ts_pool)
+            d->fn.vkCmdWriteTimestamp(d->cmd, VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT, d->ts_pool,
+                                      (uint32_t)i + 1);
     }
     // Device writes into staging become visible to the host reads after the fence.
     if (any_download) barrier(d, VK_PIPELINE_STAGE_HOST_BIT, VK_ACCESS_HOST_READ_BIT);
@@ -183,6 +238,7 @@ tl_status tl__vk_run(struct tl_gpu_device *base, const struct tl_gpu_rec *rec)
         if (rec->ops[i].kind == TL__GPU_UPLOAD)
             memcpy((char *)d->staging.map + stage_off[i], rec->ops[i].src, rec->ops[i].bytes);
 
+    ensure_ts_pool(d, rec->n_ops);
     VkResult r = d->fn.vkResetCommandPool(d->dev, d->cmd_pool, 0);
     if (r != VK_SUCCESS) {
         st = tl__vk_fail(d, r, "vkResetCommandPool");
@@ -244,6 +300,7 @@ tl_status tl__vk_run(struct tl_gpu_device *base, const struct tl_gpu_rec *rec)
         }
     }
     base->stats.n_dispatches += n_disp;
+    if (d->ts_pool) add_times(d, rec);
 out:
     free(sets);
     free(stage_off);

@@ -38,6 +38,7 @@ static void device_destroy(struct tl_gpu_device *base)
         tl__vk_pipelines_free(d);
         tl__vk_host_buf_free(d, &d->staging);
         if (d->desc_pool) d->fn.vkDestroyDescriptorPool(d->dev, d->desc_pool, NULL);
+        if (d->ts_pool) d->fn.vkDestroyQueryPool(d->dev, d->ts_pool, NULL);
         if (d->fence) d->fn.vkDestroyFence(d->dev, d->fence, NULL);
         if (d->cmd_pool) d->fn.vkDestroyCommandPool(d->dev, d->cmd_pool, NULL);
         d->fn.vkDestroyDevice(d->dev, NULL);
@@ -63,7 +64,10 @@ static int compute_family(struct tl__vk_device *d)
     if (n > 64) n = 64;
     d->vi.queue_props(d->phys, &n, qf);
     for (uint32_t i = 0; i < n; i++)
-        if ((qf[i].queueFlags & VK_QUEUE_COMPUTE_BIT) && qf[i].queueCount > 0) return (int)i;
+        if ((qf[i].queueFlags & VK_QUEUE_COMPUTE_BIT) && qf[i].queueCount > 0) {
+            d->ts_bits = qf[i].timestampValidBits;
+            return (int)i;
+        }
     return -1;
 }
 
@@ -110,6 +114,9 @@ static tl_status create_logical(struct tl__vk_device *d)
     if (fam < 0)
         return tl__errorf(TL_ERR_UNSUPPORTED, "%s: the device has no compute queue", d->base.name);
     d->queue_family = (uint32_t)fam;
+    d->ts_period_ns = d->props.limits.timestampPeriod;
+    if (!(d->ts_period_ns > 0)) d->ts_bits = 0;
+    d->base.stats.timed = d->ts_bits > 0;
     float prio = 1.0f;
     VkDeviceQueueCreateInfo qci = {.sType = VK_STRUCTURE_TYPE_DEVICE_QUEUE_CREATE_INFO,
                                    .queueFamilyIndex = d->queue_family,

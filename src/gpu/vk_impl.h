@@ -88,7 +88,12 @@ const char *tl__vk_result_str(VkResult r);
     X(vkResetFences)                                                                               \
     X(vkWaitForFences)                                                                             \
     X(vkQueueSubmit)                                                                               \
-    X(vkDeviceWaitIdle)
+    X(vkDeviceWaitIdle)                                                                            \
+    X(vkCreateQueryPool)                                                                           \
+    X(vkDestroyQueryPool)                                                                          \
+    X(vkCmdResetQueryPool)                                                                         \
+    X(vkCmdWriteTimestamp)                                                                         \
+    X(vkGetQueryPoolResults)
 
 struct tl__vk_fn {
 #define TL_VK_FIELD(name) PFN_##name name;
@@ -129,7 +134,11 @@ struct tl__vk_device {
     uint32_t desc_pool_sets;        // sets it was made for
     struct tl__vk_host_buf staging; // grows on demand, between runs only
     struct tl__vk_pipeline pipelines[TL_GPU_K_COUNT]; // zero until first used
-    int inject_lost; // tests: the next run fails as VK_ERROR_DEVICE_LOST would
+    int inject_lost;     // tests: the next run fails as VK_ERROR_DEVICE_LOST would
+    uint32_t ts_bits;    // the queue's timestampValidBits (0: no timestamps)
+    double ts_period_ns; // nanoseconds per timestamp tick
+    VkQueryPool ts_pool; // owned; ts_pool_size timestamps, grown between runs
+    uint32_t ts_pool_size;
 };
 
 struct tl__vk_buffer {

@@ -188,6 +188,51 @@ static void test_one_submission(void **state)
     tl_gpu_buffer_destroy(bb);
 }
 
+// Device time from timestamps: every command's time lands in its phase, the phases add up to
+// the busy time, and a phase with no command gets nothing. (No speed is asserted.)
+static void test_device_time(void **state)
+{
+    (void)state;
+    tl_gpu_device *d = gpu_test_device();
+    struct tl_gpu_stats s0, s1;
+    tl_gpu_device_stats(d, &s0);
+    if (!s0.timed) {
+        fprintf(stderr, "# %s has no timestamps on its compute queue\n", tl_gpu_device_name(d));
+        skip();
+    }
+    enum { N_IN = 512, N_OUT = 256, N_TOK = 8 };
+    float *w = malloc(N_IN * N_OUT * 4), *x = malloc(N_IN * N_TOK * 4),
+          *y = malloc(N_OUT * N_TOK * 4);
+    for (int i = 0; i < N_IN * N_OUT; i++)
+        w[i] = tl_test_rnd_f();
+    for (int i = 0; i < N_IN * N_TOK; i++)
+        x[i] = tl_test_rnd_f();
+    tl_gpu_buffer *bw =
+        gpu_test_buffer(d, NULL, tl_gpu_matmul_weight_bytes(TL_DTYPE_F32, N_IN, N_OUT));
+    assert_int_equal(tl_gpu_buffer_write(bw, 0, w, N_IN * N_OUT * 4), TL_OK);
+    tl_gpu_buffer *bx = gpu_test_buffer(d, NULL, N_IN * N_TOK * 4);
+    tl_gpu_buffer *by = gpu_test_buffer(d, NULL, N_OUT * N_TOK * 4);
+    tl_gpu_rec *r;
+    assert_int_equal(tl_gpu_rec_create(d, &r), TL_OK);
+    tl_gpu_device_stats(d, &s0);
+    assert_int_equal(tl_gpu_rec_upload(r, bx, 0, x, N_IN * N_TOK * 4), TL_OK);
+    assert_int_equal(tl_gpu_matmul(r, TL_DTYPE_F32, bw, N_IN, N_OUT, bx, N_TOK, by), TL_OK);
+    assert_int_equal(tl_gpu_eltwise(r, TL_GPU_SWIGLU, by, by, by, N_OUT * N_TOK), TL_OK);
+    assert_int_equal(tl_gpu_rec_download(r, by, 0, y, N_OUT * N_TOK * 4), TL_OK);
+    assert_int_equal(tl_gpu_rec_run(r), TL_OK);
+    tl_gpu_device_stats(d, &s1);
+    uint64_t busy = s1.busy_ns - s0.busy_ns, sum = 0;
+    for (int p = 0; p < TL_GPU_PHASE_COUNT; p++)
+        sum += s1.phase_ns[p] - s0.phase_ns[p];
+    assert_true(busy > 0);
+    assert_int_equal(sum, busy);
+    assert_true(s1.phase_ns[TL_GPU_PHASE_MATMUL] > s0.phase_ns[TL_GPU_PHASE_MATMUL]);
+    assert_int_equal(s1.phase_ns[TL_GPU_PHASE_ATTENTION], s0.phase_ns[TL_GPU_PHASE_ATTENTION]);
+    tl_gpu_rec_destroy(r);
+    tl_gpu_buffer_destroy(bw), tl_gpu_buffer_destroy(bx), tl_gpu_buffer_destroy(by);
+    free(w), free(x), free(y);
+}
+
 // A bad command is refused when recorded, the error is sticky, and run() runs nothing.
 static void test_recording_errors(void **state)
 {
@@ -290,5 +335,5 @@ TL_TEST_MAIN(cmocka_unit_test(test_open_bad_name), cmocka_unit_test(test_device_
              cmocka_unit_test(test_open_not_compiled), cmocka_unit_test(test_open_unknown_index),
              cmocka_unit_test(test_open_no_driver), cmocka_unit_test(test_device_identity),
              cmocka_unit_test(test_buffer_roundtrip_counts), cmocka_unit_test(test_one_submission),
-             cmocka_unit_test(test_recording_errors), cmocka_unit_test(test_out_of_device_memory),
-             cmocka_unit_test(test_device_lost))
+             cmocka_unit_test(test_device_time), cmocka_unit_test(test_recording_errors),
+             cmocka_unit_test(test_out_of_device_memory), cmocka_unit_test(test_device_lost))
