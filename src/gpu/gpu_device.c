@@ -25,6 +25,7 @@ const struct tl__gpu_kernel_info tl__gpu_kernels[TL_GPU_K_COUNT] = {
     [TL_GPU_K_MM_Q4_K] = {"mm_q4_k", 3, MM},    [TL_GPU_K_MM_Q6_K] = {"mm_q6_k", 3, MM},
     [TL_GPU_K_MM_BF16] = {"mm_bf16", 3, MM},    [TL_GPU_K_MM_Q5_K] = {"mm_q5_k", 3, MM},
     [TL_GPU_K_KV_STORE] = {"kv_store", 3, ATT}, [TL_GPU_K_ATTENTION] = {"attention", 5, ATT},
+    [TL_GPU_K_GET_ROWS] = {"get_rows", 3, OTH},
 };
 #undef MM
 #undef ATT

@@ -26,6 +26,7 @@ enum tl_gpu_kernel {
     TL_GPU_K_MM_Q5_K,     // mm_q5_k.comp
     TL_GPU_K_KV_STORE,    // kv_store.comp
     TL_GPU_K_ATTENTION,   // attention.comp
+    TL_GPU_K_GET_ROWS,    // get_rows.comp
     TL_GPU_K_COUNT
 };
 

@@ -212,6 +212,36 @@ tl_status tl_gpu_matmul(tl_gpu_rec *r, enum tl_dtype type, tl_gpu_buffer *w, int
                                 (uint32_t)tiles);
 }
 
+tl_status tl_gpu_get_rows(tl_gpu_rec *r, enum tl_dtype type, tl_gpu_buffer *w, int64_t n,
+                          int64_t n_rows, tl_gpu_buffer *ids, int64_t n_tok, tl_gpu_buffer *y)
+{
+    tl_status st;
+    if (r->err) return r->err;
+    if (!tl_gpu_matmul_supported(type))
+        return bad(r, tl__errorf(TL_ERR_UNSUPPORTED,
+                                 "gpu get_rows: weight type %s is not supported on the device yet",
+                                 tl_dtype_name(type)));
+    if ((st = shape(r, "get_rows", n_rows, n)) || (st = shape(r, "get_rows y", n_tok, n)))
+        return st;
+    size_t wbytes = tl_gpu_matmul_weight_bytes(type, n, n_rows);
+    if (!wbytes)
+        return bad(r, tl__errorf(TL_ERR_INVALID_ARG, "gpu get_rows: %s rows of %lld values",
+                                 tl_dtype_name(type), (long long)n));
+    if (n_tok > MAX_GROUPS)
+        return bad(r, tl__errorf(TL_ERR_INVALID_ARG, "gpu get_rows: %lld tokens (at most %d)",
+                                 (long long)n_tok, MAX_GROUPS));
+    if ((st = need(r, "get_rows", "W", w, (int64_t)wbytes)) ||
+        (st = need(r, "get_rows", "ids", ids, n_tok * 4)) ||
+        (st = need(r, "get_rows", "y", y, n_tok * n * 4)))
+        return st;
+    struct {
+        uint32_t n_tok, n, n_rows, type, row_bytes;
+    } pc = {(uint32_t)n_tok, (uint32_t)n, (uint32_t)n_rows, (uint32_t)type,
+            (uint32_t)row_bytes(type, n)};
+    tl_gpu_buffer *b[] = {w, ids, y};
+    return tl__gpu_rec_dispatch(r, TL_GPU_K_GET_ROWS, b, &pc, sizeof(pc), (uint32_t)n_tok, 1, 1);
+}
+
 // ---- paged KV cache and attention -------------------------------------------------------------
 
 size_t tl_gpu_kv_pool_bytes(enum tl_dtype type, int64_t n_blocks, int block_size, int n_kv_head,

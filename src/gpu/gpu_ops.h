@@ -59,6 +59,14 @@ tl_status tl_gpu_matmul(tl_gpu_rec *r, enum tl_dtype type, tl_gpu_buffer *w, int
                         int64_t n_out, tl_gpu_buffer *x, int64_t n_tok,
                         tl_gpu_buffer *y) TL_WARN_UNUSED;
 
+// y[t] = row ids[t] of the table W (n_rows rows of n values of `type`, any type tl_gpu_matmul
+// takes, in a buffer of tl_gpu_matmul_weight_bytes), decoded to f32 bit-identically to
+// tl_dequantize_row: the embedding lookup. ids: n_tok int32 in [0, n_rows) (one outside gives a
+// row of zeros, never a read outside the table); y: (n_tok, n) f32.
+tl_status tl_gpu_get_rows(tl_gpu_rec *r, enum tl_dtype type, tl_gpu_buffer *w, int64_t n,
+                          int64_t n_rows, tl_gpu_buffer *ids, int64_t n_tok,
+                          tl_gpu_buffer *y) TL_WARN_UNUSED;
+
 // ---- paged KV cache and attention -------------------------------------------------------------
 
 // A paged K and V pool on the device: n_blocks blocks of block_size positions of n_kv_head x

@@ -92,7 +92,8 @@ tl_status tl__gpu_rec_dispatch(struct tl_gpu_rec *r, enum tl_gpu_kernel k,
                                size_t push_bytes, uint32_t gx, uint32_t gy, uint32_t gz)
 {
     if (r->err) return r->err;
-    TL_ASSERT(k < TL_GPU_K_COUNT && push_bytes <= TL_GPU_PUSH_MAX && push_bytes % 4 == 0);
+    TL_ASSERT(k < TL_GPU_K_COUNT && tl__gpu_kernels[k].name && push_bytes <= TL_GPU_PUSH_MAX &&
+              push_bytes % 4 == 0);
     const char *name = tl__gpu_kernels[k].name;
     for (int i = 0; i < tl__gpu_kernels[k].n_buffers; i++)
         if (!bufs[i] || bufs[i]->dev != r->dev)

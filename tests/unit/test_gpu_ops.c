@@ -413,9 +413,50 @@ static void test_matmul_q6_k(void **state)
         check_matmul(d, &cs[i]);
 }
 
+// The embedding lookup: every weight type's rows decoded bit-identically to tl_dequantize_row,
+// for repeated and unordered ids; an id outside the table gives zeros.
+static void test_get_rows(void **state)
+{
+    (void)state;
+    tl_gpu_device *d = gpu_test_device();
+    static const enum tl_dtype types[] = {TL_DTYPE_F32,  TL_DTYPE_F16,  TL_DTYPE_BF16,
+                                          TL_DTYPE_Q8_0, TL_DTYPE_Q4_K, TL_DTYPE_Q5_K,
+                                          TL_DTYPE_Q6_K};
+    enum { N_ROWS = 9, N_TOK = 6 };
+    static const int32_t ids[N_TOK] = {3, 0, 8, 3, 5, -1};
+    for (size_t ti = 0; ti < sizeof(types) / sizeof(types[0]); ti++) {
+        enum tl_dtype type = types[ti];
+        int64_t n = type == TL_DTYPE_Q4_K || type == TL_DTYPE_Q5_K || type == TL_DTYPE_Q6_K ? 512
+                    : type == TL_DTYPE_Q8_0                                                 ? 96
+                                                                                            : 70;
+        void *wb;
+        size_t wbytes;
+        float *deq;
+        make_weight(type, n, N_ROWS, &wb, &wbytes, &deq);
+        float *y = malloc(N_TOK * n * 4);
+        tl_gpu_buffer *bw = gpu_test_buffer(d, wb, wbytes),
+                      *bi = gpu_test_buffer(d, ids, sizeof(ids));
+        tl_gpu_buffer *by = gpu_test_buffer(d, NULL, N_TOK * n * 4);
+        tl_gpu_rec *r = rec_new(d);
+        assert_int_equal(tl_gpu_get_rows(r, type, bw, n, N_ROWS, bi, N_TOK, by), TL_OK);
+        assert_int_equal(tl_gpu_rec_download(r, by, 0, y, N_TOK * n * 4), TL_OK);
+        run_ok(r);
+        for (int t = 0; t < N_TOK; t++)
+            for (int64_t i = 0; i < n; i++) {
+                float want = ids[t] < 0 ? 0.f : deq[ids[t] * n + i];
+                if (memcmp(&y[t * n + i], &want, 4))
+                    fail_msg("%s token %d (id %d) value %lld: %.9g vs CPU %.9g",
+                             tl_dtype_name(type), t, ids[t], (long long)i, y[t * n + i], want);
+            }
+        tl_gpu_rec_destroy(r);
+        tl_gpu_buffer_destroy(bw), tl_gpu_buffer_destroy(bi), tl_gpu_buffer_destroy(by);
+        free(wb), free(deq), free(y);
+    }
+}
+
 TL_TEST_MAIN(cmocka_unit_test(test_add_mul_exact), cmocka_unit_test(test_swiglu),
              cmocka_unit_test(test_rmsnorm), cmocka_unit_test(test_rope_exact),
              cmocka_unit_test(test_matmul_f32), cmocka_unit_test(test_matmul_f16),
              cmocka_unit_test(test_matmul_bf16), cmocka_unit_test(test_matmul_q8_0),
              cmocka_unit_test(test_matmul_q4_k), cmocka_unit_test(test_matmul_q5_k),
-             cmocka_unit_test(test_matmul_q6_k))
+             cmocka_unit_test(test_matmul_q6_k), cmocka_unit_test(test_get_rows))
