@@ -247,12 +247,24 @@ tl_status tl_gpu_get_rows(tl_gpu_rec *r, enum tl_dtype type, tl_gpu_buffer *w, i
 size_t tl_gpu_kv_pool_bytes(enum tl_dtype type, int64_t n_blocks, int block_size, int n_kv_head,
                             int head_dim)
 {
-    if ((type != TL_DTYPE_F32 && type != TL_DTYPE_F16) || n_blocks < 1 || block_size < 1 ||
-        n_kv_head < 1 || head_dim < 1 || head_dim > 256 || (type == TL_DTYPE_F16 && head_dim % 2))
+    if ((type != TL_DTYPE_F32 && type != TL_DTYPE_F16 && type != TL_DTYPE_Q8_0) || n_blocks < 1 ||
+        block_size < 1 || n_kv_head < 1 || head_dim < 1 || head_dim > 256 ||
+        (type == TL_DTYPE_F16 && head_dim % 2) || (type == TL_DTYPE_Q8_0 && head_dim % 32))
         return 0;
     int64_t row = (int64_t)n_kv_head * head_dim;
-    if (row >= MAX_ELEMS || n_blocks * block_size >= MAX_ELEMS / row) return 0;
-    return (size_t)(n_blocks * block_size * row) * (type == TL_DTYPE_F32 ? 4 : 2);
+    // Q8_0: kv_store assembles a position's row in 8 KiB of shared memory
+    if (row >= MAX_ELEMS || n_blocks * block_size >= MAX_ELEMS / row ||
+        (type == TL_DTYPE_Q8_0 && row / 32 * 34 + 4 > 8192))
+        return 0;
+    int64_t n = n_blocks * block_size * row;
+    if (type == TL_DTYPE_Q8_0) return (size_t)((n / 32 * 34 + 3) / 4 * 4); // whole words
+    return (size_t)n * (type == TL_DTYPE_F32 ? 4 : 2);
+}
+
+// The shaders' kv_type: 0 F32, 1 F16, 2 Q8_0.
+static uint32_t kv_type_code(enum tl_dtype type)
+{
+    return type == TL_DTYPE_F16 ? 1 : type == TL_DTYPE_Q8_0 ? 2 : 0;
 }
 
 static tl_status check_kv(tl_gpu_rec *r, const char *op, const struct tl_gpu_kv *kv, int64_t n_tok,
@@ -262,11 +274,13 @@ static tl_status check_kv(tl_gpu_rec *r, const char *op, const struct tl_gpu_kv 
     size_t pool =
         tl_gpu_kv_pool_bytes(kv->type, kv->n_blocks, kv->block_size, kv->n_kv_head, kv->head_dim);
     if (!pool)
-        return bad(r, tl__errorf(kv->type == TL_DTYPE_F32 || kv->type == TL_DTYPE_F16
+        return bad(r, tl__errorf(kv->type == TL_DTYPE_F32 || kv->type == TL_DTYPE_F16 ||
+                                         kv->type == TL_DTYPE_Q8_0
                                      ? TL_ERR_INVALID_ARG
                                      : TL_ERR_UNSUPPORTED,
-                                 "gpu %s: a %s KV pool of %lld blocks x %d x %d heads x %d (F32 "
-                                 "or F16, head_dim <= 256, even for F16)",
+                                 "gpu %s: a %s KV pool of %lld blocks x %d x %d heads x %d (F32, "
+                                 "F16 or Q8_0, head_dim <= 256, even for F16, a multiple of 32 "
+                                 "for Q8_0)",
                                  op, tl_dtype_name(kv->type), (long long)kv->n_blocks,
                                  kv->block_size, kv->n_kv_head, kv->head_dim));
     if ((st = shape(r, op, n_tok, 1)) || (st = shape(r, op, n_meta, 1))) return st;
@@ -296,8 +310,8 @@ tl_status tl_gpu_kv_store(tl_gpu_rec *r, const struct tl_gpu_kv *kv, tl_gpu_buff
         return st;
     struct {
         uint32_t n_tok, row, block_size, kv_type, n_blocks, n_meta;
-    } pc = {(uint32_t)n_tok,          (uint32_t)row,          (uint32_t)kv->block_size,
-            kv->type == TL_DTYPE_F16, (uint32_t)kv->n_blocks, (uint32_t)n_meta};
+    } pc = {(uint32_t)n_tok,        (uint32_t)row,          (uint32_t)kv->block_size,
+            kv_type_code(kv->type), (uint32_t)kv->n_blocks, (uint32_t)n_meta};
     tl_gpu_buffer *bk[] = {k, kv->k, meta}, *bv[] = {v, kv->v, meta};
     st = tl__gpu_rec_dispatch(r, TL_GPU_K_KV_STORE, bk, &pc, sizeof(pc), (uint32_t)n_tok, 1, 1);
     if (st) return st;
@@ -329,7 +343,7 @@ tl_status tl_gpu_attention(tl_gpu_rec *r, const struct tl_gpu_kv *kv, tl_gpu_buf
             (uint32_t)kv->n_kv_head,
             (uint32_t)kv->head_dim,
             (uint32_t)kv->block_size,
-            kv->type == TL_DTYPE_F16,
+            kv_type_code(kv->type),
             scale,
             (uint32_t)kv->n_blocks,
             (uint32_t)n_meta};

@@ -70,8 +70,9 @@ tl_status tl_gpu_get_rows(tl_gpu_rec *r, enum tl_dtype type, tl_gpu_buffer *w, i
 // ---- paged KV cache and attention -------------------------------------------------------------
 
 // A paged K and V pool on the device: n_blocks blocks of block_size positions of n_kv_head x
-// head_dim values of `type` (F32, or F16 with head_dim even), in kernels.h's tl_kv_layer element
-// order, so the engine's block ids address it as they address the CPU's pools.
+// head_dim values of `type` (F32; F16 with head_dim even; Q8_0 with head_dim a multiple of 32
+// and n_kv_head * head_dim <= 7680), in kernels.h's tl_kv_layer element order and byte layout,
+// so the engine's block ids address it as they address the CPU's pools.
 struct tl_gpu_kv {
     enum tl_dtype type;
     int block_size, n_kv_head, head_dim; // head_dim <= 256
@@ -89,7 +90,8 @@ size_t tl_gpu_kv_pool_bytes(enum tl_dtype type, int64_t n_blocks, int block_size
 // the caller's bug: the kernels then skip the store or read a wrong row, never out of bounds.
 
 // Stores token t's K row k[t] and V row v[t] (n_tok rows of n_kv_head * head_dim f32) at its
-// position (tl_kv_store; F16 rounds to nearest even exactly as tl_f32_to_fp16).
+// position (tl_kv_store: the same bytes; F16 rounds to nearest even as tl_f32_to_fp16, Q8_0
+// quantizes as tl_quantize_row, for finite inputs).
 tl_status tl_gpu_kv_store(tl_gpu_rec *r, const struct tl_gpu_kv *kv, tl_gpu_buffer *k,
                           tl_gpu_buffer *v, int64_t n_tok, tl_gpu_buffer *meta,
                           int64_t n_meta) TL_WARN_UNUSED;

@@ -3,10 +3,11 @@
  * against the CPU's tl_kv_store / tl_attention and a double-precision oracle, on the test device
  * (lavapipe in CI; TAP skips without a device). Three sequences with shuffled block tables
  * (block size 16) of 100, 1 and 150 positions (150: three chunks of 64 in the device's online
- * softmax), grouped-query heads (4 query heads over 2 KV heads), F32 and F16 pools.
+ * softmax), grouped-query heads (4 query heads over 2 KV heads), F32, F16 and Q8_0 pools.
  *
  * - KV store: the device's pools are byte-identical to the CPU's (F16: round to nearest even,
- *   incl. overflow to inf, subnormals, ties, -0 and NaN), whatever the device's own conversion.
+ *   incl. overflow to inf, subnormals, ties, -0 and NaN; Q8_0: ties of x/d rounded away from
+ *   zero, a zero block, tiny and large blocks), whatever the device's own conversions.
  * - Attention, against the exact softmax(q.K * scale).V in double over the stored K/V (decoded
  *   exactly): with u = 2^-24, E = the largest score error (scale * gamma_hd * sum|q k|, plus u|s|
  *   for the scale), X = the widest max - score gap, C = the chunks of 64, n = the context, the
@@ -173,12 +174,26 @@ static void test_kv_store_bytes(void **state)
         /* 1 + 2^-11: a tie to even (1) */ 0x3F803000u, /* a tie up */
         0x4B800000u,
         /* 2^24: overflow */ 0x00000001u /* f32 subnormal */};
-    for (int ti = 0; ti < 2; ti++) {
-        enum tl_dtype type = ti ? TL_DTYPE_F16 : TL_DTYPE_F32;
+    // Q8_0 (finite inputs): rounding ties of x / d (d = 1 here: amax 127), a zero block, and
+    // blocks of tiny and large values (d = amax / 127 and 1 / d must be correctly rounded)
+    static const float q8_ties[] = {127.f, 2.5f, -2.5f, 0.5f, -0.5f, 126.5f, -126.5f, 1.5f};
+    for (int ti = 0; ti < 3; ti++) {
+        enum tl_dtype type = ti == 0 ? TL_DTYPE_F32 : ti == 1 ? TL_DTYPE_F16 : TL_DTYPE_Q8_0;
         struct world w;
         world_init(&w);
-        for (size_t i = 0; i < sizeof(special) / sizeof(special[0]); i++)
-            memcpy(&w.k[0][i], &special[i], 4);
+        if (type != TL_DTYPE_Q8_0) {
+            for (size_t i = 0; i < sizeof(special) / sizeof(special[0]); i++)
+                memcpy(&w.k[0][i], &special[i], 4);
+        } else {
+            for (int i = 0; i < 32; i++)
+                w.k[0][i] = i < 8 ? q8_ties[i] : tl_test_rnd_f();
+            for (int i = 32; i < 64; i++)
+                w.k[0][i] = 0.f;
+            for (int i = 64; i < 96; i++)
+                w.k[0][i] = tl_test_rnd_f() * 1e-3f;
+            for (int i = 96; i < 128; i++)
+                w.k[0][i] = tl_test_rnd_f() * 1e3f;
+        }
         struct tl_kv_layer kv;
         struct tl_gpu_kv dk;
         pools_create(d, type, &kv, &dk);
@@ -189,17 +204,71 @@ static void test_kv_store_bytes(void **state)
     }
 }
 
+// Q8_0 rows of an odd number of blocks (3 x 34 bytes) start on 2-byte boundaries, so
+// neighbouring positions share a word: every position of 40 stored in one batch (in a shuffled
+// order) must still give the CPU's bytes, block and word boundaries included.
+static void test_kv_store_q8_0_shared_words(void **state)
+{
+    (void)state;
+    tl_gpu_device *d = gpu_test_device();
+    enum { NKV = 3, HD3 = 32, ROW3 = NKV * HD3, NB = 4, N_POS = 40 };
+    int32_t table[NB] = {2, 0, 3, 1};
+    size_t bytes = tl_gpu_kv_pool_bytes(TL_DTYPE_Q8_0, NB, BS, NKV, HD3);
+    assert_true(bytes >= (size_t)NB * BS * ROW3 / 32 * 34);
+    struct tl_kv_layer kv = {
+        .type = TL_DTYPE_Q8_0, .block_size = BS, .n_kv_head = NKV, .head_dim = HD3};
+    kv.k = calloc(1, bytes), kv.v = calloc(1, bytes);
+    static float k[N_POS * ROW3], v[N_POS * ROW3];
+    for (int i = 0; i < N_POS * ROW3; i++)
+        k[i] = tl_test_rnd_f() * 5.f, v[i] = tl_test_rnd_f();
+    int32_t meta[2 * N_POS + NB];
+    int order[N_POS];
+    for (int i = 0; i < N_POS; i++)
+        order[i] = (i * 17) % N_POS; // a permutation: 17 is coprime to 40
+    static float kr[N_POS * ROW3], vr[N_POS * ROW3];
+    for (int t = 0; t < N_POS; t++) {
+        int p = order[t];
+        meta[2 * t] = p, meta[2 * t + 1] = 2 * N_POS;
+        memcpy(kr + t * ROW3, k + p * ROW3, ROW3 * 4);
+        memcpy(vr + t * ROW3, v + p * ROW3, ROW3 * 4);
+        tl_kv_store(&kv, table, p, k + p * ROW3, v + p * ROW3);
+    }
+    memcpy(meta + 2 * N_POS, table, sizeof(table));
+    unsigned char *zero = calloc(1, bytes), *got = malloc(bytes);
+    struct tl_gpu_kv dk = {
+        .type = TL_DTYPE_Q8_0, .block_size = BS, .n_kv_head = NKV, .head_dim = HD3, .n_blocks = NB};
+    dk.k = gpu_test_buffer(d, zero, bytes), dk.v = gpu_test_buffer(d, zero, bytes);
+    tl_gpu_buffer *bk = gpu_test_buffer(d, kr, sizeof(kr)),
+                  *bv = gpu_test_buffer(d, vr, sizeof(vr));
+    tl_gpu_buffer *bm = gpu_test_buffer(d, meta, sizeof(meta));
+    tl_gpu_rec *r;
+    assert_int_equal(tl_gpu_rec_create(d, &r), TL_OK);
+    assert_int_equal(tl_gpu_kv_store(r, &dk, bk, bv, N_POS, bm, 2 * N_POS + NB), TL_OK);
+    assert_int_equal(tl_gpu_rec_download(r, dk.k, 0, got, bytes), TL_OK);
+    if (tl_gpu_rec_run(r)) fail_msg("run: %s", tl_last_error());
+    for (size_t i = 0; i < bytes; i++)
+        if (got[i] != ((unsigned char *)kv.k)[i])
+            fail_msg("Q8_0 K pool byte %zu: device %02x, CPU %02x", i, got[i],
+                     ((unsigned char *)kv.k)[i]);
+    tl_gpu_rec_destroy(r);
+    tl_gpu_buffer_destroy(dk.k), tl_gpu_buffer_destroy(dk.v), tl_gpu_buffer_destroy(bk);
+    tl_gpu_buffer_destroy(bv), tl_gpu_buffer_destroy(bm);
+    free(kv.k), free(kv.v), free(zero), free(got);
+}
+
 // Exact attention of one (token, head) in double over the stored K/V, and its error bound.
 static void oracle(const struct tl_kv_layer *kv, const int32_t *table, int n_ctx, int h,
                    const float *q, float scale, double *out, double *tol)
 {
     int kvh = h / (N_HEAD / N_KVH);
-    size_t es = kv->type == TL_DTYPE_F16 ? 2 : 4; // bytes per element (exact decode)
+    // byte offset of element idx (a row of a head starts a Q8_0 block: HD is a multiple of 32)
+#define KV_OFF(idx)                                                                                \
+    (kv->type == TL_DTYPE_Q8_0 ? (idx) / 32 * 34 : (idx) * (kv->type == TL_DTYPE_F16 ? 2 : 4))
     double *s = malloc(n_ctx * sizeof(double)), m = -INFINITY, maxE = 0;
     float krow[HD], vrow[HD];
     for (int j = 0; j < n_ctx; j++) {
         size_t idx = ((size_t)(table[j / BS] * BS + j % BS) * N_KVH + kvh) * HD;
-        assert_true(tl_dequantize_row(kv->type, (const char *)kv->k + idx * es, krow, HD));
+        assert_true(tl_dequantize_row(kv->type, (const char *)kv->k + KV_OFF(idx), krow, HD));
         double dot = 0, mag = 0;
         for (int i = 0; i < HD; i++) {
             dot += (double)q[i] * krow[i];
@@ -215,7 +284,7 @@ static void oracle(const struct tl_kv_layer *kv, const int32_t *table, int n_ctx
         A[i] = acc[i] = 0;
     for (int j = 0; j < n_ctx; j++) {
         size_t idx = ((size_t)(table[j / BS] * BS + j % BS) * N_KVH + kvh) * HD;
-        assert_true(tl_dequantize_row(kv->type, (const char *)kv->v + idx * es, vrow, HD));
+        assert_true(tl_dequantize_row(kv->type, (const char *)kv->v + KV_OFF(idx), vrow, HD));
         double p = exp(s[j] - m);
         X = m - s[j] > X ? m - s[j] : X;
         P += p;
@@ -316,12 +385,18 @@ static void test_attention_f16(void **state)
     check_attention(gpu_test_device(), TL_DTYPE_F16);
 }
 
+static void test_attention_q8_0(void **state)
+{
+    (void)state;
+    check_attention(gpu_test_device(), TL_DTYPE_Q8_0);
+}
+
 static void test_bad_shapes(void **state)
 {
     (void)state;
     tl_gpu_device *d = gpu_test_device();
     tl_gpu_buffer *b = gpu_test_buffer(d, NULL, 1 << 16);
-    struct tl_gpu_kv dk = {.type = TL_DTYPE_Q8_0,
+    struct tl_gpu_kv dk = {.type = TL_DTYPE_Q4_0,
                            .block_size = 16,
                            .n_kv_head = 1,
                            .head_dim = 32,
@@ -335,6 +410,13 @@ static void test_bad_shapes(void **state)
     dk.type = TL_DTYPE_F16, dk.head_dim = 33; // odd for F16
     assert_int_equal(tl_gpu_kv_store(r, &dk, b, b, 1, b, 2), TL_ERR_INVALID_ARG);
     assert_int_equal(tl_gpu_rec_run(r), TL_ERR_INVALID_ARG);
+    dk.type = TL_DTYPE_Q8_0, dk.head_dim = 48; // not a multiple of 32
+    assert_int_equal(tl_gpu_kv_store(r, &dk, b, b, 1, b, 2), TL_ERR_INVALID_ARG);
+    assert_int_equal(tl_gpu_rec_run(r), TL_ERR_INVALID_ARG);
+    dk.head_dim = 256, dk.n_kv_head = 32; // a Q8_0 row larger than kv_store's shared memory
+    assert_int_equal(tl_gpu_kv_store(r, &dk, b, b, 1, b, 2), TL_ERR_INVALID_ARG);
+    assert_int_equal(tl_gpu_rec_run(r), TL_ERR_INVALID_ARG);
+    dk.type = TL_DTYPE_F16, dk.n_kv_head = 1;
     dk.head_dim = 512; // more than the shader's 256
     assert_int_equal(tl_gpu_attention(r, &dk, b, 1, 1, 1.f, b, 2, b), TL_ERR_INVALID_ARG);
     assert_int_equal(tl_gpu_rec_run(r), TL_ERR_INVALID_ARG);
@@ -353,5 +435,7 @@ static void test_bad_shapes(void **state)
     tl_gpu_buffer_destroy(b);
 }
 
-TL_TEST_MAIN(cmocka_unit_test(test_kv_store_bytes), cmocka_unit_test(test_attention_f32),
-             cmocka_unit_test(test_attention_f16), cmocka_unit_test(test_bad_shapes))
+TL_TEST_MAIN(cmocka_unit_test(test_kv_store_bytes),
+             cmocka_unit_test(test_kv_store_q8_0_shared_words),
+             cmocka_unit_test(test_attention_f32), cmocka_unit_test(test_attention_f16),
+             cmocka_unit_test(test_attention_q8_0), cmocka_unit_test(test_bad_shapes))

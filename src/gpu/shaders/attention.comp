@@ -1,7 +1,7 @@
 // Causal attention through paged K/V pools (kernels.h tl_attention): for token t and head h,
 //   out[t][h] = softmax(q[t][h] . K[j] * scale, j < n_ctx) . V[j],  n_ctx = pos[t] + 1,
 // K/V rows read through the token's block table (meta as in kv_store.comp), grouped-query:
-// head h uses kv head h / (n_head / n_kv_head). Pools of f32 (kv_type 0) or f16 (1).
+// head h uses kv head h / (n_head / n_kv_head). Pools of f32 (kv_type 0), f16 (1) or Q8_0 (2).
 // One workgroup of 64 per (head, token). Positions go in chunks of 64 from position 0: each
 // invocation scores one position of the chunk (a sequential dot product over head_dim, fused
 // multiply-adds); a fixed tree gives the chunk's max and sum; the running max, sum and output
@@ -25,14 +25,25 @@ shared float qs[MAX_HD];
 shared float pj[WG];
 shared float red[WG];
 
+uint word(uint which, uint i)
+{
+    return which == 0u ? kpool[i] : vpool[i];
+}
+
+// Element idx of the K (which 0) or V pool as f32, decoded exactly as the CPU's kv_get.
 float kv_at(uint which, uint idx)
 {
-    uint w = which == 0u ? kpool[p.kv_type == 0u ? idx : idx >> 1]
-                         : vpool[p.kv_type == 0u ? idx : idx >> 1];
     if (p.kv_type == 0u)
-        return uintBitsToFloat(w);
-    vec2 h = unpackHalf2x16(w); // exact
-    return (idx & 1u) == 0u ? h.x : h.y;
+        return uintBitsToFloat(word(which, idx));
+    if (p.kv_type == 1u) {
+        vec2 h = unpackHalf2x16(word(which, idx >> 1)); // exact
+        return (idx & 1u) == 0u ? h.x : h.y;
+    }
+    // Q8_0: blocks of 34 bytes (f16 d, 32 int8); d * q is exact in f32
+    uint o = (idx / 32u) * 34u, ob = o + 2u + idx % 32u;
+    float d = unpackHalf2x16((word(which, o >> 2) >> ((o & 2u) * 8u)) & 0xFFFFu).x;
+    int q = bitfieldExtract(int(word(which, ob >> 2)), int((ob & 3u) * 8u), 8);
+    return d * float(q);
 }
 
 // Element index of (position j, kv head, dim 0) through the block table at meta[table].
