@@ -16,7 +16,8 @@
  *   1.5 ULP. Bound: |y| * u * (m/2 + 14).
  * - matmul (F32, F16, BF16, Q8_0, Q4_K, Q5_K, Q6_K), against the exact sum of dequantized w times x
  * in double (the device decodes each weight exactly as tl_dequantize_row does): each element is a
- *   chain of k fused multiply-adds and tree additions, k = the per-lane terms (F32:
+ *   chain of k multiply-adds and tree additions (fused or not: lavapipe does not fuse fma(); the
+ *   bound holds either way, as for any recursive dot product), k = the per-lane terms (F32:
  *   ceil(n_in/32); F16, BF16: 2 ceil(n_in/64); Q8_0: 32 within a block + ceil(blocks/32) + 1;
  * K-quants: 256 within a super-block + ceil(super-blocks/32) + 1) plus 5 tree levels, so |err| <=
  * gamma_k * sum |w x| (Higham's bound, gamma_k = k u/(1-k u)). Against tl_matmul the CPU's own

@@ -3,8 +3,8 @@
 // K/V rows read through the token's block table (meta as in kv_store.comp), grouped-query:
 // head h uses kv head h / (n_head / n_kv_head). Pools of f32 (kv_type 0), f16 (1) or Q8_0 (2).
 // One workgroup of 64 per (head, token). Positions go in chunks of 64 from position 0: each
-// invocation scores one position of the chunk (a sequential dot product over head_dim, fused
-// multiply-adds); a fixed tree gives the chunk's max and sum; the running max, sum and output
+// invocation scores one position of the chunk (a sequential dot product over head_dim with
+// fma()); a fixed tree gives the chunk's max and sum; the running max, sum and output
 // (invocation l owns dims l, l+64, ...) are rescaled by exp(m_old - m_new) and the chunk's
 // p_j * V[j] added in position order (online softmax). Everything depends on n_ctx and head_dim
 // only, never on the batch: a token's output is bit-identical alone and in any batch.

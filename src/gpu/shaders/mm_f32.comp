@@ -2,7 +2,8 @@
 // One workgroup of 32 invocations per output row and tile of 4 tokens (each weight element read
 // once per tile). The reduction order of every output element is fixed, whatever n_tok and
 // wherever the token sits in its tile: invocation l sums elements i = l, l+32, l+64, ... in
-// increasing order with fused multiply-adds (`precise`: exactly one rounding each), then a fixed
+// increasing order with fma() (fused where the device fuses it; lavapipe does a multiply and an
+// add: either way the same operations in the same order for every token), then a fixed
 // binary tree over the 32 partial sums. So a row's result is bit-identical alone and in a batch.
 // Workgroups: x * y covers the rows (row = wg.y * num_wg.x + wg.x), z the token tiles.
 #version 450

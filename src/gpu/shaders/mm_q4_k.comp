@@ -5,7 +5,7 @@
 // exactly the CPU's decode (the products are exact in f32; one rounding at the subtraction).
 // Same shape and fixed reduction order as mm_f32.comp with unit = one super-block: invocation l
 // takes super-blocks b = l, l+32, ..., each summed as s = sum of its 256 w*x in index order
-// (fused, `precise`), then acc += s, then the fixed tree. Batch-invariant bit for bit.
+// (fma(), as mm_f32.comp), then acc += s, then the fixed tree. Batch-invariant bit for bit.
 #version 450
 #define TILE 4u
 layout(local_size_x = 32) in;

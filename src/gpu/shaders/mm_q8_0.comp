@@ -3,7 +3,7 @@
 // Dequantized here, multiplied with f32 activations (the CPU instead quantizes x to Q8_0 too;
 // see the test's tolerance). Same shape and fixed reduction order as mm_f32.comp with unit =
 // one block: invocation l takes blocks b = l, l+32, ..., each summed as s = sum_j q_j * x_j in
-// order, then acc += d * s (fused, `precise`), then the fixed tree. Batch-invariant bit for bit.
+// order, then acc = fma(d, s, acc) (as mm_f32.comp), then the fixed tree. Batch-invariant bit for bit.
 // Blocks start on 2-byte boundaries: words are assembled from two aligned loads when needed;
 // the buffer must extend 4 bytes past the last row (tl_gpu_matmul_weight_bytes).
 #version 450
