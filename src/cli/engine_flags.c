@@ -9,6 +9,8 @@
 #include "cli/engine_flags.h"
 
 #include "cli/args.h"
+#include "core/log.h"
+#include "gpu/gpu.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -76,6 +78,7 @@ const char *const tl_cli_engine_flag_names[] = {"--max-batch-size",
                                                 "-ngl",
                                                 "--n-gpu-layers",
                                                 "--gpu-layers",
+                                                "--device",
                                                 NULL};
 
 // A byte size with an optional K/M/G/T suffix (powers of 1024; a trailing "B"/"iB" is allowed).
@@ -134,6 +137,43 @@ static int parse_kv_type(const char *cmd, const char *flag, const char *s, enum 
         return -1;
     }
     return 0;
+}
+
+// --device auto|cpu|vulkan[:N]. The engine runs on the CPU only so far: cpu is accepted, auto
+// looks for a GPU and falls back to the CPU with an info line saying why, and vulkan is refused
+// (the Vulkan backend runs only its kernel tests, tests/unit/test_gpu_*.c).
+static int device_flag(const char *cmd, const char *flag, const char *val)
+{
+    struct tl_device_spec spec;
+    if (tl_device_spec_parse(val, &spec)) {
+        fprintf(stderr,
+                "tokenloom %s: %s: '%s' is not a device (auto, cpu, vulkan or vulkan:N; "
+                "see tokenloom devices)\n",
+                cmd, flag, val);
+        return -1;
+    }
+    if (spec.kind == TL_DEVICE_CPU) return 1;
+    if (spec.kind == TL_DEVICE_VULKAN) {
+        if (!tl_gpu_vulkan_compiled())
+            fprintf(stderr,
+                    "tokenloom %s: %s %s: not supported: this tokenloom was built without "
+                    "Vulkan (CPU only); use --device cpu\n",
+                    cmd, flag, val);
+        else
+            fprintf(stderr,
+                    "tokenloom %s: %s %s: not yet supported: the Vulkan backend runs only its "
+                    "kernel tests so far; use --device cpu (or auto)\n",
+                    cmd, flag, val);
+        return -1;
+    }
+    char why[512];
+    int pick = tl_gpu_auto_pick(why, sizeof(why));
+    if (pick >= 0)
+        snprintf(why, sizeof(why),
+                 "vulkan:%d is a GPU, but the Vulkan backend runs only its kernel tests so far",
+                 pick);
+    tl_log(TL_LOG_INFO, "%s: --device auto: running on the CPU: %s", cmd, why);
+    return 1;
 }
 
 // -ctk and -ctv set one shared KV type; different values are refused.
@@ -268,6 +308,8 @@ int tl_cli_engine_flag(const char *cmd, struct tl_engine_config *c, int argc, ch
         c->n_threads = (int32_t)v;
         return 1;
     }
+    if ((m = tl_cli_flag(cmd, NAMES("--device"), argc, argv, i, &val)) != 0)
+        return m < 0 ? -1 : device_flag(cmd, "--device", val);
     if ((m = tl_cli_flag(cmd, NAMES("--gpu-memory-utilization"), argc, argv, i, &val)) != 0) {
         if (m > 0)
             fprintf(stderr,
@@ -328,5 +370,9 @@ void tl_cli_engine_flags_help(FILE *f)
             "  --no-prefix-cache        do not reuse computed prompt blocks across requests\n"
             "                           [--no-enable-prefix-caching]\n"
             "  -t, --threads N          compute threads (default: online CPUs)\n"
+            "  --device auto|cpu|vulkan[:N]  where the engine runs (default cpu); auto looks\n"
+            "                           for a GPU and logs why it runs on the CPU; vulkan is not\n"
+            "                           supported yet (the Vulkan backend runs only kernel tests;\n"
+            "                           tokenloom devices lists the devices)\n"
             "  CPU only: --gpu-memory-utilization and -ngl/--n-gpu-layers above 0 are refused\n");
 }

@@ -10,6 +10,8 @@
  *                             --cache-type-k/--cache-type-v, which must agree)
  *   --no-prefix-cache        (vLLM --no-enable-prefix-caching)
  *   -t/--threads N           (warns above the online CPU count)
+ *   --device auto|cpu|vulkan[:N]  (cpu and auto run on the CPU, auto logging why; vulkan is
+ *                             refused until the device step exists)
  * GPU flags (vLLM --gpu-memory-utilization, llama.cpp -ngl/--n-gpu-layers above 0) are refused
  * with a "no GPU" message. Both "--flag value" and "--flag=value" are accepted.
  */

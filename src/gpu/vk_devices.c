@@ -1,10 +1,10 @@
 /*
- * Vulkan instance and device discovery: opens the loader (libvulkan.so.1) with dlopen, creates
- * an instance (Vulkan 1.1 or later) and lists the physical devices with what the backend needs
- * to know: type, device-local memory, subgroup size, fp16 arithmetic and int8 dot products.
- * Every failure (no loader, no driver, no device) is a one-line error through tl__errorf, never
- * a crash. Owns nothing between calls: the instance is destroyed before returning; the loader
- * and the driver it opened stay mapped (see pin_loaded_libraries). Single caller at a time.
+ * Device discovery: the listing (`tokenloom devices`: every Vulkan physical device with what the
+ * backend needs to know: type, device-local memory, subgroup size, fp16 arithmetic and int8 dot
+ * products) and what `--device auto` would pick (a discrete, else an integrated GPU). The
+ * loader and instance come from vk_instance.c; every failure (no loader, no driver, no device)
+ * is a one-line error, never a crash. Owns nothing between calls.
+ * Single caller at a time.
  */
 #include "gpu/gpu.h"
 
@@ -17,32 +17,16 @@ tl_status tl_gpu_devices_print(FILE *f)
     return tl__errorf(TL_ERR_UNSUPPORTED,
                       "vulkan: not compiled in (build with libvulkan-dev and glslc installed)");
 }
+
+int tl_gpu_auto_pick(char *why, size_t cap)
+{
+    snprintf(why, cap, "vulkan: not compiled in");
+    return -1;
+}
 #else
-#define VK_NO_PROTOTYPES
-#include <vulkan/vulkan.h>
+#include "gpu/vk_impl.h"
 
-#include <dlfcn.h>
-#include <link.h>
 #include <stdlib.h>
-
-static int pin_one(struct dl_phdr_info *info, size_t size, void *arg)
-{
-    (void)size;
-    (void)arg;
-    if (info->dlpi_name && info->dlpi_name[0])
-        dlopen(info->dlpi_name, RTLD_LAZY | RTLD_NOLOAD | RTLD_NODELETE);
-    return 0;
-}
-
-// Marks every library now loaded (the Vulkan loader and the driver it opened among them) as
-// never to be unloaded. Drivers keep threads and allocations past vkDestroyInstance; once
-// unloaded, their code and their allocations belong to no module, which can crash a late
-// callback and leaves LeakSanitizer reports that no suppression can name (tests/lsan.supp
-// names the driver libraries, which it can do only while they stay mapped).
-static void pin_loaded_libraries(void)
-{
-    dl_iterate_phdr(pin_one, NULL);
-}
 
 static const char *type_name(VkPhysicalDeviceType t)
 {
@@ -72,57 +56,19 @@ static uint64_t device_local_bytes(PFN_vkGetPhysicalDeviceMemoryProperties get, 
 
 tl_status tl_gpu_devices_print(FILE *f)
 {
-    tl_status st = 0;
-    void *lib = dlopen("libvulkan.so.1", RTLD_NOW | RTLD_LOCAL);
-    if (!lib)
-        return tl__errorf(TL_ERR_UNSUPPORTED, "vulkan: no loader (libvulkan.so.1: %s)", dlerror());
-    PFN_vkGetInstanceProcAddr gipa = (PFN_vkGetInstanceProcAddr)dlsym(lib, "vkGetInstanceProcAddr");
-    PFN_vkCreateInstance create =
-        gipa ? (PFN_vkCreateInstance)gipa(NULL, "vkCreateInstance") : NULL;
-    if (!create) {
-        st = tl__errorf(TL_ERR_UNSUPPORTED, "vulkan: loader lacks vkCreateInstance");
-        goto out_lib;
-    }
-    VkApplicationInfo app = {.sType = VK_STRUCTURE_TYPE_APPLICATION_INFO,
-                             .pApplicationName = "tokenloom",
-                             .apiVersion = VK_API_VERSION_1_1};
-    VkInstanceCreateInfo ci = {.sType = VK_STRUCTURE_TYPE_INSTANCE_CREATE_INFO,
-                               .pApplicationInfo = &app};
-    VkInstance inst;
-    VkResult r = create(&ci, NULL, &inst);
-    if (r != VK_SUCCESS) {
-        st = tl__errorf(TL_ERR_UNSUPPORTED, "vulkan: no driver (vkCreateInstance: %d)", (int)r);
-        goto out_lib;
-    }
-    pin_loaded_libraries();
-#define LOAD(T, name) PFN_##T name = (PFN_##T)gipa(inst, #T)
-    LOAD(vkDestroyInstance, destroy);
-    LOAD(vkEnumeratePhysicalDevices, enumerate);
-    LOAD(vkGetPhysicalDeviceProperties2, props2);
-    LOAD(vkGetPhysicalDeviceFeatures2, feats2);
-    LOAD(vkGetPhysicalDeviceMemoryProperties, memprops);
-#undef LOAD
-    uint32_t n = 0;
-    if (!enumerate || !props2 || !feats2 || !memprops || enumerate(inst, &n, NULL) != VK_SUCCESS ||
-        n == 0) {
-        st = tl__errorf(TL_ERR_NOT_FOUND, "vulkan: no device (the loader found no driver)");
-        goto out_inst;
-    }
-    VkPhysicalDevice *devs = calloc(n, sizeof(*devs));
-    if (!devs) {
-        st = tl__errorf(TL_ERR_NOMEM, "vulkan: out of memory");
-        goto out_inst;
-    }
-    if (enumerate(inst, &n, devs) < 0) {
-        st = tl__errorf(TL_ERR_NOT_FOUND, "vulkan: enumerating devices failed");
-        goto out_devs;
-    }
+    struct tl__vk_instance vi;
+    tl_status st = tl__vk_instance_open(&vi);
+    if (st) return st;
+    VkPhysicalDevice *devs;
+    uint32_t n;
+    st = tl__vk_physical_devices(&vi, &devs, &n);
+    if (st) goto out_inst;
     for (uint32_t i = 0; i < n; i++) {
         VkPhysicalDeviceSubgroupProperties sg = {
             .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_PROPERTIES};
         VkPhysicalDeviceProperties2 p = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2,
                                          .pNext = &sg};
-        props2(devs[i], &p);
+        vi.props2(devs[i], &p);
         VkPhysicalDeviceShaderIntegerDotProductFeatures dot = {
             .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_INTEGER_DOT_PRODUCT_FEATURES};
         VkPhysicalDeviceShaderFloat16Int8Features f16 = {
@@ -131,23 +77,54 @@ tl_status tl_gpu_devices_print(FILE *f)
         if (p.properties.apiVersion >= VK_API_VERSION_1_3) f16.pNext = &dot;
         VkPhysicalDeviceFeatures2 ft = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2,
                                         .pNext = &f16};
-        feats2(devs[i], &ft);
+        vi.feats2(devs[i], &ft);
         uint32_t v = p.properties.apiVersion;
         fprintf(f,
                 "vulkan:%u  %s  type=%s  vulkan=%u.%u  memory=%.1f GiB  subgroup=%u  fp16=%s  "
                 "int8=%s  int8-dot=%s\n",
                 i, p.properties.deviceName, type_name(p.properties.deviceType),
                 VK_API_VERSION_MAJOR(v), VK_API_VERSION_MINOR(v),
-                (double)device_local_bytes(memprops, devs[i]) / (1024.0 * 1024.0 * 1024.0),
+                (double)device_local_bytes(vi.memprops, devs[i]) / (1024.0 * 1024.0 * 1024.0),
                 sg.subgroupSize, f16.shaderFloat16 ? "yes" : "no", f16.shaderInt8 ? "yes" : "no",
                 dot.shaderIntegerDotProduct ? "yes" : "no");
     }
-out_devs:
     free(devs);
 out_inst:
-    if (destroy) destroy(inst, NULL);
-out_lib:
-    dlclose(lib);
+    tl__vk_instance_close(&vi);
     return st;
+}
+int tl_gpu_auto_pick(char *why, size_t cap)
+{
+    struct tl__vk_instance vi;
+    if (tl__vk_instance_open(&vi)) {
+        snprintf(why, cap, "%s", tl_last_error());
+        return -1;
+    }
+    VkPhysicalDevice *devs;
+    uint32_t n;
+    if (tl__vk_physical_devices(&vi, &devs, &n)) {
+        snprintf(why, cap, "%s", tl_last_error());
+        tl__vk_instance_close(&vi);
+        return -1;
+    }
+    int pick = -1;
+    static const VkPhysicalDeviceType order[] = {VK_PHYSICAL_DEVICE_TYPE_DISCRETE_GPU,
+                                                 VK_PHYSICAL_DEVICE_TYPE_INTEGRATED_GPU};
+    for (int o = 0; o < 2 && pick < 0; o++)
+        for (uint32_t i = 0; i < n && pick < 0; i++) {
+            VkPhysicalDeviceProperties2 p = {.sType =
+                                                 VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2};
+            vi.props2(devs[i], &p);
+            if (p.properties.deviceType == order[o]) pick = (int)i;
+        }
+    if (pick < 0) {
+        VkPhysicalDeviceProperties2 p = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2};
+        vi.props2(devs[0], &p);
+        snprintf(why, cap, "no GPU among the %u Vulkan device%s (vulkan:0 is %s, type=%s)", n,
+                 n == 1 ? "" : "s", p.properties.deviceName, type_name(p.properties.deviceType));
+    }
+    free(devs);
+    tl__vk_instance_close(&vi);
+    return pick;
 }
 #endif
