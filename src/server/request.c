@@ -31,6 +31,7 @@
 #include "core/error.h"
 #include "core/hash.h"
 #include "core/log.h"
+#include "server/anthropic.h"
 
 #include <event2/event.h>
 #include <math.h>
@@ -49,7 +50,10 @@ void tl_srv_on_event(void *user, const struct tl_event *ev)
 void tl_srv_send_error(struct tl_server *s, struct evhttp_request *r,
                        const struct tl_oai_error *err, int64_t t0)
 {
-    tl_http_send_json(&s->http, r, err->http_status, tl_oai_error_json(err), t0, 0, 0);
+    // Under /v1/messages errors take Anthropic's shape (anthropic.c).
+    json_t *body = tl_anth_is_path(r) ? tl_anth_error_json(err, tl_http_request_id(r))
+                                      : tl_oai_error_json(err);
+    tl_http_send_json(&s->http, r, err->http_status, body, t0, 0, 0);
 }
 
 // Seeds for requests that did not give one.
@@ -165,6 +169,7 @@ static void req_free(struct tl_srv_req *q)
         free(c->done_msg);
         tl_sb_free(&c->text);
         tl_srv_chat_reply_destroy(c->reply);
+        tl_srv_anth_destroy(c->anth);
         tl_oai_logprobs_free(&c->lp);
         free(c->error);
     }
@@ -217,6 +222,8 @@ static const char sse_done[] = "data: [DONE]\n\n";
 static const char sse_oom[] = "data: {\"error\":{\"message\":\"out of memory while streaming\","
                               "\"type\":\"server_error\",\"param\":null,\"code\":"
                               "\"internal_error\"}}\n\n";
+static const char anth_oom[] = "event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":"
+                               "\"api_error\",\"message\":\"out of memory while streaming\"}}\n\n";
 
 // Memory ran out building choice c's output. A stream with a hole is worth nothing more: the
 // choice is cancelled and ends with finish_reason "error"; a whole reply becomes a 500.
@@ -269,6 +276,20 @@ static void send_choices(struct tl_srv_req *q, struct tl_srv_choice *c, json_t *
     for (size_t i = 0; list && i < json_array_size(list); i++)
         sse_send(q, c, chunk(q, json_incref(json_array_get(list, i))));
     json_decref(list);
+}
+
+// Sends the framed Messages events in sb (anthropic_reply.c; ok false: memory ran out, the
+// choice is lost) and frees sb.
+static void send_framed(struct tl_srv_req *q, struct tl_srv_choice *c, struct tl_sb *sb, bool ok)
+{
+    size_t unsent = 0;
+    if (!ok || !tl_sb_ok(sb)) {
+        lose(q, c);
+    } else if (sb->len && q->http && !q->conn_closed) {
+        if (!tl_http_stream_copy(q->http, sb->buf, sb->len, &unsent)) lose(q, c);
+        check_unsent(q, unsent);
+    }
+    tl_sb_free(sb);
 }
 
 static void usage_totals(struct tl_srv_req *q, int64_t *prompt, int64_t *completion,
@@ -358,7 +379,8 @@ static void finish_request(struct tl_srv_req *q)
                                             json_array());
                 sse_send(q, NULL, with_usage(o, tl_oai_usage_json(np, nc, ncached)));
             }
-            if (!q->params.kserve) sse_send_raw(q, sse_done, sizeof(sse_done) - 1);
+            if (!q->params.kserve && !q->params.anthropic)
+                sse_send_raw(q, sse_done, sizeof(sse_done) - 1);
             struct tl_http_usage u = {q->t_start_us, np, nc, q->queue_us, q->t_first_token_us};
             tl_http_access_log_usage(q->http, 200, &u);
             tl_http_stream_end(&s->http, q->http); // also frees an orphaned request
@@ -366,9 +388,10 @@ static void finish_request(struct tl_srv_req *q)
             const struct tl_srv_choice *failed = NULL;
             for (int i = 0; i < q->n_choices; i++)
                 if (q->choices[i].finish == TL_FINISH_ERROR) failed = &q->choices[i];
-            json_t *o = failed             ? NULL
-                        : q->params.kserve ? kserve_reply(q)
-                                           : whole_reply(q, np, nc, ncached);
+            json_t *o = failed                ? NULL
+                        : q->params.kserve    ? kserve_reply(q)
+                        : q->params.anthropic ? tl_srv_anth_message(q, np, nc)
+                                              : whole_reply(q, np, nc, ncached);
             if (o) {
                 struct tl_http_usage u = {q->t_start_us, np, nc, q->queue_us, q->t_first_token_us};
                 tl_http_send_json_usage(&s->http, q->http, 200, o, &u);
@@ -406,6 +429,12 @@ static void on_token(struct tl_server *s, struct tl_srv_req *q, struct tl_srv_ch
     c->t_last_token_us = m->t_us;
     if (!q->http || q->client_gone) return;
     const struct tl_event *ev = &m->ev;
+    if (c->anth) { // the Messages API (anthropic_reply.c); non-streaming gathers text below
+        struct tl_sb sb;
+        tl_sb_init(&sb);
+        send_framed(q, c, &sb, tl_srv_anth_token(q, c, ev, &sb));
+        if (q->streaming) return;
+    }
     bool chat = q->params.kind == TL_OAI_CHAT;
     if (q->streaming) {
         json_t *lp = NULL;
@@ -503,7 +532,18 @@ static void on_done(struct tl_server *s, struct tl_srv_req *q, struct tl_srv_cho
         q->queue_us = ev->queue_us;
     tl_metrics_observe_done(&s->metrics, ev->queue_us, ev->ttft_us, ev->total_us,
                             ev->n_prompt_tokens, ev->n_generated);
-    if (q->http && !q->client_gone && q->streaming && q->params.kserve) {
+    if (q->http && !q->client_gone && q->streaming && c->anth) {
+        struct tl_sb sb;
+        tl_sb_init(&sb);
+        size_t unsent = 0;
+        // The last events carry the stop reason; without them a client could not tell a cut
+        // stream from a whole one, so their failure sends the error event instead.
+        if (!tl_srv_anth_done(q, c, ev, &sb) || !tl_sb_ok(&sb) || !q->http || q->conn_closed ||
+            !tl_http_stream_copy(q->http, sb.buf, sb.len, &unsent))
+            sse_send_raw(q, anth_oom, sizeof(anth_oom) - 1);
+        check_unsent(q, unsent);
+        tl_sb_free(&sb);
+    } else if (q->http && !q->client_gone && q->streaming && q->params.kserve) {
         if (!sse_send(q, NULL,
                       tl_kserve_output_json(s->model_name, ev->text, ev->text_len,
                                             tl_oai_finish_str(c->finish), c->n_prompt,
@@ -574,7 +614,7 @@ static bool setup_choices(struct tl_srv_req *q)
         if (q->params.logprobs && (!q->params.stream || prompt_logprobs(q)))
             if (!tl_oai_logprobs_init(&c->lp, q->params.kind, 0)) return false;
     }
-    return tl_srv_chat_replies_setup(q->srv, q);
+    return tl_srv_chat_replies_setup(q->srv, q) && (!q->params.anthropic || tl_srv_anth_setup(q));
 }
 
 static void start_stream(struct tl_server *s, struct tl_srv_req *q)
@@ -583,7 +623,12 @@ static void start_stream(struct tl_server *s, struct tl_srv_req *q)
     q->streaming = true;
     for (int i = 0; i < q->n_choices; i++) {
         struct tl_srv_choice *c = &q->choices[i];
-        if (q->params.kind == TL_OAI_CHAT) {
+        if (c->anth) { // message_start and ping (anthropic_reply.c)
+            struct tl_sb sb;
+            tl_sb_init(&sb);
+            tl_srv_anth_stream_start(q, c, &sb);
+            send_framed(q, c, &sb, true);
+        } else if (q->params.kind == TL_OAI_CHAT) {
             sse_send(q, c, chunk(q, tl_oai_chat_delta(c->index, true, "", 0, NULL, NULL)));
         } else if (q->params.echo && q->prompts.text[c->prompt] && !prompt_logprobs(q)) {
             // (With logprobs the echo goes out with the prompt's logprobs: on_prompt_token.)
@@ -663,7 +708,10 @@ void tl_srv_req_start(struct tl_server *s, struct evhttp_request *r, int64_t t0,
     q->queue_us = -1;
     // The OpenAI id ends with the request id (X-Request-Id), so a client's complaint quoting
     // either finds the access-log line.
-    snprintf(q->id, sizeof(q->id), "%s-%s", q->params.kind == TL_OAI_CHAT ? "chatcmpl" : "cmpl",
+    snprintf(q->id, sizeof(q->id), "%s%s",
+             q->params.anthropic             ? "msg_"
+             : q->params.kind == TL_OAI_CHAT ? "chatcmpl-"
+                                             : "cmpl-",
              tl_http_request_id(r));
     req_link(s, q);
     if (!tl_srv_prompts_prepare(s, &q->params, &q->prompts, &err)) goto refuse;
