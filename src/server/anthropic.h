@@ -16,8 +16,9 @@
  * (metadata.user_id, cache_control: the prefix cache is automatic), or refused with a 400
  * naming it; an unknown field is a 400 too, as Anthropic's own API answers.
  *
- * anthropic.c (request side) is pure but for the two route handlers; anthropic_reply.c (reply
- * side) runs on the event-loop thread.
+ * anthropic.c (the request's fields, the handlers, errors) and anthropic_messages.c (system and
+ * messages) are pure but for the two route handlers; anthropic_reply.c (reply side) runs on the
+ * event-loop thread.
  */
 #ifndef TL_SERVER_ANTHROPIC_H
 #define TL_SERVER_ANTHROPIC_H
@@ -29,6 +30,7 @@
 #include <jansson.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <string.h>
 
 // ---- request side (anthropic.c) ----------------------------------------------------------------
 
@@ -36,6 +38,38 @@
 // reference). count_only: the body of /v1/messages/count_tokens (no max_tokens, sampling or
 // stream). False with *err (400 naming the field, or 503 when memory ran out).
 bool tl_anth_translate(json_t *body, bool count_only, json_t **chat, struct tl_oai_error *err);
+
+// ---- internal to the request side (anthropic.c, anthropic_messages.c) ----------------------------
+
+// system + messages -> chat["messages"] (and "continue_final_message" for a prefill).
+bool tl__anth_translate_messages(json_t *body, json_t *chat, struct tl_oai_error *err);
+// A 400 invalid_request_error naming param (printf-style message); returns false.
+bool tl__anth_bad(struct tl_oai_error *err, const char *param, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+// A 503: memory ran out while translating; returns false.
+bool tl__anth_no_memory(struct tl_oai_error *err);
+// Whether object o holds only the keys listed (NULL-terminated) or harmless ones (accepted, of
+// no effect); else a 400 naming the first other key as "where.key".
+bool tl__anth_only_keys(json_t *o, const char *where, const char *const *keys,
+                        const char *const *harmless, struct tl_oai_error *err);
+// cache_control (absent, or {"type": "ephemeral", ...}: of no effect, the prefix cache is
+// automatic); else a 400 naming where.
+bool tl__anth_cache_control(json_t *v, const char *where, struct tl_oai_error *err);
+static inline bool tl__anth_absent(const json_t *v)
+{
+    return !v || json_is_null(v);
+}
+// v is a JSON string equal to lit (strings may hold NUL: compared with their length).
+static inline bool tl__anth_str_is(const json_t *v, const char *lit)
+{
+    return json_is_string(v) && json_string_length(v) == strlen(lit) &&
+           !memcmp(json_string_value(v), lit, json_string_length(v));
+}
+// A string without NUL (names, ids, types).
+static inline bool tl__anth_plain(const json_t *v)
+{
+    return json_is_string(v) && strlen(json_string_value(v)) == json_string_length(v);
+}
 
 struct tl_server;
 // The route handlers (routes.c registers them; root is the parsed body).
