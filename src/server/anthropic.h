@@ -101,7 +101,7 @@ bool tl_anth_stream_delta(struct tl_anth_stream *st, json_t *delta, struct tl_sb
 // Appends the content_block_stop of the open block, if any.
 void tl_anth_stream_close(struct tl_anth_stream *st, struct tl_sb *out);
 // Appends one framed SSE event: "event: NAME\ndata: <compact JSON of obj>\n\n" (obj stolen;
-// NULL: memory ran out, false).
+// NULL: memory ran out). False, and out marked failed, when memory ran out.
 bool tl_anth_sse(struct tl_sb *out, const char *name, json_t *obj);
 // "toolu_..." for a call id ("call_..." and the model's own ids get the prefix). malloc'd.
 char *tl_anth_tool_id(const char *call_id);

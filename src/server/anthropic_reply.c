@@ -40,13 +40,22 @@ struct tl_srv_anth {
 
 // ---- framing and the block state --------------------------------------------------------------
 
+static int dump_to_sb(const char *buf, size_t n, void *data)
+{
+    tl_sb_add(data, buf, n);
+    return tl_sb_ok(data) ? 0 : -1;
+}
+
+// Not json_dumps: when an append fails while it writes an object key, jansson goes on and
+// returns text with the key missing; the sticky buffer notices any failed append.
 bool tl_anth_sse(struct tl_sb *out, const char *name, json_t *obj)
 {
-    char *data = obj ? json_dumps(obj, JSON_COMPACT) : NULL;
+    tl_sb_adds(out, "event: ");
+    tl_sb_adds(out, name);
+    tl_sb_adds(out, "\ndata: ");
+    if (!obj || json_dump_callback(obj, dump_to_sb, out, JSON_COMPACT)) out->failed = true;
     json_decref(obj);
-    if (!data) return false;
-    tl_sb_printf(out, "event: %s\ndata: %s\n\n", name, data);
-    free(data);
+    tl_sb_adds(out, "\n\n");
     return tl_sb_ok(out);
 }
 
