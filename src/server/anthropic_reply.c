@@ -347,7 +347,11 @@ json_t *tl_srv_anth_message(struct tl_srv_req *q, int64_t n_prompt, int64_t n_ge
     const char *seq;
     const char *reason = stop_reason(q, c, &seq);
     json_t *m = blocks ? message_base(q, reason, seq, n_prompt, n_generated) : NULL;
-    if (!m || json_object_set_new(m, "content", blocks)) {
+    if (!m) {
+        json_decref(blocks);
+        return NULL;
+    }
+    if (json_object_set_new(m, "content", blocks)) { // (blocks freed on failure)
         json_decref(m);
         return NULL;
     }
