@@ -19,7 +19,8 @@
  * tools (input_schema -> parameters); tool_choice auto / any / tool / none -> "auto" /
  * "required" / the named function / "none", disable_parallel_tool_use ->
  * parallel_tool_calls false; thinking enabled / disabled -> chat_template_kwargs
- * enable_thinking true / false (adaptive: the template's default); stop_sequences -> stop.
+ * enable_thinking true / false (adaptive: the template's default); stop_sequences -> stop;
+ * output_config.format (json_schema) -> response_format.
  *
  * Pure but for the handlers (event-loop thread).
  */
@@ -308,6 +309,43 @@ static bool translate_sampling(json_t *body, json_t *chat, struct tl_oai_error *
     return true;
 }
 
+// output_config: format json_schema -> response_format (the reply's text is constrained by the
+// schema's grammar, as for /v1/chat/completions); effort is refused.
+static bool translate_output_config(json_t *body, json_t *chat, struct tl_oai_error *err)
+{
+    json_t *oc = json_object_get(body, "output_config");
+    if (tl__anth_absent(oc)) return true;
+    static const char *const keys[] = {"format", "effort", NULL};
+    if (!json_is_object(oc))
+        return tl__anth_bad(err, "output_config", "'output_config' must be an object");
+    if (!tl__anth_only_keys(oc, "output_config", keys, NULL, err)) return false;
+    if (!tl__anth_absent(json_object_get(oc, "effort")))
+        return tl__anth_bad(err, "output_config.effort",
+                            "'output_config.effort' is not supported: the model decides how long "
+                            "it reasons");
+    json_t *f = json_object_get(oc, "format");
+    if (tl__anth_absent(f)) return true;
+    static const char *const fkeys[] = {"type", "schema", NULL};
+    json_t *schema = json_object_get(f, "schema");
+    if (!json_is_object(f) || !tl__anth_str_is(json_object_get(f, "type"), "json_schema") ||
+        !json_is_object(schema))
+        return tl__anth_bad(
+            err, "output_config.format",
+            "'output_config.format' must be {\"type\": \"json_schema\", \"schema\": "
+            "{...}}");
+    if (!tl__anth_only_keys(f, "output_config.format", fkeys, NULL, err)) return false;
+    json_t *tc = json_object_get(body, "tool_choice");
+    json_t *tct = json_object_get(tc, "type");
+    if (tl__anth_str_is(tct, "any") || tl__anth_str_is(tct, "tool"))
+        return tl__anth_bad(err, "output_config.format",
+                            "'output_config.format' cannot be combined with a tool_choice that "
+                            "forces a call (each is a grammar on the reply)");
+    json_t *rf = json_pack("{s:s, s:{s:s, s:O}}", "type", "json_schema", "json_schema", "name",
+                           "output", "schema", schema);
+    if (!rf || json_object_set_new(chat, "response_format", rf)) return tl__anth_no_memory(err);
+    return true;
+}
+
 // Top-level fields accepted at their neutral value only.
 static bool neutral_field(const char *key, json_t *v)
 {
@@ -325,8 +363,8 @@ bool tl_anth_translate(json_t *body, bool count_only, json_t **chat, struct tl_o
     *chat = NULL;
     if (!json_is_object(body))
         return tl__anth_bad(err, NULL, "the request body must be a JSON object");
-    static const char *const both[] = {"model",       "messages", "system", "tools",
-                                       "tool_choice", "thinking", NULL};
+    static const char *const both[] = {"model",       "messages", "system",        "tools",
+                                       "tool_choice", "thinking", "output_config", NULL};
     static const char *const create[] = {"max_tokens", "stop_sequences", "stream",   "temperature",
                                          "top_p",      "top_k",          "metadata", NULL};
     static const char *const neutral[] = {"service_tier",  "speed",     "cache_control",
@@ -361,6 +399,7 @@ bool tl_anth_translate(json_t *body, bool count_only, json_t **chat, struct tl_o
     bool ok = (tl__anth_absent(model) || !json_object_set(c, "model", model)) &&
               tl__anth_translate_messages(body, c, err) && translate_tools(body, c, err) &&
               translate_tool_choice(body, c, err) && translate_thinking(body, c, count_only, err) &&
+              translate_output_config(body, c, err) &&
               (count_only || translate_sampling(body, c, err));
     if (!ok) {
         json_decref(c);

@@ -8,7 +8,8 @@
 // shape (same text, same token counts: the translation is exact), the stream against the whole
 // reply, a stop sequence against the unstopped text cut at its first occurrence.
 //
-// Usage: node anthropic_client.mjs MAIN_URL AUTH_URL HERMES_URL R1_URL ("-": skip that part)
+// Usage: node anthropic_client.mjs MAIN_URL AUTH_URL HERMES_URL R1_URL (each but MAIN may be
+// "-": that part is skipped)
 //   MAIN: stories260K (ChatML fallback); AUTH: with --api-key sekrit; HERMES: a copy with the
 //   Qwen2.5 template (hermes tool calls); R1: a copy with DeepSeek R1's (reasoning in <think>).
 import Anthropic from '@anthropic-ai/sdk';
@@ -126,6 +127,21 @@ await test('anthropic: stop_sequences end the reply with stop_reason stop_sequen
   eq(canon(s), canon(r), 'streamed');
 });
 
+await test('anthropic: output_config.format json_schema constrains the reply to the schema', async () => {
+  const schema = {
+    type: 'object', properties: { name: { type: 'string' }, age: { type: 'integer' } },
+    required: ['name', 'age'], additionalProperties: false,
+  };
+  const req = { model, max_tokens: 200, temperature: 0, output_config: { format: { type: 'json_schema', schema } },
+    messages: [{ role: 'user', content: 'Tell me about Lily' }] };
+  const r = await client.messages.create(req);
+  eq(r.stop_reason, 'end_turn', 'stop_reason (the grammar ended the reply)');
+  const v = JSON.parse(r.content[0].text);
+  eq(Object.keys(v).sort(), ['age', 'name'], 'keys');
+  check(typeof v.name === 'string' && Number.isInteger(v.age), `types: ${r.content[0].text}`);
+  eq(canon(await client.messages.stream(req).finalMessage()), canon(r), 'streamed');
+});
+
 await test('anthropic: count_tokens equals usage.input_tokens', async () => {
   const c = await client.messages.countTokens({ model, system: SYSTEM, messages: [{ role: 'user', content: USER }] });
   eq(c, { input_tokens: whole.usage.input_tokens }, 'count');
@@ -158,16 +174,18 @@ await test('anthropic: an unknown model is a NotFoundError (not_found_error)', a
     Anthropic.NotFoundError, 404, 'not_found_error', 'claude-nope');
 });
 
-await test('anthropic: the API key as x-api-key or Bearer; a wrong one is an AuthenticationError', async () => {
-  const m = await servedModel(mainUrl);
-  const req = { model: m, max_tokens: 2, messages: [{ role: 'user', content: 'Hi' }] };
-  const good = await new Anthropic({ ...opts, baseURL: authUrl, apiKey: 'sekrit' }).messages.create(req);
-  eq(good.type, 'message', 'x-api-key');
-  const bearer = await new Anthropic({ ...opts, baseURL: authUrl, apiKey: null, authToken: 'sekrit' }).messages.create(req);
-  eq(bearer.type, 'message', 'Bearer');
-  await expectError(() => new Anthropic({ ...opts, baseURL: authUrl, apiKey: 'wrong' }).messages.create(req),
-    Anthropic.AuthenticationError, 401, 'authentication_error', 'API key');
-});
+if (authUrl && authUrl !== '-') {
+  await test('anthropic: the API key as x-api-key or Bearer; a wrong one is an AuthenticationError', async () => {
+    const m = await servedModel(mainUrl);
+    const req = { model: m, max_tokens: 2, messages: [{ role: 'user', content: 'Hi' }] };
+    const good = await new Anthropic({ ...opts, baseURL: authUrl, apiKey: 'sekrit' }).messages.create(req);
+    eq(good.type, 'message', 'x-api-key');
+    const bearer = await new Anthropic({ ...opts, baseURL: authUrl, apiKey: null, authToken: 'sekrit' }).messages.create(req);
+    eq(bearer.type, 'message', 'Bearer');
+    await expectError(() => new Anthropic({ ...opts, baseURL: authUrl, apiKey: 'wrong' }).messages.create(req),
+      Anthropic.AuthenticationError, 401, 'authentication_error', 'API key');
+  });
+}
 
 // ---- tools (Qwen2.5's template: hermes <tool_call>) --------------------------------------------
 

@@ -151,6 +151,14 @@ static void test_turns_combine_and_prefill(void **state)
         "\"function\",\"function\":{\"name\":\"f\",\"arguments\":\"{}\"}}]},"
         "{\"role\":\"tool\",\"tool_call_id\":\"t\",\"name\":\"f\",\"content\":\"Error: boom\"},"
         "{\"role\":\"assistant\",\"content\":\"The answer is\"}]}");
+    // output_config.format: structured output, as response_format.
+    expect_chat("{\"max_tokens\":1,\"output_config\":{\"format\":{\"type\":\"json_schema\","
+                "\"schema\":{\"type\":\"object\"}},\"effort\":null},\"messages\":[{\"role\":"
+                "\"user\",\"content\":\"x\"}]}",
+                false,
+                "{\"max_tokens\":1,\"response_format\":{\"type\":\"json_schema\",\"json_schema\":"
+                "{\"name\":\"output\",\"schema\":{\"type\":\"object\"}}},\"messages\":[{\"role\":"
+                "\"user\",\"content\":\"x\"}]}");
     expect_chat("{\"max_tokens\":1,\"tool_choice\":{\"type\":\"none\"},\"messages\":[{\"role\":"
                 "\"user\",\"content\":\"x\"}]}",
                 false,
@@ -190,7 +198,16 @@ static void test_refused(void **state)
     BAD("{%s,\"max_tokens\":5,\"metadata\":{\"tags\":1}}", false, "metadata.tags", "metadata.tags");
     BAD("{%s,\"max_tokens\":5,\"service_tier\":\"priority\"}", false, "service_tier", "auto");
     BAD("{%s,\"max_tokens\":5,\"container\":\"c1\"}", false, "container", "container");
-    BAD("{%s,\"max_tokens\":5,\"output_config\":{}}", false, "output_config", "output_config");
+    BAD("{%s,\"max_tokens\":5,\"output_config\":{\"effort\":\"high\"}}", false,
+        "output_config.effort", "effort");
+    BAD("{%s,\"max_tokens\":5,\"output_config\":{\"format\":{\"type\":\"text\"}}}", false,
+        "output_config.format", "json_schema");
+    BAD("{%s,\"max_tokens\":5,\"output_config\":{\"verbosity\":1}}", false,
+        "output_config.verbosity", "verbosity");
+    BAD("{%s,\"max_tokens\":5,\"tools\":[{\"name\":\"f\",\"input_schema\":{\"type\":\"object\"}}],"
+        "\"tool_choice\":{\"type\":\"any\"},\"output_config\":{\"format\":{\"type\":"
+        "\"json_schema\",\"schema\":{}}}}",
+        false, "output_config.format", "forces a call");
     BAD("{%s,\"max_tokens\":5,\"thinking\":{\"type\":\"enabled\",\"budget_tokens\":100}}", false,
         "thinking", "1024");
     BAD("{%s,\"max_tokens\":1500,\"thinking\":{\"type\":\"enabled\",\"budget_tokens\":2000}}",
