@@ -33,7 +33,7 @@
 
 struct tl_srv_anth {
     struct tl_anth_stream st; // streaming: the open block
-    struct tl_sb raw;         // the generated tokens' raw text (stop-sequence detection)
+    struct tl_sb raw;         // with stop sequences: the generated tokens' raw text, its tail
     size_t last_len;          // bytes of the last token in raw
     bool failed;              // memory ran out
 };
@@ -210,20 +210,30 @@ bool tl_srv_anth_token(struct tl_srv_req *q, struct tl_srv_choice *c, const stru
 {
     struct tl_srv_anth *a = c->anth;
     struct tl_server *s = q->srv;
-    char buf[256];
-    size_t n = s->be->token_text(s->model, ev->token, buf, sizeof(buf));
-    if (n < sizeof(buf)) {
-        tl_sb_add(&a->raw, buf, n);
-    } else { // a long token: its text whole
-        char *big = tl_malloc(n + 1);
-        if (big) s->be->token_text(s->model, ev->token, big, n + 1);
-        if (big) tl_sb_add(&a->raw, big, n);
-        free(big);
-        if (!big) a->failed = true;
+    if (q->params.n_stop) { // the raw text that stop-sequence detection reads
+        char buf[256];
+        size_t n = s->be->token_text(s->model, ev->token, buf, sizeof(buf));
+        if (n < sizeof(buf)) {
+            tl_sb_add(&a->raw, buf, n);
+        } else { // a long token: its text whole
+            char *big = tl_malloc(n + 1);
+            if (big) s->be->token_text(s->model, ev->token, big, n + 1);
+            if (big) tl_sb_add(&a->raw, big, n);
+            free(big);
+            if (!big) a->failed = true;
+        }
+        a->last_len = n;
+        // A match ends within the last token: the bytes before it that matter are fewer than
+        // the longest stop sequence, so the buffer keeps a bounded tail.
+        size_t keep = n + TL_OAI_MAX_STOP_LEN;
+        if (tl_sb_ok(&a->raw) && a->raw.len > 2 * keep) {
+            memmove(a->raw.buf, a->raw.buf + a->raw.len - keep, keep);
+            a->raw.len = keep;
+            a->raw.buf[keep] = '\0';
+        }
+        if (!tl_sb_ok(&a->raw)) a->failed = true;
+        if (a->failed) return false;
     }
-    a->last_len = n;
-    if (!tl_sb_ok(&a->raw)) a->failed = true;
-    if (a->failed) return false;
     if (!q->params.stream || !ev->text_len) return true;
     return stream_text(c, ev->text, ev->text_len, false, out);
 }

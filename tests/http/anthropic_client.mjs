@@ -127,6 +127,17 @@ await test('anthropic: stop_sequences end the reply with stop_reason stop_sequen
   eq(canon(s), canon(r), 'streamed');
 });
 
+await test('anthropic: a stop sequence found 2000 bytes into a long reply', async () => {
+  const msgs = [{ role: 'user', content: USER }];
+  const full = (await client.messages.create({ model, max_tokens: 1900, temperature: 0, messages: msgs })).content[0].text;
+  const words = [...new Set(full.match(/[A-Za-z]{4,}/g))].filter((w) => full.indexOf(w) > 2000);
+  check(words.length, `a word first seen after byte 2000 in ${full.length} bytes`);
+  const stop = words[0];
+  const r = await client.messages.create({ model, max_tokens: 1900, temperature: 0, messages: msgs, stop_sequences: [stop] });
+  eq([r.stop_reason, r.stop_sequence], ['stop_sequence', stop], 'stop');
+  eq(r.content[0].text, full.slice(0, full.indexOf(stop)), 'text before the stop');
+});
+
 await test('anthropic: output_config.format json_schema constrains the reply to the schema', async () => {
   const schema = {
     type: 'object', properties: { name: { type: 'string' }, age: { type: 'integer' } },
