@@ -309,44 +309,98 @@ static bool push(json_t *arr, json_t *v)
     return v && !json_array_append_new(arr, v);
 }
 
-// The content blocks of one choice's text: thinking, text, then tool_use blocks.
+// The blocks of a whole reply, folded from the same deltas a stream is made of (the reply
+// parser runs in its streaming mode for Messages requests), so that the blocks and their order
+// are those a client assembles from the stream.
+struct fold {
+    json_t *blocks;
+    enum tl_anth_block kind; // of the block being gathered in text (TEXT or THINKING), or NONE
+    struct tl_sb text;
+    bool failed;
+};
+
+static void fold_flush(struct fold *f)
+{
+    if ((f->kind == TL_ANTH_TEXT || f->kind == TL_ANTH_THINKING) && !tl_sb_ok(&f->text)) {
+        f->failed = true;
+    } else if (f->kind == TL_ANTH_TEXT || f->kind == TL_ANTH_THINKING) {
+        json_t *t = tl_oai_string(f->text.buf ? f->text.buf : "", f->text.len);
+        json_t *b = f->kind == TL_ANTH_TEXT ? json_pack("{s:s, s:o}", "type", "text", "text", t)
+                                            : json_pack("{s:s, s:o, s:s}", "type", "thinking",
+                                                        "thinking", t, "signature", "");
+        if (!push(f->blocks, b)) f->failed = true;
+    }
+    tl_sb_free(&f->text);
+    f->kind = TL_ANTH_NONE;
+}
+
+static void fold_delta(struct fold *f, json_t *delta)
+{
+    json_t *text = json_object_get(delta, "content");
+    json_t *think = json_object_get(delta, "reasoning_content");
+    json_t *call = json_array_get(json_object_get(delta, "tool_calls"), 0);
+    json_t *piece = json_string_length(text) ? text : json_string_length(think) ? think : NULL;
+    if (piece) {
+        enum tl_anth_block k = piece == text ? TL_ANTH_TEXT : TL_ANTH_THINKING;
+        if (f->kind != k) fold_flush(f);
+        f->kind = k;
+        tl_sb_add(&f->text, json_string_value(piece), json_string_length(piece));
+        return;
+    }
+    if (!call) return;
+    json_t *fn = json_object_get(call, "function");
+    json_t *id = json_object_get(call, "id");
+    json_t *args = json_object_get(fn, "arguments");
+    if (json_is_string(id)) { // a call's first delta: its block
+        fold_flush(f);
+        char *tid = tl_anth_tool_id(json_string_value(id));
+        json_t *b = tid ? json_pack("{s:s, s:s, s:O, s:{}}", "type", "tool_use", "id", tid, "name",
+                                    json_object_get(fn, "name"), "input")
+                        : NULL;
+        free(tid);
+        if (!push(f->blocks, b)) f->failed = true;
+    }
+    if (json_string_length(args)) { // then its arguments, whole, into the call's block
+        json_t *b = json_array_get(f->blocks, json_array_size(f->blocks) - 1);
+        // (tl_oai_load_body: jansson's parser does not survive a failed allocation, so it runs
+        // outside fault injection, as the request parser does.)
+        struct tl_oai_error perr;
+        json_t *input = tl_oai_load_body(json_string_value(args), json_string_length(args), &perr);
+        if (!input || !tl__anth_str_is(json_object_get(b, "type"), "tool_use")) {
+            json_decref(input);
+            f->failed = true;
+        } else if (json_object_set_new(b, "input", input)) { // (input freed on failure)
+            f->failed = true;
+        }
+    }
+}
+
 static json_t *content_blocks(struct tl_srv_choice *c)
 {
-    json_t *blocks = json_array();
-    if (!blocks) return NULL;
+    struct fold f = {json_array(), TL_ANTH_NONE, {0}, false};
     const char *text = c->text.buf ? c->text.buf : "";
+    if (!f.blocks) return NULL;
     if (!c->reply) {
-        if (c->text.len && !push(blocks, json_pack("{s:s, s:o}", "type", "text", "text",
-                                                   tl_oai_string(text, c->text.len))))
-            goto fail;
-        return blocks;
+        if (c->text.len && !push(f.blocks, json_pack("{s:s, s:o}", "type", "text", "text",
+                                                     tl_oai_string(text, c->text.len))))
+            f.failed = true;
+    } else {
+        struct tl_srv_chat_reply *r = c->reply;
+        json_t *deltas = NULL;
+        if (tl_srv_chat_reply_feed(r, text, c->text.len) && tl_srv_chat_reply_finish(r))
+            deltas = tl_srv_chat_reply_take_deltas(r);
+        f.failed = !deltas || r->failed;
+        for (size_t i = 0; !f.failed && i < json_array_size(deltas); i++)
+            fold_delta(&f, json_array_get(deltas, i));
+        fold_flush(&f);
+        json_decref(deltas);
     }
-    struct tl_srv_chat_reply *r = c->reply;
-    if (!tl_srv_chat_reply_feed(r, text, c->text.len) || !tl_srv_chat_reply_finish(r)) goto fail;
-    if (r->reasoning.len &&
-        !push(blocks,
-              json_pack("{s:s, s:o, s:s}", "type", "thinking", "thinking",
-                        tl_oai_string(r->reasoning.buf, r->reasoning.len), "signature", "")))
-        goto fail;
-    if (r->content.len && !push(blocks, json_pack("{s:s, s:o}", "type", "text", "text",
-                                                  tl_oai_string(r->content.buf, r->content.len))))
-        goto fail;
-    for (size_t i = 0; i < json_array_size(r->tool_calls); i++) {
-        json_t *call = json_array_get(r->tool_calls, i);
-        json_t *fn = json_object_get(call, "function");
-        json_t *args = json_object_get(fn, "arguments");
-        json_t *input = json_loadb(json_string_value(args), json_string_length(args), 0, NULL);
-        char *tid = tl_anth_tool_id(json_string_value(json_object_get(call, "id")));
-        json_t *b = input && tid ? json_pack("{s:s, s:s, s:O, s:o}", "type", "tool_use", "id", tid,
-                                             "name", json_object_get(fn, "name"), "input", input)
-                                 : (json_decref(input), NULL);
-        free(tid);
-        if (!push(blocks, b)) goto fail;
+    if (f.failed) {
+        tl_sb_free(&f.text);
+        json_decref(f.blocks);
+        return NULL;
     }
-    return blocks;
-fail:
-    json_decref(blocks);
-    return NULL;
+    return f.blocks;
 }
 
 json_t *tl_srv_anth_message(struct tl_srv_req *q, int64_t n_prompt, int64_t n_generated)

@@ -169,7 +169,9 @@ bool tl_srv_chat_replies_setup(struct tl_server *s, struct tl_srv_req *q)
         cfg.id_seed = tl_splitmix64(&s->rng);
         c->reply = malloc(sizeof(*c->reply));
         if (!c->reply) return false;
-        if (!tl_srv_chat_reply_init(c->reply, &cfg, p->stream, !p->parallel_tool_calls)) {
+        // A Messages reply is folded from the stream's deltas even when whole (its block order).
+        if (!tl_srv_chat_reply_init(c->reply, &cfg, p->stream || p->anthropic,
+                                    !p->parallel_tool_calls)) {
             free(c->reply);
             c->reply = NULL;
             return false;
