@@ -10,7 +10,9 @@
  * a text_delta, reasoning a thinking_delta, a call a tool_use block whose input arrives whole in
  * one input_json_delta (the parser reports a call only once it is complete and valid). The
  * stream is message_start, ping, the blocks, message_delta (stop_reason, stop_sequence, usage),
- * message_stop; every event is "event: NAME" plus its JSON, as the SDKs read it.
+ * message_stop; every event is "event: NAME" plus its JSON, as the SDKs read it. A whole reply
+ * is folded from the same deltas (the parser runs in its streaming mode for Messages requests),
+ * so it holds the blocks, in the order, that a client assembles from the stream.
  *
  * stop_reason: "max_tokens" for the length limit, "tool_use" when the reply made calls,
  * "stop_sequence" when one of the request's stop_sequences ended it (found as the stop string
