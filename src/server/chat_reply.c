@@ -55,13 +55,17 @@ static void on_event(void *user, const struct tl_toolcall_event *ev)
     }
     bool reasoning = ev->kind == TL_TOOLCALL_REASONING;
     if (!r->streaming) {
-        tl_sb_add(reasoning ? &r->reasoning : &r->content, ev->text, ev->len);
+        struct tl_sb *sb = reasoning ? &r->reasoning : &r->content;
+        tl_sb_add(sb, ev->text, ev->len);
+        if (!tl_sb_ok(sb)) r->failed = true; // else a reply would go out with its text missing
         return;
     }
     json_t *d = json_object();
-    if (d)
-        json_object_set_new(d, reasoning ? "reasoning_content" : "content",
-                            tl_oai_string(ev->text, ev->len));
+    if (d && json_object_set_new(d, reasoning ? "reasoning_content" : "content",
+                                 tl_oai_string(ev->text, ev->len))) {
+        json_decref(d); // not an empty delta: the text would be missing from the stream
+        d = NULL;
+    }
     add_delta(r, d);
 }
 
@@ -165,7 +169,9 @@ bool tl_srv_chat_replies_setup(struct tl_server *s, struct tl_srv_req *q)
         cfg.id_seed = tl_splitmix64(&s->rng);
         c->reply = malloc(sizeof(*c->reply));
         if (!c->reply) return false;
-        if (!tl_srv_chat_reply_init(c->reply, &cfg, p->stream, !p->parallel_tool_calls)) {
+        // A Messages reply is folded from the stream's deltas even when whole (its block order).
+        if (!tl_srv_chat_reply_init(c->reply, &cfg, p->stream || p->anthropic,
+                                    !p->parallel_tool_calls)) {
             free(c->reply);
             c->reply = NULL;
             return false;

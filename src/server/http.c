@@ -515,6 +515,16 @@ size_t tl_http_stream_raw(struct evhttp_request *r, const char *framed, size_t l
     return conn_unsent(evhttp_request_get_connection(r));
 }
 
+bool tl_http_stream_copy(struct evhttp_request *r, const char *framed, size_t len, size_t *unsent)
+{
+    struct evbuffer *b = evbuffer_new();
+    bool ok = b && evbuffer_add(b, framed, len) == 0;
+    if (ok) evhttp_send_reply_chunk(r, b);
+    if (b) evbuffer_free(b);
+    *unsent = conn_unsent(evhttp_request_get_connection(r));
+    return ok;
+}
+
 void tl_http_stream_end(struct tl_http *h, struct evhttp_request *r)
 {
     struct evhttp_connection *conn = evhttp_request_get_connection(r);

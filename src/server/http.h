@@ -106,6 +106,9 @@ bool tl_http_stream_event(struct evhttp_request *r, const char *data, size_t len
 bool tl_http_stream_json(struct evhttp_request *r, json_t *obj, size_t *unsent);
 // Sends bytes already framed as SSE (no allocation of ours); returns the bytes unsent.
 size_t tl_http_stream_raw(struct evhttp_request *r, const char *framed, size_t len);
+// Sends a copy of bytes already framed as SSE (the caller may free them at once); as
+// tl_http_stream_event.
+bool tl_http_stream_copy(struct evhttp_request *r, const char *framed, size_t len, size_t *unsent);
 // Ends a streamed reply (frees r, also an orphaned one).
 void tl_http_stream_end(struct tl_http *h, struct evhttp_request *r);
 

@@ -67,6 +67,7 @@ struct tl_oai_params {
     bool stream;
     bool include_usage;   // stream_options.include_usage
     bool kserve;          // set by kserve.c: reply in the generate extension's shape
+    bool anthropic;       // set by anthropic.c: reply in the Messages API's shape
     bool echo;            // completions: prepend the prompt to the text
     bool logprobs;        // report logprobs (completions: logprobs given; chat:
                           // logprobs true)

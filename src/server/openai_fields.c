@@ -103,7 +103,7 @@ bool tl__oai_parse_logit_bias(json_t *root, const struct tl_oai_limits *lim,
         return BAD(err, "logit_bias", "'logit_bias' may hold at most %d entries, got %zu",
                    TL_MAX_LOGIT_BIAS, n);
     p->logit_bias = tl_calloc_array(n, sizeof(*p->logit_bias));
-    if (!p->logit_bias) return BAD(err, "logit_bias", "out of memory");
+    if (!p->logit_bias) return tl_oai_error_from_status(err, TL_ERR_NOMEM, "out of memory"), false;
     const char *key;
     json_t *b;
     json_object_foreach(v, key, b)
@@ -196,7 +196,7 @@ static bool parse_tool_list(json_t *root, struct tl_oai_params *p, struct tl_oai
     if (n > TL_OAI_MAX_TOOLS)
         return BAD(err, key, "'%s' may hold at most %d entries, got %zu", key, TL_OAI_MAX_TOOLS, n);
     p->tool_names = tl_calloc_array(n, sizeof(*p->tool_names));
-    if (!p->tool_names) return BAD(err, key, "out of memory");
+    if (!p->tool_names) return tl_oai_error_from_status(err, TL_ERR_NOMEM, "out of memory"), false;
     for (size_t i = 0; i < n; i++) {
         json_t *t = json_array_get(list, i);
         char param[64];

@@ -51,7 +51,10 @@ void tl_srv_on_event(void *user, const struct tl_event *ev)
 void tl_srv_send_error(struct tl_server *s, struct evhttp_request *r,
                        const struct tl_oai_error *err, int64_t t0)
 {
-    tl_http_send_json(&s->http, r, err->http_status, tl_oai_error_json(err), t0, 0, 0);
+    // Under /v1/messages errors take Anthropic's shape (anthropic.c).
+    json_t *body = tl_anth_is_path(r) ? tl_anth_error_json(err, tl_http_request_id(r))
+                                      : tl_oai_error_json(err);
+    tl_http_send_json(&s->http, r, err->http_status, body, t0, 0, 0);
 }
 
 // Seeds for requests that did not give one.
@@ -91,6 +94,7 @@ void tl__req_free(struct tl_srv_req *q)
         free(c->done_msg);
         tl_sb_free(&c->text);
         tl_srv_chat_reply_destroy(c->reply);
+        tl_srv_anth_destroy(c->anth);
         tl_oai_logprobs_free(&c->lp);
         free(c->error);
     }
@@ -129,7 +133,7 @@ static bool setup_choices(struct tl_srv_req *q)
         if (q->params.logprobs && (!q->params.stream || tl__req_prompt_logprobs(q)))
             if (!tl_oai_logprobs_init(&c->lp, q->params.kind, 0)) return false;
     }
-    return tl_srv_chat_replies_setup(q->srv, q);
+    return tl_srv_chat_replies_setup(q->srv, q) && (!q->params.anthropic || tl_srv_anth_setup(q));
 }
 
 // Submits every choice. On failure cancels those already submitted and returns the status.
@@ -200,7 +204,10 @@ void tl_srv_req_start(struct tl_server *s, struct evhttp_request *r, int64_t t0,
     q->queue_us = -1;
     // The OpenAI id ends with the request id (X-Request-Id), so a client's complaint quoting
     // either finds the access-log line.
-    snprintf(q->id, sizeof(q->id), "%s-%s", q->params.kind == TL_OAI_CHAT ? "chatcmpl" : "cmpl",
+    snprintf(q->id, sizeof(q->id), "%s%s",
+             q->params.anthropic             ? "msg_"
+             : q->params.kind == TL_OAI_CHAT ? "chatcmpl-"
+                                             : "cmpl-",
              tl_http_request_id(r));
     req_link(s, q);
     if (!tl_srv_prompts_prepare(s, &q->params, &q->prompts, &err)) goto refuse;

@@ -33,6 +33,7 @@ struct tl_srv_choice {
     bool lost;                       // loop: memory ran out building this choice's output
     struct tl_sb text;               // non-streaming: the text so far
     struct tl_srv_chat_reply *reply; // owned: chat reply parser (tools, reasoning), or NULL
+    struct tl_srv_anth *anth;        // owned: Messages API state (anthropic_reply.c), or NULL
     struct tl_oai_logprobs lp;       // logprobs so far (non-streaming), lp.obj NULL when unused
     int64_t lp_offset;               // streaming: text offset for completion logprobs
     enum tl_finish_reason finish;

@@ -35,6 +35,12 @@ static void on_token(struct tl_server *s, struct tl_srv_req *q, struct tl_srv_ch
     c->t_last_token_us = m->t_us;
     if (!q->http || q->client_gone) return;
     const struct tl_event *ev = &m->ev;
+    if (c->anth) { // the Messages API (anthropic_reply.c); non-streaming gathers text below
+        struct tl_sb sb;
+        tl_sb_init(&sb);
+        tl__req_send_framed(q, c, &sb, tl_srv_anth_token(q, c, ev, &sb));
+        if (q->streaming) return;
+    }
     bool chat = q->params.kind == TL_OAI_CHAT;
     if (q->streaming) {
         json_t *lp = NULL;
@@ -134,7 +140,18 @@ static void on_done(struct tl_server *s, struct tl_srv_req *q, struct tl_srv_cho
         q->queue_us = ev->queue_us;
     tl_metrics_observe_done(&s->metrics, ev->queue_us, ev->ttft_us, ev->total_us,
                             ev->n_prompt_tokens, ev->n_generated);
-    if (q->http && !q->client_gone && q->streaming && q->params.kserve) {
+    if (q->http && !q->client_gone && q->streaming && c->anth) {
+        struct tl_sb sb;
+        tl_sb_init(&sb);
+        size_t unsent = 0;
+        // The last events carry the stop reason; without them a client could not tell a cut
+        // stream from a whole one, so their failure sends the error event instead.
+        if (!tl_srv_anth_done(q, c, ev, &sb) || !tl_sb_ok(&sb) || !q->http || q->conn_closed ||
+            !tl_http_stream_copy(q->http, sb.buf, sb.len, &unsent))
+            tl__req_anth_oom(q);
+        tl__req_check_unsent(q, unsent);
+        tl_sb_free(&sb);
+    } else if (q->http && !q->client_gone && q->streaming && q->params.kserve) {
         if (!tl__req_sse_send(q, NULL,
                               tl_kserve_output_json(s->model_name, ev->text, ev->text_len,
                                                     tl_oai_finish_str(c->finish), c->n_prompt,

@@ -14,6 +14,8 @@
 #ifndef TL_SERVER_REQUEST_IMPL_H
 #define TL_SERVER_REQUEST_IMPL_H
 
+#include "core/strbuf.h"
+#include "server/anthropic.h"
 #include "server/request.h"
 
 #include <jansson.h>
@@ -48,6 +50,10 @@ bool tl__req_sse_send(struct tl_srv_req *q, struct tl_srv_choice *c, json_t *obj
 // The pre-framed end of a stream, and the error event when its last chunk could not be built.
 void tl__req_sse_done(struct tl_srv_req *q);
 void tl__req_sse_oom(struct tl_srv_req *q);
+// The Messages API's error event, when its last events could not be built (anthropic_reply.c).
+void tl__req_anth_oom(struct tl_srv_req *q);
+// Sends the framed Messages events in sb (ok false: memory ran out, c is lost); frees sb.
+void tl__req_send_framed(struct tl_srv_req *q, struct tl_srv_choice *c, struct tl_sb *sb, bool ok);
 // Sends each choice object of a parsed chat reply (chat_reply.c) as one chunk; steals list.
 void tl__req_send_choices(struct tl_srv_req *q, struct tl_srv_choice *c, json_t *list);
 // Sends the SSE headers and each choice's opening chunk (chat: the role; echo: the prompt).

@@ -95,7 +95,7 @@ void tl__req_finish(struct tl_srv_req *q)
                                             s->model_name, json_array());
                 tl__req_sse_send(q, NULL, with_usage(o, tl_oai_usage_json(np, nc, ncached)));
             }
-            if (!q->params.kserve) tl__req_sse_done(q);
+            if (!q->params.kserve && !q->params.anthropic) tl__req_sse_done(q);
             struct tl_http_usage u = {q->t_start_us, np, nc, q->queue_us, q->t_first_token_us};
             tl_http_access_log_usage(q->http, 200, &u);
             tl_http_stream_end(&s->http, q->http); // also frees an orphaned request
@@ -103,9 +103,10 @@ void tl__req_finish(struct tl_srv_req *q)
             const struct tl_srv_choice *failed = NULL;
             for (int i = 0; i < q->n_choices; i++)
                 if (q->choices[i].finish == TL_FINISH_ERROR) failed = &q->choices[i];
-            json_t *o = failed             ? NULL
-                        : q->params.kserve ? kserve_reply(q)
-                                           : whole_reply(q, np, nc, ncached);
+            json_t *o = failed                ? NULL
+                        : q->params.kserve    ? kserve_reply(q)
+                        : q->params.anthropic ? tl_srv_anth_message(q, np, nc)
+                                              : whole_reply(q, np, nc, ncached);
             if (o) {
                 struct tl_http_usage u = {q->t_start_us, np, nc, q->queue_us, q->t_first_token_us};
                 tl_http_send_json_usage(&s->http, q->http, 200, o, &u);

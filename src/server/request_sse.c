@@ -44,6 +44,8 @@ static const char sse_done[] = "data: [DONE]\n\n";
 static const char sse_oom[] = "data: {\"error\":{\"message\":\"out of memory while streaming\","
                               "\"type\":\"server_error\",\"param\":null,\"code\":"
                               "\"internal_error\"}}\n\n";
+static const char anth_oom[] = "event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":"
+                               "\"api_error\",\"message\":\"out of memory while streaming\"}}\n\n";
 
 // Memory ran out building choice c's output. A stream with a hole is worth nothing more: the
 // choice is cancelled and ends with finish_reason "error"; a whole reply becomes a 500.
@@ -86,6 +88,25 @@ void tl__req_sse_oom(struct tl_srv_req *q)
     sse_send_raw(q, sse_oom, sizeof(sse_oom) - 1);
 }
 
+void tl__req_anth_oom(struct tl_srv_req *q)
+{
+    sse_send_raw(q, anth_oom, sizeof(anth_oom) - 1);
+}
+
+// Sends the framed Messages events in sb (anthropic_reply.c; ok false: memory ran out, the
+// choice is lost) and frees sb.
+void tl__req_send_framed(struct tl_srv_req *q, struct tl_srv_choice *c, struct tl_sb *sb, bool ok)
+{
+    size_t unsent = 0;
+    if (!ok || !tl_sb_ok(sb)) {
+        tl__req_lose(q, c);
+    } else if (sb->len && q->http && !q->conn_closed) {
+        if (!tl_http_stream_copy(q->http, sb->buf, sb->len, &unsent)) tl__req_lose(q, c);
+        tl__req_check_unsent(q, unsent);
+    }
+    tl_sb_free(sb);
+}
+
 // Sends each choice object of a parsed chat reply (chat_reply.c) as one chunk; steals list.
 void tl__req_send_choices(struct tl_srv_req *q, struct tl_srv_choice *c, json_t *list)
 {
@@ -101,7 +122,12 @@ void tl__req_start_stream(struct tl_server *s, struct tl_srv_req *q)
     q->streaming = true;
     for (int i = 0; i < q->n_choices; i++) {
         struct tl_srv_choice *c = &q->choices[i];
-        if (q->params.kind == TL_OAI_CHAT) {
+        if (c->anth) { // message_start and ping (anthropic_reply.c)
+            struct tl_sb sb;
+            tl_sb_init(&sb);
+            tl_srv_anth_stream_start(q, c, &sb);
+            tl__req_send_framed(q, c, &sb, true);
+        } else if (q->params.kind == TL_OAI_CHAT) {
             tl__req_sse_send(
                 q, c, tl__req_chunk(q, tl_oai_chat_delta(c->index, true, "", 0, NULL, NULL)));
         } else if (q->params.echo && q->prompts.text[c->prompt] && !tl__req_prompt_logprobs(q)) {

@@ -106,12 +106,16 @@ static bool same_secret(const char *a, const char *b)
 bool tl_srv_route_auth(struct tl_server *s, struct evhttp_request *r, int64_t t0)
 {
     if (!s->cfg.api_key || !*s->cfg.api_key) return true;
-    const char *h = evhttp_find_header(evhttp_request_get_input_headers(r), "Authorization");
+    const struct evkeyvalq *in = evhttp_request_get_input_headers(r);
+    const char *h = evhttp_find_header(in, "Authorization");
+    const char *x = evhttp_find_header(in, "x-api-key"); // Anthropic's clients send this one
     if (h && !strncmp(h, "Bearer ", 7) && same_secret(h + 7, s->cfg.api_key)) return true;
+    if (x && same_secret(x, s->cfg.api_key)) return true;
     evhttp_add_header(evhttp_request_get_output_headers(r), "WWW-Authenticate", "Bearer");
     tl_srv_reply_error(s, r, t0, 401, "invalid_request_error", "invalid_api_key", NULL,
-                       h ? "Incorrect API key provided"
-                         : "Missing API key: send 'Authorization: Bearer <key>'");
+                       h || x ? "Incorrect API key provided"
+                              : "Missing API key: send 'Authorization: Bearer <key>' or "
+                                "'x-api-key: <key>'");
     return false;
 }
 

@@ -3,11 +3,12 @@
  *
  * Routes: GET /health, GET /metrics, GET /stats and the dashboard page GET / and GET /dashboard
  * (stats.c, dashboard.c), GET /v1/models, POST /v1/completions, POST /v1/chat/completions,
+ * POST /v1/messages and /v1/messages/count_tokens (Anthropic's Messages API, anthropic.c),
  * POST /tokenize, POST /detokenize; /v2/... goes to kserve.c. Unknown paths get 404 and known
- * paths with the wrong method 405 (with Allow), both as OpenAI error objects; with an API key
- * set, everything but /health, /metrics and the page (which holds no data) needs
- * "Authorization: Bearer <key>" (401). Every route but /health, /metrics, /stats and the page
- * needs the model loaded and the server not draining (503).
+ * paths with the wrong method 405 (with Allow), both as OpenAI error objects (Anthropic's under
+ * /v1/messages); with an API key set, everything but /health, /metrics and the page (which
+ * holds no data) needs "Authorization: Bearer <key>" or "x-api-key: <key>" (401). Every route but
+ * /health, /metrics, /stats and the page needs the model loaded and the server not draining (503).
  *
  * The checks every route passes (route_checks.c) run here before the handler: the API key,
  * readiness, and for a POST the body parsed once with its "model" checked once; the handler
@@ -20,6 +21,7 @@
 #include "core/alloc.h"
 #include "core/clock.h"
 #include "core/error.h"
+#include "server/anthropic.h"
 #include "server/grammar_wait.h"
 #include "server/kserve.h"
 #include "server/request.h"
@@ -264,6 +266,8 @@ static const struct route {
     {"/v1/models/{id}", EVHTTP_REQ_GET, true, true, h_model}, // any /v1/models/<id>
     {"/v1/completions", EVHTTP_REQ_POST, true, true, h_completions},
     {"/v1/chat/completions", EVHTTP_REQ_POST, true, true, h_chat},
+    {"/v1/messages", EVHTTP_REQ_POST, true, true, tl_srv_h_messages},
+    {"/v1/messages/count_tokens", EVHTTP_REQ_POST, true, true, tl_srv_h_count_tokens},
     {"/tokenize", EVHTTP_REQ_POST, true, true, h_tokenize},
     {"/detokenize", EVHTTP_REQ_POST, true, true, h_detokenize},
 };

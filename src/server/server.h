@@ -22,7 +22,7 @@ struct tl_server_config {
     const char *host;               // listen address (default "127.0.0.1")
     int port;                       // 0 = any free port (see tl_server_port)
     const char *api_key;            // when set, /v1/* and /tokenize, /detokenize need
-                                    // "Authorization: Bearer <key>"
+                                    // "Authorization: Bearer <key>" (or "x-api-key: <key>")
     size_t max_body_bytes;          // larger bodies get 413 (default 8 MiB)
     int max_queued_requests;        // engine requests submitted but not started; past it 429
                                     // (default 256)

@@ -7,11 +7,14 @@
 #     the JSON body or on the parsed SSE events; format in cases/README),
 #   - scripted checks: seeds, malformed input, disconnect -> cancel -> KV back to idle, graceful
 #     shutdown on SIGTERM,
-#   - node scripts with the official `openai` npm package (installed from package-lock.json
-#     with `npm ci` when node_modules is missing): client tests, 32 concurrent streams vs the
-#     same requests one at a time, an overload burst against --max-queued-requests, and abusive
-#     clients (slowloris, partial bodies, garbage).
-# Needs curl, jq and node; $TL_BIN (tokenloom binary) and $TL_SHARED (shared data folder).
+#   - node scripts with the official `openai` and `@anthropic-ai/sdk` npm packages (installed
+#     from package-lock.json with `npm ci` when node_modules is missing): client tests, 32
+#     concurrent streams vs the same requests one at a time, an overload burst against
+#     --max-queued-requests, and abusive clients (slowloris, partial bodies, garbage); the
+#     Anthropic Messages API also on stories260K copies carrying Qwen2.5's template (hermes tool
+#     calls) and DeepSeek R1's (reasoning), made with tests/chat/gguf_set_template.py.
+# Needs curl, jq, node and python3; $TL_BIN (tokenloom binary) and $TL_SHARED (shared data
+# folder).
 set -u
 HERE=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)
@@ -228,12 +231,13 @@ fi
 
 # ---- node: the openai package ------------------------------------------------------------------
 
-if [ ! -d "$HERE/node_modules/openai" ]; then
+if [ ! -d "$HERE/node_modules/openai" ] || [ ! -d "$HERE/node_modules/@anthropic-ai/sdk" ]; then
     (cd "$HERE" && npm ci --no-audit --no-fund >"$TMP/npm.log" 2>&1) ||
         (cd "$HERE" && npm install --no-audit --no-fund >>"$TMP/npm.log" 2>&1)
 fi
-if [ -d "$HERE/node_modules/openai" ]; then ok "npm installs the openai package"
-else notok "npm installs the openai package" "$(tail -n 20 "$TMP/npm.log")"; fi
+if [ -d "$HERE/node_modules/openai" ] && [ -d "$HERE/node_modules/@anthropic-ai/sdk" ]; then
+    ok "npm installs the openai and @anthropic-ai/sdk packages"
+else notok "npm installs the openai and @anthropic-ai/sdk packages" "$(tail -n 20 "$TMP/npm.log")"; fi
 
 # Node scripts print "ok NAME" / "not ok NAME" lines (and "# ..." diagnostics); renumber them.
 run_node() {
@@ -253,6 +257,23 @@ run_node() {
 
 run_node openai_client.mjs "$URL_main"
 run_node concurrency.mjs "$URL_main"
+
+# The Anthropic Messages API: on main and auth, and on copies with tool-call and reasoning
+# templates.
+URL_hermes=-; URL_r1=- # "-": the script skips that part (and the start already failed here)
+for pair in hermes:Qwen-Qwen2.5-7B-Instruct r1:llama-cpp-deepseek-r1; do
+    tname=${pair%%:*}
+    if python3 "$ROOT/tests/chat/gguf_set_template.py" "$MODEL" \
+            "$TL_SHARED/templates/${pair#*:}.jinja" "$TMP/$tname.gguf" >"$TMP/mk.log" 2>&1; then
+        saved_model=$MODEL; MODEL=$TMP/$tname.gguf
+        start_server "$tname"
+        MODEL=$saved_model
+    else
+        notok "$tname: model copy with the template" "$(cat "$TMP/mk.log")"
+    fi
+done
+run_node anthropic_client.mjs "$URL_main" "$URL_auth" "$URL_hermes" "$URL_r1"
+
 start_server abuse --http-timeout 2 && run_node abuse.mjs "$URL_abuse" 2
 
 start_server busy --max-queued-requests 4 --max-batch-size 1 && run_node overload.mjs "$URL_busy" 4
@@ -281,7 +302,7 @@ fi
 # ---- every server exits cleanly on SIGTERM, with no sanitizer report in its log ------------------
 
 bad=""
-for name in main auth abuse busy; do
+for name in main auth hermes r1 abuse busy; do
     eval "pid=\${PID_$name:-}"
     [ -n "$pid" ] || continue
     kill -TERM "$pid" 2>/dev/null
