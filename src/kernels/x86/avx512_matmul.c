@@ -38,6 +38,8 @@
  */
 #include "kernels/x86/avx512_impl.h"
 
+#include "kernels/tiles.h"
+
 #include "core/error.h"
 
 #include <string.h>
@@ -232,32 +234,18 @@ typedef void (*fk_fn)(const struct fblock *b, int mode);
     {                                                                                              \
         fk(b, mode, TYPE, R, T);                                                                   \
     }
-#define DEF_FK_R(NAME, TYPE, R)                                                                    \
-    DEF_FK(NAME, TYPE, R, 1)                                                                       \
-    DEF_FK(NAME, TYPE, R, 2)                                                                       \
-    DEF_FK(NAME, TYPE, R, 3)                                                                       \
-    DEF_FK(NAME, TYPE, R, 4)                                                                       \
-    DEF_FK(NAME, TYPE, R, 5)                                                                       \
-    DEF_FK(NAME, TYPE, R, 6) DEF_FK(NAME, TYPE, R, 7) DEF_FK(NAME, TYPE, R, 8)
-#define DEF_FK_R_(NAME, TYPE, R) DEF_FK_R(NAME, TYPE, R)
-#define FK_LIST(NAME, R)                                                                           \
-    {                                                                                              \
-        0, NAME##_##R##x1, NAME##_##R##x2, NAME##_##R##x3, NAME##_##R##x4, NAME##_##R##x5,         \
-            NAME##_##R##x6, NAME##_##R##x7, NAME##_##R##x8                                         \
-    }
-#define FK_LIST_(NAME, R) FK_LIST(NAME, R)
-DEF_FK_R_(fk_f32, TL_DTYPE_F32, TL_AVX512_FR)
-DEF_FK_R(fk_f32, TL_DTYPE_F32, 1)
-DEF_FK_R_(fk_f16, TL_DTYPE_F16, TL_AVX512_FR)
-DEF_FK_R(fk_f16, TL_DTYPE_F16, 1)
-DEF_FK_R_(fk_bf16, TL_DTYPE_BF16, TL_AVX512_FR)
-DEF_FK_R(fk_bf16, TL_DTYPE_BF16, 1)
+TL__TILES_8(DEF_FK, fk_f32, TL_DTYPE_F32, TL_AVX512_FR)
+TL__TILES_8(DEF_FK, fk_f32, TL_DTYPE_F32, 1)
+TL__TILES_8(DEF_FK, fk_f16, TL_DTYPE_F16, TL_AVX512_FR)
+TL__TILES_8(DEF_FK, fk_f16, TL_DTYPE_F16, 1)
+TL__TILES_8(DEF_FK, fk_bf16, TL_DTYPE_BF16, TL_AVX512_FR)
+TL__TILES_8(DEF_FK, fk_bf16, TL_DTYPE_BF16, 1)
 
 // [type][r_full][nt]: r_full 1 = FR rows, 0 = one row.
 static const fk_fn fk_table[3][2][9] = {
-    {FK_LIST(fk_f32, 1), FK_LIST_(fk_f32, TL_AVX512_FR)},
-    {FK_LIST(fk_f16, 1), FK_LIST_(fk_f16, TL_AVX512_FR)},
-    {FK_LIST(fk_bf16, 1), FK_LIST_(fk_bf16, TL_AVX512_FR)},
+    {TL__TILE_LIST_8(fk_f32, 1), TL__TILE_LIST_8(fk_f32, TL_AVX512_FR)},
+    {TL__TILE_LIST_8(fk_f16, 1), TL__TILE_LIST_8(fk_f16, TL_AVX512_FR)},
+    {TL__TILE_LIST_8(fk_bf16, 1), TL__TILE_LIST_8(fk_bf16, TL_AVX512_FR)},
 };
 
 // Converts rows x kn elements of F16/BF16 (row stride `stride` elements) to f32 rows of KC.
@@ -409,23 +397,15 @@ static ALWAYS_INLINE void qtile(const struct tl__mm *m, int64_t r, int64_t t, co
     store_tile(acc, m->y + t * w->n_out + r, w->n_out, R, T);
 }
 
-typedef void (*qk_fn)(const struct tl__mm *m, int64_t r, int64_t t);
-
 #define DEF_QK(NAME, TYPE, R, T)                                                                   \
     static void NAME##_##R##x##T(const struct tl__mm *m, int64_t r, int64_t t)                     \
     {                                                                                              \
         qtile(m, r, t, R, T);                                                                      \
     }
-#define DEF_QK_R(R)                                                                                \
-    DEF_QK(q8, 0, R, 1)                                                                            \
-    DEF_QK(q8, 0, R, 2)                                                                            \
-    DEF_QK(q8, 0, R, 3)                                                                            \
-    DEF_QK(q8, 0, R, 4)                                                                            \
-    DEF_QK(q8, 0, R, 5) DEF_QK(q8, 0, R, 6) DEF_QK(q8, 0, R, 7) DEF_QK(q8, 0, R, 8)
-#define DEF_QK_R_(R) DEF_QK_R(R)
-DEF_QK_R_(TL_AVX512_QR)
-DEF_QK_R(1)
-static const qk_fn qk_table[2][9] = {FK_LIST(q8, 1), FK_LIST_(q8, TL_AVX512_QR)};
+TL__TILES_8(DEF_QK, q8, TL_DTYPE_Q8_0, TL_AVX512_QR)
+TL__TILES_8(DEF_QK, q8, TL_DTYPE_Q8_0, 1)
+static const tl__tile_fn qk_table[2][9] = {TL__TILE_LIST_8(q8, 1),
+                                           TL__TILE_LIST_8(q8, TL_AVX512_QR)};
 
 // Bytes of quantized activations a token chunk may occupy: it stays in L2 while rows stream.
 enum { Q_CHUNK_BYTES = 512 * 1024 };
@@ -434,17 +414,7 @@ static void q8_rows(const struct tl__mm *m, int64_t r0, int64_t r1)
 {
     const int64_t chunk =
         tl__even_chunk(m->n_tok, (int64_t)(Q_CHUNK_BYTES / m->xq_stride) / QT * QT, QT);
-    for (int64_t c0 = 0; c0 < m->n_tok; c0 += chunk) {
-        int64_t c1 = c0 + chunk < m->n_tok ? c0 + chunk : m->n_tok;
-        for (int64_t r = r0; r < r1;) {
-            const int rows = r1 - r >= QR ? QR : 1;
-            for (int64_t t = c0; t < c1; t += QT) {
-                int nt = c1 - t < QT ? (int)(c1 - t) : QT;
-                qk_table[rows == QR][nt](m, r, t);
-            }
-            r += rows;
-        }
-    }
+    tl__tile_walk(m, r0, r1, QR, QT, chunk, qk_table[1], qk_table[0]);
 }
 
 // ---- matmul: packed Q8_0 weights (tl_weight_prepare) ------------------------------------------
@@ -590,23 +560,16 @@ static ALWAYS_INLINE void ptile(const struct tl__mm *m, const struct pblock *pb,
 }
 
 typedef void (*qp_fn)(const struct tl__mm *m, const struct pblock *pb);
-#define DEF_PK(R, T)                                                                               \
-    static void qp_##R##x##T(const struct tl__mm *m, const struct pblock *pb)                      \
+#define DEF_PK(NAME, TYPE, R, T)                                                                   \
+    static void NAME##_##R##x##T(const struct tl__mm *m, const struct pblock *pb)                  \
     {                                                                                              \
         ptile(m, pb, R, T);                                                                        \
     }
-#define DEF_PK_R(R)                                                                                \
-    DEF_PK(R, 1)                                                                                   \
-    DEF_PK(R, 2)                                                                                   \
-    DEF_PK(R, 3)                                                                                   \
-    DEF_PK(R, 4)                                                                                   \
-    DEF_PK(R, 5) DEF_PK(R, 6) DEF_PK(R, 7) DEF_PK(R, 8)
-#define DEF_PK_R_(R) DEF_PK_R(R)
-DEF_PK_R_(TL_AVX512_PR)
+TL__TILES_8(DEF_PK, qp, TL_DTYPE_Q8_0, TL_AVX512_PR)
 #if TL_AVX512_PR != 1
-DEF_PK_R(1)
+TL__TILES_8(DEF_PK, qp, TL_DTYPE_Q8_0, 1)
 #endif
-static const qp_fn qp_table[2][9] = {FK_LIST(qp, 1), FK_LIST_(qp, TL_AVX512_PR)};
+static const qp_fn qp_table[2][9] = {TL__TILE_LIST_8(qp, 1), TL__TILE_LIST_8(qp, TL_AVX512_PR)};
 
 #ifndef TL_AVX512_PKB
 #define TL_AVX512_PKB 16
@@ -751,38 +714,19 @@ static ALWAYS_INLINE void gtile(const struct tl__mm *m, const struct pblock *pb,
     {                                                                                              \
         gtile(m, pb, TYPE, R, T);                                                                  \
     }
-#define DEF_GK_R(NAME, TYPE, R)                                                                    \
-    DEF_GK(NAME, TYPE, R, 1)                                                                       \
-    DEF_GK(NAME, TYPE, R, 2)                                                                       \
-    DEF_GK(NAME, TYPE, R, 3)                                                                       \
-    DEF_GK(NAME, TYPE, R, 4)                                                                       \
-    DEF_GK(NAME, TYPE, R, 5)                                                                       \
-    DEF_GK(NAME, TYPE, R, 6)                                                                       \
-    DEF_GK(NAME, TYPE, R, 7)                                                                       \
-    DEF_GK(NAME, TYPE, R, 8)                                                                       \
-    DEF_GK(NAME, TYPE, R, 9)                                                                       \
-    DEF_GK(NAME, TYPE, R, 10) DEF_GK(NAME, TYPE, R, 11) DEF_GK(NAME, TYPE, R, 12)
-#define DEF_GK_R_(NAME, TYPE, R) DEF_GK_R(NAME, TYPE, R)
-#define GK_LIST(NAME, R)                                                                           \
-    {                                                                                              \
-        0, NAME##_##R##x1, NAME##_##R##x2, NAME##_##R##x3, NAME##_##R##x4, NAME##_##R##x5,         \
-            NAME##_##R##x6, NAME##_##R##x7, NAME##_##R##x8, NAME##_##R##x9, NAME##_##R##x10,       \
-            NAME##_##R##x11, NAME##_##R##x12                                                       \
-    }
-#define GK_LIST_(NAME, R) GK_LIST(NAME, R)
-DEF_GK_R_(gk_f32, TL_DTYPE_F32, TL_AVX512_GR)
-DEF_GK_R_(gk_f16, TL_DTYPE_F16, TL_AVX512_GR)
-DEF_GK_R_(gk_bf16, TL_DTYPE_BF16, TL_AVX512_GR)
+TL__TILES_12(DEF_GK, gk_f32, TL_DTYPE_F32, TL_AVX512_GR)
+TL__TILES_12(DEF_GK, gk_f16, TL_DTYPE_F16, TL_AVX512_GR)
+TL__TILES_12(DEF_GK, gk_bf16, TL_DTYPE_BF16, TL_AVX512_GR)
 #if TL_AVX512_GR != 1
-DEF_GK_R(gk_f32, TL_DTYPE_F32, 1)
-DEF_GK_R(gk_f16, TL_DTYPE_F16, 1)
-DEF_GK_R(gk_bf16, TL_DTYPE_BF16, 1)
+TL__TILES_12(DEF_GK, gk_f32, TL_DTYPE_F32, 1)
+TL__TILES_12(DEF_GK, gk_f16, TL_DTYPE_F16, 1)
+TL__TILES_12(DEF_GK, gk_bf16, TL_DTYPE_BF16, 1)
 #endif
 // [type][r_full][nt]: r_full 1 = GR groups, 0 = one group.
 static const qp_fn gk_table[3][2][13] = {
-    {GK_LIST(gk_f32, 1), GK_LIST_(gk_f32, TL_AVX512_GR)},
-    {GK_LIST(gk_f16, 1), GK_LIST_(gk_f16, TL_AVX512_GR)},
-    {GK_LIST(gk_bf16, 1), GK_LIST_(gk_bf16, TL_AVX512_GR)},
+    {TL__TILE_LIST_12(gk_f32, 1), TL__TILE_LIST_12(gk_f32, TL_AVX512_GR)},
+    {TL__TILE_LIST_12(gk_f16, 1), TL__TILE_LIST_12(gk_f16, TL_AVX512_GR)},
+    {TL__TILE_LIST_12(gk_bf16, 1), TL__TILE_LIST_12(gk_bf16, TL_AVX512_GR)},
 };
 
 static void gp_rows(const struct tl__mm *m, int64_t r0, int64_t r1)
