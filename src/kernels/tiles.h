@@ -1,5 +1,5 @@
 /*
- * ISA-neutral scaffolding of the tiled matmul kernels (x86/avx2_matmul.c, x86/avx512_matmul.c):
+ * ISA-neutral scaffolding of the tiled matmul kernels (x86/avx2_matmul.c, x86/avx512_matmul*.c):
  * the macro ladders that instantiate one always-inline tile template per shape, the tables of
  * those instances indexed by token count, and the walk of a row range over token chunks and
  * tiles. The tiles themselves (the intrinsics) stay in each ISA file.
