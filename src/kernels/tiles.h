@@ -49,6 +49,20 @@
 #define TL__TILE_LIST_12(NAME, R) {0, TL__TILE_NAMES_12_(NAME, R)}
 // clang-format on
 
+// The three float weight types, in the order of a [type] table index (F32 0, F16 1, BF16 2):
+// the instances NAME_f32_RxT, NAME_f16_RxT, NAME_bf16_RxT for T = 1..N, and the table
+// [type][r_full][nt] with r_full 1 = R rows (or groups), 0 = one.
+// clang-format off
+#define TL__FLOAT_TILES(N, DEF, NAME, R)                                                           \
+    TL__TILES_##N(DEF, NAME##_f32, TL_DTYPE_F32, R)                                                \
+    TL__TILES_##N(DEF, NAME##_f16, TL_DTYPE_F16, R)                                                \
+    TL__TILES_##N(DEF, NAME##_bf16, TL_DTYPE_BF16, R)
+#define TL__FLOAT_TILE_TABLE(N, NAME, R) {                                                         \
+    {TL__TILE_LIST_##N(NAME##_f32, 1), TL__TILE_LIST_##N(NAME##_f32, R)},                          \
+    {TL__TILE_LIST_##N(NAME##_f16, 1), TL__TILE_LIST_##N(NAME##_f16, R)},                          \
+    {TL__TILE_LIST_##N(NAME##_bf16, 1), TL__TILE_LIST_##N(NAME##_bf16, R)}}
+// clang-format on
+
 // ---- the walk over token chunks and tiles -----------------------------------------------------
 
 // A tile: rows (or row units: packed halves, groups) from u, tokens [t, t + its token count).

@@ -210,12 +210,8 @@ static ALWAYS_INLINE void qtile(const struct tl__mm *m, int64_t r, int64_t t, co
         qtile(m, r, t, R, T);                                                                      \
     }
 _Static_assert(FR == 4 && FT == 3 && QR == 2 && QT == 4, "tile tables below assume these");
-TL__TILES_3(DEF_FTILE, f32, TL_DTYPE_F32, 4)
-TL__TILES_3(DEF_FTILE, f32, TL_DTYPE_F32, 1)
-TL__TILES_3(DEF_FTILE, f16, TL_DTYPE_F16, 4)
-TL__TILES_3(DEF_FTILE, f16, TL_DTYPE_F16, 1)
-TL__TILES_3(DEF_FTILE, bf16, TL_DTYPE_BF16, 4)
-TL__TILES_3(DEF_FTILE, bf16, TL_DTYPE_BF16, 1)
+TL__FLOAT_TILES(3, DEF_FTILE, ft, 4)
+TL__FLOAT_TILES(3, DEF_FTILE, ft, 1)
 TL__TILES_4(DEF_QTILE, q8, TL_DTYPE_Q8_0, 2)
 TL__TILES_4(DEF_QTILE, q8, TL_DTYPE_Q8_0, 1)
 
@@ -225,9 +221,12 @@ struct tileset {
     tl__tile_fn one[TMAX + 1];  // 1 row x j tokens (row tail)
 };
 
-static const struct tileset tiles_f32 = {4, 3, TL__TILE_LIST_3(f32, 4), TL__TILE_LIST_3(f32, 1)};
-static const struct tileset tiles_f16 = {4, 3, TL__TILE_LIST_3(f16, 4), TL__TILE_LIST_3(f16, 1)};
-static const struct tileset tiles_bf16 = {4, 3, TL__TILE_LIST_3(bf16, 4), TL__TILE_LIST_3(bf16, 1)};
+static const struct tileset tiles_f32 = {4, 3, TL__TILE_LIST_3(ft_f32, 4),
+                                         TL__TILE_LIST_3(ft_f32, 1)};
+static const struct tileset tiles_f16 = {4, 3, TL__TILE_LIST_3(ft_f16, 4),
+                                         TL__TILE_LIST_3(ft_f16, 1)};
+static const struct tileset tiles_bf16 = {4, 3, TL__TILE_LIST_3(ft_bf16, 4),
+                                          TL__TILE_LIST_3(ft_bf16, 1)};
 static const struct tileset tiles_q8 = {2, 4, TL__TILE_LIST_4(q8, 2), TL__TILE_LIST_4(q8, 1)};
 
 static const struct tileset *tiles_for(enum tl_dtype type)
@@ -455,20 +454,12 @@ static ALWAYS_INLINE void gtile(const struct tl__mm *m, int64_t u, int64_t t, co
     {                                                                                              \
         gtile(m, u, t, TYPE, R, T);                                                                \
     }
-TL__TILES_6(DEF_GTILE, gk_f32, TL_DTYPE_F32, TL_AVX2_GH)
-TL__TILES_6(DEF_GTILE, gk_f16, TL_DTYPE_F16, TL_AVX2_GH)
-TL__TILES_6(DEF_GTILE, gk_bf16, TL_DTYPE_BF16, TL_AVX2_GH)
+TL__FLOAT_TILES(6, DEF_GTILE, gk, TL_AVX2_GH)
 #if TL_AVX2_GH != 1
-TL__TILES_6(DEF_GTILE, gk_f32, TL_DTYPE_F32, 1)
-TL__TILES_6(DEF_GTILE, gk_f16, TL_DTYPE_F16, 1)
-TL__TILES_6(DEF_GTILE, gk_bf16, TL_DTYPE_BF16, 1)
+TL__FLOAT_TILES(6, DEF_GTILE, gk, 1)
 #endif
 // [type][r_full][nt]: r_full 1 = GH halves, 0 = one half.
-static const tl__tile_fn gk_table[3][2][7] = {
-    {TL__TILE_LIST_6(gk_f32, 1), TL__TILE_LIST_6(gk_f32, TL_AVX2_GH)},
-    {TL__TILE_LIST_6(gk_f16, 1), TL__TILE_LIST_6(gk_f16, TL_AVX2_GH)},
-    {TL__TILE_LIST_6(gk_bf16, 1), TL__TILE_LIST_6(gk_bf16, TL_AVX2_GH)},
-};
+static const tl__tile_fn gk_table[3][2][7] = TL__FLOAT_TILE_TABLE(6, gk, TL_AVX2_GH);
 
 static void gp_rows(const struct tl__mm *m, int64_t r0, int64_t r1)
 {

@@ -220,19 +220,11 @@ typedef void (*fk_fn)(const struct fblock *b, int mode);
     {                                                                                              \
         fk(b, mode, TYPE, R, T);                                                                   \
     }
-TL__TILES_8(DEF_FK, fk_f32, TL_DTYPE_F32, TL_AVX512_FR)
-TL__TILES_8(DEF_FK, fk_f32, TL_DTYPE_F32, 1)
-TL__TILES_8(DEF_FK, fk_f16, TL_DTYPE_F16, TL_AVX512_FR)
-TL__TILES_8(DEF_FK, fk_f16, TL_DTYPE_F16, 1)
-TL__TILES_8(DEF_FK, fk_bf16, TL_DTYPE_BF16, TL_AVX512_FR)
-TL__TILES_8(DEF_FK, fk_bf16, TL_DTYPE_BF16, 1)
+TL__FLOAT_TILES(8, DEF_FK, fk, TL_AVX512_FR)
+TL__FLOAT_TILES(8, DEF_FK, fk, 1)
 
 // [type][r_full][nt]: r_full 1 = FR rows, 0 = one row.
-static const fk_fn fk_table[3][2][9] = {
-    {TL__TILE_LIST_8(fk_f32, 1), TL__TILE_LIST_8(fk_f32, TL_AVX512_FR)},
-    {TL__TILE_LIST_8(fk_f16, 1), TL__TILE_LIST_8(fk_f16, TL_AVX512_FR)},
-    {TL__TILE_LIST_8(fk_bf16, 1), TL__TILE_LIST_8(fk_bf16, TL_AVX512_FR)},
-};
+static const fk_fn fk_table[3][2][9] = TL__FLOAT_TILE_TABLE(8, fk, TL_AVX512_FR);
 
 // Converts rows x kn elements of F16/BF16 (row stride `stride` elements) to f32 rows of KC.
 static void convert_block(int type, const uint16_t *src, size_t stride, int rows, int64_t kn,

@@ -326,20 +326,12 @@ static ALWAYS_INLINE void gtile(const struct tl__mm *m, const struct pblock *pb,
     {                                                                                              \
         gtile(m, pb, TYPE, R, T);                                                                  \
     }
-TL__TILES_12(DEF_GK, gk_f32, TL_DTYPE_F32, TL_AVX512_GR)
-TL__TILES_12(DEF_GK, gk_f16, TL_DTYPE_F16, TL_AVX512_GR)
-TL__TILES_12(DEF_GK, gk_bf16, TL_DTYPE_BF16, TL_AVX512_GR)
+TL__FLOAT_TILES(12, DEF_GK, gk, TL_AVX512_GR)
 #if TL_AVX512_GR != 1
-TL__TILES_12(DEF_GK, gk_f32, TL_DTYPE_F32, 1)
-TL__TILES_12(DEF_GK, gk_f16, TL_DTYPE_F16, 1)
-TL__TILES_12(DEF_GK, gk_bf16, TL_DTYPE_BF16, 1)
+TL__FLOAT_TILES(12, DEF_GK, gk, 1)
 #endif
 // [type][r_full][nt]: r_full 1 = GR groups, 0 = one group.
-static const qp_fn gk_table[3][2][13] = {
-    {TL__TILE_LIST_12(gk_f32, 1), TL__TILE_LIST_12(gk_f32, TL_AVX512_GR)},
-    {TL__TILE_LIST_12(gk_f16, 1), TL__TILE_LIST_12(gk_f16, TL_AVX512_GR)},
-    {TL__TILE_LIST_12(gk_bf16, 1), TL__TILE_LIST_12(gk_bf16, TL_AVX512_GR)},
-};
+static const qp_fn gk_table[3][2][13] = TL__FLOAT_TILE_TABLE(12, gk, TL_AVX512_GR);
 
 void tl__avx512_gp_rows(const struct tl__mm *m, int64_t r0, int64_t r1)
 {
