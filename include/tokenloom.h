@@ -6,6 +6,14 @@
  * advanced by calling tl_engine_step from one thread (the "engine thread"), which also invokes
  * each request's event callback. Every function that can fail returns a tl_status (0 = OK,
  * negative = error); tl_last_error() then holds a one-line description for the calling thread.
+ *
+ * ABI of the structs below (docs/ARCHITECTURE.md): they grow only at the end. A field is never
+ * removed, moved, resized or retyped; a new one is appended, and its zero value means "default"
+ * or "off". tl_sampling (embedded in tl_request), tl_token_logprob and tl_logit_bias (array
+ * elements) are frozen. A caller built against an older header stays correct with a newer
+ * library if it zeroes TL_ABI_SLACK bytes after each struct it allocates and fills the structs
+ * with the library's tl_*_default (the Python binding does); tests/python/test_layout.py checks
+ * every header against the layouts of the releases before it.
  */
 #ifndef TOKENLOOM_H
 #define TOKENLOOM_H
@@ -23,6 +31,10 @@
 #define TL_VERSION_STRING                                                                          \
     TL_VERSION_STR(TL_VERSION_MAJOR)                                                               \
     "." TL_VERSION_STR(TL_VERSION_MINOR) "." TL_VERSION_STR(TL_VERSION_PATCH)
+
+// Bytes a release may add to a caller-allocated struct since the oldest release it supports
+// (see the ABI note above).
+#define TL_ABI_SLACK 256
 
 #ifdef __cplusplus
 extern "C" {

@@ -12,7 +12,7 @@ import ctypes
 import ctypes.util
 import os
 
-_RESERVED = 256  # bytes of slack after structures the library writes into
+_RESERVED = 256  # TL_ABI_SLACK: zeroed bytes after each struct, for a newer library's fields
 
 
 def _candidates():
@@ -50,7 +50,7 @@ c_int32_p = ctypes.POINTER(ctypes.c_int32)
 
 
 class ModelParams(ctypes.Structure):
-    _fields_ = [("tokenizer_path", ctypes.c_char_p)]
+    _fields_ = [("tokenizer_path", ctypes.c_char_p), ("_reserved", ctypes.c_char * _RESERVED)]
 
 
 class ModelInfo(ctypes.Structure):

@@ -24,7 +24,7 @@
 
 #define MAX_EVAL_NESTING 2000
 
-_Noreturn void jfail(struct jctx *c, const char *fmt, ...)
+_Noreturn void tl__jfail(struct jctx *c, const char *fmt, ...)
 {
     if (c->err && c->err_size) {
         va_list ap;
@@ -39,14 +39,14 @@ _Noreturn void jfail(struct jctx *c, const char *fmt, ...)
     longjmp(c->fail, 1);
 }
 
-struct jv jlookup(struct jctx *c, const char *name)
+struct jv tl__jlookup(struct jctx *c, const char *name)
 {
     for (struct jframe *f = c->frame; f; f = f->parent)
         for (int i = f->n - 1; i >= 0; i--)
             if (!strcmp(f->names[i], name)) return f->vals[i];
-    struct jv g = jglobal(name);
+    struct jv g = tl__jglobal(name);
     if (g.kind != JV_UNDEF) return g;
-    return jv_undef(name);
+    return tl__jv_undef(name);
 }
 
 // ---- attribute and item access
@@ -55,52 +55,52 @@ static struct jv undefined_attr(struct jctx *c, struct jv obj, const char *name)
 {
     (void)c;
     (void)obj;
-    return jv_undef(name);
+    return tl__jv_undef(name);
 }
 
 _Noreturn static void fail_undefined(struct jctx *c, struct jv u, const char *what)
 {
-    if (u.undef_name) jfail(c, "'%s' is undefined (%s)", u.undef_name, what);
-    jfail(c, "undefined value (%s)", what);
+    if (u.undef_name) tl__jfail(c, "'%s' is undefined (%s)", u.undef_name, what);
+    tl__jfail(c, "undefined value (%s)", what);
 }
 
-struct jv jgetattr(struct jctx *c, struct jv obj, const char *name)
+struct jv tl__jgetattr(struct jctx *c, struct jv obj, const char *name)
 {
     if (obj.kind == JV_UNDEF) fail_undefined(c, obj, "attribute access");
     if (!strncmp(name, "__", 2)) return undefined_attr(c, obj, name); // the sandbox's rule
     if (obj.kind == JV_MAP || obj.kind == JV_NS) {
-        struct jv m = obj.kind == JV_MAP ? jmethod_bind(c, obj, name) : jv_undef(NULL);
+        struct jv m = obj.kind == JV_MAP ? tl__jmethod_bind(c, obj, name) : tl__jv_undef(NULL);
         if (m.kind != JV_UNDEF) return m;
         struct jv v;
-        if (jv_map_get(obj, name, strlen(name), &v)) return v;
+        if (tl__jv_map_get(obj, name, strlen(name), &v)) return v;
         return undefined_attr(c, obj, name);
     }
-    struct jv m = jmethod_bind(c, obj, name);
+    struct jv m = tl__jmethod_bind(c, obj, name);
     if (m.kind != JV_UNDEF) return m;
     return undefined_attr(c, obj, name);
 }
 
-struct jv jgetitem(struct jctx *c, struct jv obj, struct jv key)
+struct jv tl__jgetitem(struct jctx *c, struct jv obj, struct jv key)
 {
     if (obj.kind == JV_UNDEF) fail_undefined(c, obj, "item access");
     if (obj.kind == JV_MAP || obj.kind == JV_NS) {
         struct jv v;
-        if (jv_map_getv(obj, key, &v)) return v;
+        if (tl__jv_map_getv(obj, key, &v)) return v;
     } else if ((obj.kind == JV_LIST || obj.kind == JV_STR) &&
                (key.kind == JV_INT || key.kind == JV_BOOL)) {
         if (obj.kind == JV_LIST && (obj.flags & (JVF_GENERATOR | JVF_VIEWS)))
-            jfail(c, "'%s' object is not subscriptable", jv_type_name(obj));
+            tl__jfail(c, "'%s' object is not subscriptable", tl__jv_type_name(obj));
         int64_t i = key.kind == JV_INT ? key.i : key.b;
-        int64_t n = obj.kind == JV_LIST ? obj.l->n : jstr_cp_len(obj.s->p, obj.s->len);
+        int64_t n = obj.kind == JV_LIST ? obj.l->n : tl__jstr_cp_len(obj.s->p, obj.s->len);
         if (i < 0) i += n;
-        if (i < 0 || i >= n) return jv_undef(NULL);
+        if (i < 0 || i >= n) return tl__jv_undef(NULL);
         if (obj.kind == JV_LIST) return obj.l->v[i];
-        size_t off = jstr_cp_offset(obj.s->p, obj.s->len, i);
-        size_t end = jstr_cp_offset(obj.s->p, obj.s->len, i + 1);
-        return jv_str(&c->arena, obj.s->p + off, end - off);
+        size_t off = tl__jstr_cp_offset(obj.s->p, obj.s->len, i);
+        size_t end = tl__jstr_cp_offset(obj.s->p, obj.s->len, i + 1);
+        return tl__jv_str(&c->arena, obj.s->p + off, end - off);
     }
-    if (key.kind == JV_STR) return jgetattr(c, obj, key.s->p);
-    return jv_undef(NULL);
+    if (key.kind == JV_STR) return tl__jgetattr(c, obj, key.s->p);
+    return tl__jv_undef(NULL);
 }
 
 // Python's slice.indices for a sequence of length n.
@@ -111,15 +111,15 @@ static void slice_bounds(struct jctx *c, struct jv start, struct jv stop, struct
     if (stepv.kind == JV_INT)
         s = stepv.i;
     else if (stepv.kind != JV_NONE && stepv.kind != JV_UNDEF)
-        jfail(c, "slice indices must be integers");
-    if (s == 0) jfail(c, "slice step cannot be zero");
+        tl__jfail(c, "slice indices must be integers");
+    if (s == 0) tl__jfail(c, "slice step cannot be zero");
     int64_t lo = s < 0 ? -1 : 0, hi = s < 0 ? n - 1 : n;
     struct jv in[2] = {start, stop};
     int64_t out[2] = {s < 0 ? hi : lo, s < 0 ? lo : hi};
     for (int k = 0; k < 2; k++) {
         if (in[k].kind == JV_NONE || in[k].kind == JV_UNDEF) continue;
         if (in[k].kind != JV_INT && in[k].kind != JV_BOOL)
-            jfail(c, "slice indices must be integers");
+            tl__jfail(c, "slice indices must be integers");
         int64_t v = in[k].kind == JV_INT ? in[k].i : in[k].b;
         if (v < 0) {
             v += n;
@@ -140,29 +140,29 @@ static struct jv do_slice(struct jctx *c, struct jv obj, struct jv start, struct
     if (obj.kind == JV_UNDEF) fail_undefined(c, obj, "slicing");
     if ((obj.kind != JV_LIST && obj.kind != JV_STR) ||
         (obj.kind == JV_LIST && (obj.flags & (JVF_GENERATOR | JVF_VIEWS))))
-        jfail(c, "'%s' object is not subscriptable", jv_type_name(obj));
-    int64_t n = obj.kind == JV_LIST ? obj.l->n : jstr_cp_len(obj.s->p, obj.s->len);
+        tl__jfail(c, "'%s' object is not subscriptable", tl__jv_type_name(obj));
+    int64_t n = obj.kind == JV_LIST ? obj.l->n : tl__jstr_cp_len(obj.s->p, obj.s->len);
     int64_t b, e, s;
     slice_bounds(c, start, stop, stepv, n, &b, &e, &s);
     if (obj.kind == JV_LIST) {
-        struct jv out = jv_list(&c->arena, 4);
+        struct jv out = tl__jv_list(&c->arena, 4);
         out.l->is_tuple = obj.l->is_tuple;
         for (int64_t i = b; s > 0 ? i < e : i > e; i += s)
-            jv_list_push(&c->arena, out, obj.l->v[i]);
+            tl__jv_list_push(&c->arena, out, obj.l->v[i]);
         return out;
     }
     struct jbuf buf = {.arena = &c->arena};
     const char *p = obj.s->p;
     size_t len = obj.s->len;
     if (s == 1 && b < e) {
-        size_t ob = jstr_cp_offset(p, len, b), oe = jstr_cp_offset(p, len, e);
-        return jv_str(&c->arena, p + ob, oe - ob);
+        size_t ob = tl__jstr_cp_offset(p, len, b), oe = tl__jstr_cp_offset(p, len, e);
+        return tl__jv_str(&c->arena, p + ob, oe - ob);
     }
     for (int64_t i = b; s > 0 ? i < e : i > e; i += s) {
-        size_t ob = jstr_cp_offset(p, len, i), oe = jstr_cp_offset(p, len, i + 1);
-        jbuf_add(&buf, p + ob, oe - ob);
+        size_t ob = tl__jstr_cp_offset(p, len, i), oe = tl__jstr_cp_offset(p, len, i + 1);
+        tl__jbuf_add(&buf, p + ob, oe - ob);
     }
-    return jbuf_value(&buf);
+    return tl__jbuf_value(&buf);
 }
 
 // ---- operators
@@ -174,20 +174,21 @@ static bool contains(struct jctx *c, struct jv hay, struct jv needle)
         return false;
     case JV_STR:
         if (needle.kind != JV_STR)
-            jfail(c, "'in <string>' requires string as left operand, not %s", jv_type_name(needle));
+            tl__jfail(c, "'in <string>' requires string as left operand, not %s",
+                      tl__jv_type_name(needle));
         return needle.s->len == 0 ||
                memmem(hay.s->p, hay.s->len, needle.s->p, needle.s->len) != NULL;
     case JV_LIST:
         for (int64_t i = 0; i < hay.l->n; i++)
-            if (jv_equal(hay.l->v[i], needle)) return true;
+            if (tl__jv_equal(hay.l->v[i], needle)) return true;
         return false;
     case JV_MAP:
     case JV_NS: {
         struct jv v;
-        return jv_map_getv(hay, needle, &v);
+        return tl__jv_map_getv(hay, needle, &v);
     }
     default:
-        jfail(c, "argument of type '%s' is not iterable", jv_type_name(hay));
+        tl__jfail(c, "argument of type '%s' is not iterable", tl__jv_type_name(hay));
     }
 }
 
@@ -196,17 +197,17 @@ static struct jv repeat(struct jctx *c, struct jv seq, int64_t times)
     if (times < 0) times = 0;
     if (seq.kind == JV_STR) {
         if (seq.s->len && (size_t)times > c->lim.max_output_bytes / seq.s->len)
-            jfail(c, "string repetition too large");
+            tl__jfail(c, "string repetition too large");
         struct jbuf b = {.arena = &c->arena};
         for (int64_t i = 0; i < times; i++)
-            jbuf_add(&b, seq.s->p, seq.s->len);
-        return jbuf_value(&b);
+            tl__jbuf_add(&b, seq.s->p, seq.s->len);
+        return tl__jbuf_value(&b);
     }
-    if (seq.l->n && times > c->lim.max_steps / seq.l->n) jfail(c, "list repetition too large");
-    struct jv out = jv_list(&c->arena, seq.l->n * times);
+    if (seq.l->n && times > c->lim.max_steps / seq.l->n) tl__jfail(c, "list repetition too large");
+    struct jv out = tl__jv_list(&c->arena, seq.l->n * times);
     for (int64_t i = 0; i < times; i++)
         for (int64_t k = 0; k < seq.l->n; k++)
-            jv_list_push(&c->arena, out, seq.l->v[k]);
+            tl__jv_list_push(&c->arena, out, seq.l->v[k]);
     return out;
 }
 
@@ -214,62 +215,62 @@ static _Noreturn void bad_operands(struct jctx *c, const char *op, struct jv a, 
 {
     if (a.kind == JV_UNDEF) fail_undefined(c, a, op);
     if (b.kind == JV_UNDEF) fail_undefined(c, b, op);
-    jfail(c, "unsupported operand type(s) for %s: '%s' and '%s'", op, jv_type_name(a),
-          jv_type_name(b));
+    tl__jfail(c, "unsupported operand type(s) for %s: '%s' and '%s'", op, tl__jv_type_name(a),
+              tl__jv_type_name(b));
 }
 
 static struct jv arith(struct jctx *c, enum jop op, struct jv a, struct jv b)
 {
     static const char *const sym[] = {"", "+", "-", "*", "/", "//", "%", "**"};
-    bool nums = jv_is_num(a) && jv_is_num(b);
+    bool nums = tl__jv_is_num(a) && tl__jv_is_num(b);
     bool ints = nums && a.kind != JV_FLOAT && b.kind != JV_FLOAT;
     int64_t x = a.kind == JV_INT ? a.i : a.kind == JV_BOOL ? a.b : 0;
     int64_t y = b.kind == JV_INT ? b.i : b.kind == JV_BOOL ? b.b : 0, r;
-    double fx = jv_as_double(a), fy = jv_as_double(b);
+    double fx = tl__jv_as_double(a), fy = tl__jv_as_double(b);
     switch (op) {
     case JOP_ADD:
         if (ints) {
-            if (__builtin_add_overflow(x, y, &r)) jfail(c, "integer overflow");
-            return jv_int(r);
+            if (__builtin_add_overflow(x, y, &r)) tl__jfail(c, "integer overflow");
+            return tl__jv_int(r);
         }
-        if (nums) return jv_float(fx + fy);
+        if (nums) return tl__jv_float(fx + fy);
         if (a.kind == JV_STR && b.kind == JV_STR) {
             // Markup + str escapes the plain side (Markup.__add__ / __radd__).
             bool markup = (a.flags | b.flags) & JVF_MARKUP;
             if (markup) {
-                a = jescape(c, a);
-                b = jescape(c, b);
+                a = tl__jescape(c, a);
+                b = tl__jescape(c, b);
             }
             struct jbuf buf = {.arena = &c->arena};
-            jbuf_add(&buf, a.s->p, a.s->len);
-            jbuf_add(&buf, b.s->p, b.s->len);
-            struct jv joined = jbuf_value(&buf);
+            tl__jbuf_add(&buf, a.s->p, a.s->len);
+            tl__jbuf_add(&buf, b.s->p, b.s->len);
+            struct jv joined = tl__jbuf_value(&buf);
             joined.flags = markup ? JVF_MARKUP : 0;
             return joined;
         }
         if (a.kind == JV_LIST && b.kind == JV_LIST && a.l->is_tuple == b.l->is_tuple) {
-            struct jv out = jv_list(&c->arena, a.l->n + b.l->n);
+            struct jv out = tl__jv_list(&c->arena, a.l->n + b.l->n);
             out.l->is_tuple = a.l->is_tuple;
             for (int64_t i = 0; i < a.l->n; i++)
-                jv_list_push(&c->arena, out, a.l->v[i]);
+                tl__jv_list_push(&c->arena, out, a.l->v[i]);
             for (int64_t i = 0; i < b.l->n; i++)
-                jv_list_push(&c->arena, out, b.l->v[i]);
+                tl__jv_list_push(&c->arena, out, b.l->v[i]);
             return out;
         }
         break;
     case JOP_SUB:
         if (ints) {
-            if (__builtin_sub_overflow(x, y, &r)) jfail(c, "integer overflow");
-            return jv_int(r);
+            if (__builtin_sub_overflow(x, y, &r)) tl__jfail(c, "integer overflow");
+            return tl__jv_int(r);
         }
-        if (nums) return jv_float(fx - fy);
+        if (nums) return tl__jv_float(fx - fy);
         break;
     case JOP_MUL:
         if (ints) {
-            if (__builtin_mul_overflow(x, y, &r)) jfail(c, "integer overflow");
-            return jv_int(r);
+            if (__builtin_mul_overflow(x, y, &r)) tl__jfail(c, "integer overflow");
+            return tl__jv_int(r);
         }
-        if (nums) return jv_float(fx * fy);
+        if (nums) return tl__jv_float(fx * fy);
         if ((a.kind == JV_STR || a.kind == JV_LIST) && (b.kind == JV_INT || b.kind == JV_BOOL))
             return repeat(c, a, y);
         if ((b.kind == JV_STR || b.kind == JV_LIST) && (a.kind == JV_INT || a.kind == JV_BOOL))
@@ -277,38 +278,38 @@ static struct jv arith(struct jctx *c, enum jop op, struct jv a, struct jv b)
         break;
     case JOP_DIV:
         if (nums) {
-            if (fy == 0) jfail(c, "division by zero");
-            return jv_float(fx / fy);
+            if (fy == 0) tl__jfail(c, "division by zero");
+            return tl__jv_float(fx / fy);
         }
         break;
     case JOP_FLOORDIV:
     case JOP_MOD:
-        if (op == JOP_MOD && a.kind == JV_STR) return jstr_percent(c, a, b);
+        if (op == JOP_MOD && a.kind == JV_STR) return tl__jstr_percent(c, a, b);
         if (nums) {
-            if (fy == 0) jfail(c, "%s by zero", op == JOP_MOD ? "modulo" : "division");
+            if (fy == 0) tl__jfail(c, "%s by zero", op == JOP_MOD ? "modulo" : "division");
             if (ints) {
-                if (x == INT64_MIN && y == -1) jfail(c, "integer overflow");
+                if (x == INT64_MIN && y == -1) tl__jfail(c, "integer overflow");
                 int64_t q = x / y, m = x % y;
                 if (m && ((m < 0) != (y < 0))) {
                     q--;
                     m += y;
                 }
-                return jv_int(op == JOP_MOD ? m : q);
+                return tl__jv_int(op == JOP_MOD ? m : q);
             }
             double q = floor(fx / fy), m = fx - q * fy;
-            return jv_float(op == JOP_MOD ? m : q);
+            return tl__jv_float(op == JOP_MOD ? m : q);
         }
         break;
     case JOP_POW:
         if (ints && y >= 0) {
             int64_t acc = 1;
             for (int64_t i = 0; i < y; i++) {
-                if (__builtin_mul_overflow(acc, x, &acc)) jfail(c, "integer overflow");
+                if (__builtin_mul_overflow(acc, x, &acc)) tl__jfail(c, "integer overflow");
                 if (acc == 0 || acc == 1) break;
             }
-            return jv_int(acc);
+            return tl__jv_int(acc);
         }
-        if (nums) return jv_float(pow(fx, fy));
+        if (nums) return tl__jv_float(pow(fx, fy));
         break;
     default:
         break;
@@ -318,41 +319,41 @@ static struct jv arith(struct jctx *c, enum jop op, struct jv a, struct jv b)
 
 static struct jv binop(struct jctx *c, const struct jnode *n)
 {
-    struct jv a = jeval(c, n->a);
-    struct jv b = jeval(c, n->b);
+    struct jv a = tl__jeval(c, n->a);
+    struct jv b = tl__jeval(c, n->b);
     int r;
     switch (n->op) {
     case JOP_CONCAT: {
         struct jbuf buf = {.arena = &c->arena};
-        jv_write_str(&buf, a);
-        jv_write_str(&buf, b);
-        return jbuf_value(&buf);
+        tl__jv_write_str(&buf, a);
+        tl__jv_write_str(&buf, b);
+        return tl__jbuf_value(&buf);
     }
     case JOP_EQ:
-        return jv_bool(jv_equal(a, b));
+        return tl__jv_bool(tl__jv_equal(a, b));
     case JOP_NE:
-        return jv_bool(!jv_equal(a, b));
+        return tl__jv_bool(!tl__jv_equal(a, b));
     case JOP_LT:
     case JOP_LE:
     case JOP_GT:
     case JOP_GE: {
         static const char *const sym[] = {"<", "<=", ">", ">="};
-        if (!jv_compare(a, b, &r)) {
+        if (!tl__jv_compare(a, b, &r)) {
             if (a.kind == JV_UNDEF) fail_undefined(c, a, "comparison");
             if (b.kind == JV_UNDEF) fail_undefined(c, b, "comparison");
-            jfail(c, "'%s' not supported between instances of '%s' and '%s'", sym[n->op - JOP_LT],
-                  jv_type_name(a), jv_type_name(b));
+            tl__jfail(c, "'%s' not supported between instances of '%s' and '%s'",
+                      sym[n->op - JOP_LT], tl__jv_type_name(a), tl__jv_type_name(b));
         }
         bool v = n->op == JOP_LT   ? r < 0
                  : n->op == JOP_LE ? r <= 0
                  : n->op == JOP_GT ? r > 0
                                    : r >= 0;
-        return jv_bool(v);
+        return tl__jv_bool(v);
     }
     case JOP_IN:
-        return jv_bool(contains(c, b, a));
+        return tl__jv_bool(contains(c, b, a));
     case JOP_NOTIN:
-        return jv_bool(!contains(c, b, a));
+        return tl__jv_bool(!contains(c, b, a));
     default:
         return arith(c, (enum jop)n->op, a, b);
     }
@@ -360,73 +361,75 @@ static struct jv binop(struct jctx *c, const struct jnode *n)
 
 // ---- expressions
 
-struct jcall jeval_args(struct jctx *c, const struct jargs *a)
+struct jcall tl__jeval_args(struct jctx *c, const struct jargs *a)
 {
     struct jcall call = {.n_pos = a->n_pos, .n_kw = a->n_kw, .kw = a->kw};
     if (a->n_pos) {
-        struct jv *pos = jarena_alloc(&c->arena, (size_t)a->n_pos * sizeof(*pos));
+        struct jv *pos = tl__jarena_alloc(&c->arena, (size_t)a->n_pos * sizeof(*pos));
         for (int i = 0; i < a->n_pos; i++)
-            pos[i] = jeval(c, a->pos[i]);
+            pos[i] = tl__jeval(c, a->pos[i]);
         call.pos = pos;
     }
     if (a->n_kw) {
-        struct jv *kwv = jarena_alloc(&c->arena, (size_t)a->n_kw * sizeof(*kwv));
+        struct jv *kwv = tl__jarena_alloc(&c->arena, (size_t)a->n_kw * sizeof(*kwv));
         for (int i = 0; i < a->n_kw; i++)
-            kwv[i] = jeval(c, a->kwv[i]);
+            kwv[i] = tl__jeval(c, a->kwv[i]);
         call.kwv = kwv;
     }
     return call;
 }
 
-struct jv jcall_value(struct jctx *c, struct jv fn, int n_pos, const struct jv *pos, int n_kw,
-                      const char *const *kw, const struct jv *kwv)
+struct jv tl__jcall_value(struct jctx *c, struct jv fn, int n_pos, const struct jv *pos, int n_kw,
+                          const char *const *kw, const struct jv *kwv)
 {
     if (fn.kind == JV_UNDEF) fail_undefined(c, fn, "call");
-    if (fn.kind != JV_FUNC) jfail(c, "'%s' object is not callable", jv_type_name(fn));
+    if (fn.kind != JV_FUNC) tl__jfail(c, "'%s' object is not callable", tl__jv_type_name(fn));
     struct jcall call = {.n_pos = n_pos, .pos = pos, .n_kw = n_kw, .kw = kw, .kwv = kwv};
-    jstep(c);
-    if (fn.fn->kind == JF_MACRO || fn.fn->kind == JF_CALLER) return jcall_macro(c, fn.fn, &call);
-    return jcall_builtin(c, fn.fn, &call);
+    tl__jstep(c);
+    if (fn.fn->kind == JF_MACRO || fn.fn->kind == JF_CALLER)
+        return tl__jcall_macro(c, fn.fn, &call);
+    return tl__jcall_builtin(c, fn.fn, &call);
 }
 
 static struct jv eval_seq(struct jctx *c, const struct jnode *n)
 {
-    struct jv out = jv_list(&c->arena, n->n_items);
+    struct jv out = tl__jv_list(&c->arena, n->n_items);
     out.l->is_tuple = n->kind == JN_TUPLE;
     for (int i = 0; i < n->n_items; i++)
-        jv_list_push(&c->arena, out, jeval(c, n->items[i]));
+        tl__jv_list_push(&c->arena, out, tl__jeval(c, n->items[i]));
     return out;
 }
 
 static struct jv eval_dict(struct jctx *c, const struct jnode *n)
 {
-    struct jv out = jv_map(&c->arena, n->n_items);
+    struct jv out = tl__jv_map(&c->arena, n->n_items);
     for (int i = 0; i < n->n_items; i++) {
-        struct jv k = jeval(c, n->items[i]);
-        if (k.kind == JV_LIST && !k.l->is_tuple) jfail(c, "unhashable type: 'list'");
-        if (k.kind == JV_MAP || k.kind == JV_NS) jfail(c, "unhashable type: 'dict'");
-        jv_map_set(&c->arena, out, k, jeval(c, n->args.pos[i]));
+        struct jv k = tl__jeval(c, n->items[i]);
+        if (k.kind == JV_LIST && !k.l->is_tuple) tl__jfail(c, "unhashable type: 'list'");
+        if (k.kind == JV_MAP || k.kind == JV_NS) tl__jfail(c, "unhashable type: 'dict'");
+        tl__jv_map_set(&c->arena, out, k, tl__jeval(c, n->args.pos[i]));
     }
     return out;
 }
 
 static struct jv eval_unary(struct jctx *c, const struct jnode *n)
 {
-    struct jv v = jeval(c, n->a);
-    if (v.kind == JV_FLOAT) return jv_float(n->kind == JN_NEG ? -v.f : v.f);
+    struct jv v = tl__jeval(c, n->a);
+    if (v.kind == JV_FLOAT) return tl__jv_float(n->kind == JN_NEG ? -v.f : v.f);
     if (v.kind == JV_INT || v.kind == JV_BOOL) {
         int64_t i = v.kind == JV_INT ? v.i : v.b;
-        if (n->kind == JN_NEG && i == INT64_MIN) jfail(c, "integer overflow");
-        return jv_int(n->kind == JN_NEG ? -i : i);
+        if (n->kind == JN_NEG && i == INT64_MIN) tl__jfail(c, "integer overflow");
+        return tl__jv_int(n->kind == JN_NEG ? -i : i);
     }
     if (v.kind == JV_UNDEF) fail_undefined(c, v, "unary operator");
-    jfail(c, "bad operand type for unary %s: '%s'", n->kind == JN_NEG ? "-" : "+", jv_type_name(v));
+    tl__jfail(c, "bad operand type for unary %s: '%s'", n->kind == JN_NEG ? "-" : "+",
+              tl__jv_type_name(v));
 }
 
-struct jv jeval(struct jctx *c, const struct jnode *n)
+struct jv tl__jeval(struct jctx *c, const struct jnode *n)
 {
     if (++c->depth > MAX_EVAL_NESTING || c->depth > c->lim.max_depth * 16)
-        jfail(c, "template nesting too deep");
+        tl__jfail(c, "template nesting too deep");
     const struct jnode *saved = c->cur;
     c->cur = n;
     struct jv v;
@@ -435,7 +438,7 @@ struct jv jeval(struct jctx *c, const struct jnode *n)
         v = n->value;
         break;
     case JN_NAME:
-        v = jlookup(c, n->name);
+        v = tl__jlookup(c, n->name);
         break;
     case JN_LIST:
     case JN_TUPLE:
@@ -445,41 +448,41 @@ struct jv jeval(struct jctx *c, const struct jnode *n)
         v = eval_dict(c, n);
         break;
     case JN_GETATTR:
-        v = jgetattr(c, jeval(c, n->a), n->name);
+        v = tl__jgetattr(c, tl__jeval(c, n->a), n->name);
         break;
     case JN_GETITEM: {
-        struct jv obj = jeval(c, n->a);
-        v = jgetitem(c, obj, jeval(c, n->b));
+        struct jv obj = tl__jeval(c, n->a);
+        v = tl__jgetitem(c, obj, tl__jeval(c, n->b));
         break;
     }
     case JN_SLICE: {
-        struct jv obj = jeval(c, n->a);
+        struct jv obj = tl__jeval(c, n->a);
         struct jv parts[3];
         const struct jnode *pn[3] = {n->b, n->c, n->d};
         for (int i = 0; i < 3; i++)
-            parts[i] = pn[i] ? jeval(c, pn[i]) : jv_none();
+            parts[i] = pn[i] ? tl__jeval(c, pn[i]) : tl__jv_none();
         v = do_slice(c, obj, parts[0], parts[1], parts[2]);
         break;
     }
     case JN_CALL: {
-        struct jv fn = jeval(c, n->a);
-        struct jcall a = jeval_args(c, &n->args);
+        struct jv fn = tl__jeval(c, n->a);
+        struct jcall a = tl__jeval_args(c, &n->args);
         c->cur = n;
-        v = jcall_value(c, fn, a.n_pos, a.pos, a.n_kw, a.kw, a.kwv);
+        v = tl__jcall_value(c, fn, a.n_pos, a.pos, a.n_kw, a.kw, a.kwv);
         break;
     }
     case JN_FILTER: {
-        struct jv in = jeval(c, n->a);
-        struct jcall a = jeval_args(c, &n->args);
+        struct jv in = tl__jeval(c, n->a);
+        struct jcall a = tl__jeval_args(c, &n->args);
         c->cur = n;
-        v = jfilter(c, n->name, in, &a);
+        v = tl__jfilter(c, n->name, in, &a);
         break;
     }
     case JN_TEST: {
-        struct jv in = jeval(c, n->a);
-        struct jcall a = jeval_args(c, &n->args);
+        struct jv in = tl__jeval(c, n->a);
+        struct jcall a = tl__jeval_args(c, &n->args);
         c->cur = n;
-        v = jv_bool(jtest(c, n->name, in, &a) != n->flag);
+        v = tl__jv_bool(tl__jtest(c, n->name, in, &a) != n->flag);
         break;
     }
     case JN_NEG:
@@ -487,27 +490,27 @@ struct jv jeval(struct jctx *c, const struct jnode *n)
         v = eval_unary(c, n);
         break;
     case JN_NOT:
-        v = jv_bool(!jv_truthy(jeval(c, n->a)));
+        v = tl__jv_bool(!tl__jv_truthy(tl__jeval(c, n->a)));
         break;
     case JN_BINOP:
         v = binop(c, n);
         break;
     case JN_AND:
-        v = jeval(c, n->a);
-        if (jv_truthy(v)) v = jeval(c, n->b);
+        v = tl__jeval(c, n->a);
+        if (tl__jv_truthy(v)) v = tl__jeval(c, n->b);
         break;
     case JN_OR:
-        v = jeval(c, n->a);
-        if (!jv_truthy(v)) v = jeval(c, n->b);
+        v = tl__jeval(c, n->a);
+        if (!tl__jv_truthy(v)) v = tl__jeval(c, n->b);
         break;
     case JN_COND:
-        if (jv_truthy(jeval(c, n->b)))
-            v = jeval(c, n->a);
+        if (tl__jv_truthy(tl__jeval(c, n->b)))
+            v = tl__jeval(c, n->a);
         else
-            v = n->c ? jeval(c, n->c) : jv_undef(NULL);
+            v = n->c ? tl__jeval(c, n->c) : tl__jv_undef(NULL);
         break;
     default:
-        jfail(c, "internal error: statement node %d in an expression", n->kind);
+        tl__jfail(c, "internal error: statement node %d in an expression", n->kind);
     }
     c->cur = saved;
     c->depth--;

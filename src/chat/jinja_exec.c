@@ -30,13 +30,13 @@ struct tl_jinja_limits tl_jinja_default_limits(void)
     };
 }
 
-void jstep(struct jctx *c)
+void tl__jstep(struct jctx *c)
 {
     if (++c->steps > c->lim.max_steps)
-        jfail(c, "template exceeded %lld steps (loop iterations and calls)",
-              (long long)c->lim.max_steps);
+        tl__jfail(c, "template exceeded %lld steps (loop iterations and calls)",
+                  (long long)c->lim.max_steps);
     if ((c->steps & 1023) == 0 && c->deadline_us && tl_time_us() > c->deadline_us)
-        jfail(c, "template rendering took longer than %lld ms", (long long)c->lim.max_time_ms);
+        tl__jfail(c, "template rendering took longer than %lld ms", (long long)c->lim.max_time_ms);
 }
 
 // ---- output
@@ -46,12 +46,12 @@ static void emit(struct jctx *c, const char *s, size_t n)
     if (!n) return;
     c->out_total += n;
     if (c->out_total > c->lim.max_output_bytes)
-        jfail(c, "template output exceeds %zu bytes", c->lim.max_output_bytes);
+        tl__jfail(c, "template output exceeds %zu bytes", c->lim.max_output_bytes);
     if (c->out_len + n > c->out_cap) {
         size_t cap = c->out_cap ? c->out_cap * 2 : 1024;
         while (cap < c->out_len + n)
             cap *= 2;
-        char *p = jarena_alloc_raw(&c->arena, cap);
+        char *p = tl__jarena_alloc_raw(&c->arena, cap);
         if (c->out_len) memcpy(p, c->out, c->out_len);
         c->out = p;
         c->out_cap = cap;
@@ -67,7 +67,7 @@ static void emit_value(struct jctx *c, struct jv v)
         return;
     }
     struct jbuf b = {.arena = &c->arena};
-    jv_write_str(&b, v);
+    tl__jv_write_str(&b, v);
     emit(c, b.p, b.len);
 }
 
@@ -86,7 +86,7 @@ static struct saved_out capture_begin(struct jctx *c)
 
 static struct jv capture_end(struct jctx *c, struct saved_out s)
 {
-    struct jv v = jv_str(&c->arena, c->out ? c->out : "", c->out_len);
+    struct jv v = tl__jv_str(&c->arena, c->out ? c->out : "", c->out_len);
     c->out = s.out;
     c->out_len = s.len;
     c->out_cap = s.cap;
@@ -97,12 +97,12 @@ static struct jv capture_end(struct jctx *c, struct saved_out s)
 
 static struct jframe *frame_new(struct jctx *c, struct jframe *parent)
 {
-    struct jframe *f = jarena_alloc(&c->arena, sizeof(*f));
+    struct jframe *f = tl__jarena_alloc(&c->arena, sizeof(*f));
     f->parent = parent;
     return f;
 }
 
-void jframe_set(struct jctx *c, struct jframe *f, const char *name, struct jv v)
+void tl__jframe_set(struct jctx *c, struct jframe *f, const char *name, struct jv v)
 {
     for (int i = 0; i < f->n; i++) {
         if (!strcmp(f->names[i], name)) {
@@ -112,8 +112,8 @@ void jframe_set(struct jctx *c, struct jframe *f, const char *name, struct jv v)
     }
     if (f->n == f->cap) {
         int cap = f->cap ? f->cap * 2 : 8;
-        const char **names = jarena_alloc(&c->arena, (size_t)cap * sizeof(*names));
-        struct jv *vals = jarena_alloc(&c->arena, (size_t)cap * sizeof(*vals));
+        const char **names = tl__jarena_alloc(&c->arena, (size_t)cap * sizeof(*names));
+        struct jv *vals = tl__jarena_alloc(&c->arena, (size_t)cap * sizeof(*vals));
         if (f->n) {
             memcpy(names, f->names, (size_t)f->n * sizeof(*names));
             memcpy(vals, f->vals, (size_t)f->n * sizeof(*vals));
@@ -131,15 +131,15 @@ static void bind_targets(struct jctx *c, struct jframe *f, const char *const *na
                          struct jv v)
 {
     if (n == 1) {
-        jframe_set(c, f, names[0], v);
+        tl__jframe_set(c, f, names[0], v);
         return;
     }
-    struct jv items = jiterable_to_list(c, v);
+    struct jv items = tl__jiterable_to_list(c, v);
     if (items.l->n != n)
-        jfail(c, "%s values to unpack (expected %d, got %lld)",
-              items.l->n > n ? "too many" : "not enough", n, (long long)items.l->n);
+        tl__jfail(c, "%s values to unpack (expected %d, got %lld)",
+                  items.l->n > n ? "too many" : "not enough", n, (long long)items.l->n);
     for (int i = 0; i < n; i++)
-        jframe_set(c, f, names[i], items.l->v[i]);
+        tl__jframe_set(c, f, names[i], items.l->v[i]);
 }
 
 // ---- statements
@@ -149,61 +149,61 @@ static void exec_body(struct jctx *c, const struct jnode *body);
 static struct jv apply_chain(struct jctx *c, const struct jnode *f, struct jv input)
 {
     struct jv in = f->a ? apply_chain(c, f->a, input) : input;
-    struct jcall a = jeval_args(c, &f->args);
+    struct jcall a = tl__jeval_args(c, &f->args);
     c->cur = f;
-    return jfilter(c, f->name, in, &a);
+    return tl__jfilter(c, f->name, in, &a);
 }
 
 static void set_loop_var(struct jctx *c, struct jv loop, const char *key, struct jv v)
 {
-    jv_map_set(&c->arena, loop, jv_cstr(&c->arena, key), v);
+    tl__jv_map_set(&c->arena, loop, tl__jv_cstr(&c->arena, key), v);
 }
 
 static void exec_for(struct jctx *c, const struct jnode *n)
 {
-    struct jv items = jiterable_to_list(c, jeval(c, n->a));
+    struct jv items = tl__jiterable_to_list(c, tl__jeval(c, n->a));
     struct jframe *outer = c->frame;
     struct jframe *f = frame_new(c, outer);
     c->frame = f;
     if (n->d) { // loop filter: the loop sees only the items that pass
-        struct jv kept = jv_list(&c->arena, items.l->n);
+        struct jv kept = tl__jv_list(&c->arena, items.l->n);
         for (int64_t i = 0; i < items.l->n; i++) {
-            jstep(c);
+            tl__jstep(c);
             bind_targets(c, f, n->names, n->n_names, items.l->v[i]);
-            if (jv_truthy(jeval(c, n->d))) jv_list_push(&c->arena, kept, items.l->v[i]);
+            if (tl__jv_truthy(tl__jeval(c, n->d))) tl__jv_list_push(&c->arena, kept, items.l->v[i]);
         }
         items = kept;
     }
     int64_t len = items.l->n;
     // One loop object per loop, updated in place each iteration (as Jinja2's LoopContext);
     // previtem / nextitem hold Undefined where there is none.
-    struct jv loop = jv_map(&c->arena, 12);
-    struct jfunc *cycle = jarena_alloc(&c->arena, sizeof(*cycle));
+    struct jv loop = tl__jv_map(&c->arena, 12);
+    struct jfunc *cycle = tl__jarena_alloc(&c->arena, sizeof(*cycle));
     cycle->kind = JF_METHOD;
     cycle->name = "cycle";
     static const char *const keys[] = {"index",  "index0",   "revindex", "revindex0",
                                        "first",  "last",     "length",   "depth",
                                        "depth0", "previtem", "nextitem", "cycle"};
     for (int k = 0; k < 12; k++)
-        set_loop_var(c, loop, keys[k], jv_none());
+        set_loop_var(c, loop, keys[k], tl__jv_none());
     struct jv *lv = loop.m->v;
-    jframe_set(c, f, "loop", loop);
+    tl__jframe_set(c, f, "loop", loop);
     for (int64_t i = 0; i < len; i++) {
-        jstep(c);
-        lv[0] = jv_int(i + 1);
-        lv[1] = jv_int(i);
-        lv[2] = jv_int(len - i);
-        lv[3] = jv_int(len - i - 1);
-        lv[4] = jv_bool(i == 0);
-        lv[5] = jv_bool(i == len - 1);
-        lv[6] = jv_int(len);
-        lv[7] = jv_int(1);
-        lv[8] = jv_int(0);
-        lv[9] = i > 0 ? items.l->v[i - 1] : jv_undef("previtem");
-        lv[10] = i + 1 < len ? items.l->v[i + 1] : jv_undef("nextitem");
-        cycle->self = jv_int(i);
+        tl__jstep(c);
+        lv[0] = tl__jv_int(i + 1);
+        lv[1] = tl__jv_int(i);
+        lv[2] = tl__jv_int(len - i);
+        lv[3] = tl__jv_int(len - i - 1);
+        lv[4] = tl__jv_bool(i == 0);
+        lv[5] = tl__jv_bool(i == len - 1);
+        lv[6] = tl__jv_int(len);
+        lv[7] = tl__jv_int(1);
+        lv[8] = tl__jv_int(0);
+        lv[9] = i > 0 ? items.l->v[i - 1] : tl__jv_undef("previtem");
+        lv[10] = i + 1 < len ? items.l->v[i + 1] : tl__jv_undef("nextitem");
+        cycle->self = tl__jv_int(i);
         lv[11] = (struct jv){.kind = JV_FUNC, .fn = cycle};
-        jframe_set(c, f, "loop", loop);
+        tl__jframe_set(c, f, "loop", loop);
         bind_targets(c, f, n->names, n->n_names, items.l->v[i]);
         exec_body(c, n->b);
         int ctl = c->loop_ctl;
@@ -217,11 +217,11 @@ static void exec_for(struct jctx *c, const struct jnode *n)
 static void assign(struct jctx *c, const struct jnode *n, struct jv v)
 {
     if (n->a) { // ns.attr
-        struct jv ns = jeval(c, n->a);
+        struct jv ns = tl__jeval(c, n->a);
         if (ns.kind != JV_NS)
-            jfail(c, "cannot assign attribute '%s' on a %s (only on a namespace)", n->name,
-                  jv_type_name(ns));
-        jv_map_set(&c->arena, ns, jv_cstr(&c->arena, n->name), v);
+            tl__jfail(c, "cannot assign attribute '%s' on a %s (only on a namespace)", n->name,
+                      tl__jv_type_name(ns));
+        tl__jv_map_set(&c->arena, ns, tl__jv_cstr(&c->arena, n->name), v);
         return;
     }
     bind_targets(c, c->frame, n->names, n->n_names, v);
@@ -229,17 +229,17 @@ static void assign(struct jctx *c, const struct jnode *n, struct jv v)
 
 static void exec_call_block(struct jctx *c, const struct jnode *n)
 {
-    struct jfunc *caller = jarena_alloc(&c->arena, sizeof(*caller));
+    struct jfunc *caller = tl__jarena_alloc(&c->arena, sizeof(*caller));
     caller->kind = JF_CALLER;
     caller->name = "caller";
     caller->macro = n;
     caller->scope = c->frame;
-    struct jv fn = jeval(c, n->a->a);
-    struct jcall a = jeval_args(c, &n->a->args);
+    struct jv fn = tl__jeval(c, n->a->a);
+    struct jcall a = tl__jeval_args(c, &n->a->args);
     c->cur = n;
     c->pending_caller = (struct jv){.kind = JV_FUNC, .fn = caller};
-    struct jv r = jcall_value(c, fn, a.n_pos, a.pos, a.n_kw, a.kw, a.kwv);
-    c->pending_caller = jv_undef(NULL);
+    struct jv r = tl__jcall_value(c, fn, a.n_pos, a.pos, a.n_kw, a.kw, a.kwv);
+    c->pending_caller = tl__jv_undef(NULL);
     emit_value(c, r);
 }
 
@@ -251,13 +251,13 @@ static void exec_node(struct jctx *c, const struct jnode *n)
         emit(c, n->value.s->p, n->value.s->len);
         return;
     case JN_OUTPUT:
-        emit_value(c, jeval(c, n->a));
+        emit_value(c, tl__jeval(c, n->a));
         return;
     case JN_BODY:
         exec_body(c, n);
         return;
     case JN_IF:
-        if (jv_truthy(jeval(c, n->a)))
+        if (tl__jv_truthy(tl__jeval(c, n->a)))
             exec_body(c, n->b);
         else if (n->c)
             exec_node(c, n->c);
@@ -266,7 +266,7 @@ static void exec_node(struct jctx *c, const struct jnode *n)
         exec_for(c, n);
         return;
     case JN_SET:
-        assign(c, n, jeval(c, n->b));
+        assign(c, n, tl__jeval(c, n->b));
         return;
     case JN_SETBLK: {
         struct saved_out s = capture_begin(c);
@@ -284,12 +284,12 @@ static void exec_node(struct jctx *c, const struct jnode *n)
         return;
     }
     case JN_MACRO: {
-        struct jfunc *fn = jarena_alloc(&c->arena, sizeof(*fn));
+        struct jfunc *fn = tl__jarena_alloc(&c->arena, sizeof(*fn));
         fn->kind = JF_MACRO;
         fn->name = n->name;
         fn->macro = n;
         fn->scope = c->frame;
-        jframe_set(c, c->frame, n->name, (struct jv){.kind = JV_FUNC, .fn = fn});
+        tl__jframe_set(c, c->frame, n->name, (struct jv){.kind = JV_FUNC, .fn = fn});
         return;
     }
     case JN_CALLBLK:
@@ -302,7 +302,7 @@ static void exec_node(struct jctx *c, const struct jnode *n)
         c->loop_ctl = 2;
         return;
     default:
-        jfail(c, "internal error: expression node %d as a statement", n->kind);
+        tl__jfail(c, "internal error: expression node %d as a statement", n->kind);
     }
 }
 
@@ -314,18 +314,18 @@ static void exec_body(struct jctx *c, const struct jnode *body)
 
 // ---- macros
 
-struct jv jcall_macro(struct jctx *c, const struct jfunc *fn, const struct jcall *a)
+struct jv tl__jcall_macro(struct jctx *c, const struct jfunc *fn, const struct jcall *a)
 {
     struct jv caller = c->pending_caller;
-    c->pending_caller = jv_undef(NULL);
+    c->pending_caller = tl__jv_undef(NULL);
     if (++c->macro_depth > c->lim.max_depth)
-        jfail(c, "macro calls nested deeper than %d", c->lim.max_depth);
+        tl__jfail(c, "macro calls nested deeper than %d", c->lim.max_depth);
     const struct jnode *m = fn->macro;
     struct jframe *outer = c->frame;
     struct jframe *f = frame_new(c, fn->scope);
     c->frame = f;
     for (int i = 0; i < m->n_names; i++) {
-        struct jv v = jv_undef(m->names[i]);
+        struct jv v = tl__jv_undef(m->names[i]);
         bool given = false;
         if (i < a->n_pos) {
             v = a->pos[i];
@@ -334,29 +334,29 @@ struct jv jcall_macro(struct jctx *c, const struct jfunc *fn, const struct jcall
         for (int k = 0; k < a->n_kw; k++) {
             if (!strcmp(a->kw[k], m->names[i])) {
                 if (given)
-                    jfail(c, "macro '%s' got multiple values for argument '%s'", fn->name,
-                          m->names[i]);
+                    tl__jfail(c, "macro '%s' got multiple values for argument '%s'", fn->name,
+                              m->names[i]);
                 v = a->kwv[k];
                 given = true;
             }
         }
-        if (!given && m->items[i]) v = jeval(c, m->items[i]);
-        jframe_set(c, f, m->names[i], v);
+        if (!given && m->items[i]) v = tl__jeval(c, m->items[i]);
+        tl__jframe_set(c, f, m->names[i], v);
     }
-    struct jv varargs = jv_list(&c->arena, 0);
+    struct jv varargs = tl__jv_list(&c->arena, 0);
     varargs.l->is_tuple = true;
     for (int i = m->n_names; i < a->n_pos; i++)
-        jv_list_push(&c->arena, varargs, a->pos[i]);
-    jframe_set(c, f, "varargs", varargs);
-    struct jv kwargs = jv_map(&c->arena, 0);
+        tl__jv_list_push(&c->arena, varargs, a->pos[i]);
+    tl__jframe_set(c, f, "varargs", varargs);
+    struct jv kwargs = tl__jv_map(&c->arena, 0);
     for (int k = 0; k < a->n_kw; k++) {
         bool known = false;
         for (int i = 0; i < m->n_names; i++)
             known = known || !strcmp(a->kw[k], m->names[i]);
-        if (!known) jv_map_set(&c->arena, kwargs, jv_cstr(&c->arena, a->kw[k]), a->kwv[k]);
+        if (!known) tl__jv_map_set(&c->arena, kwargs, tl__jv_cstr(&c->arena, a->kw[k]), a->kwv[k]);
     }
-    jframe_set(c, f, "kwargs", kwargs);
-    if (caller.kind == JV_FUNC) jframe_set(c, f, "caller", caller);
+    tl__jframe_set(c, f, "kwargs", kwargs);
+    if (caller.kind == JV_FUNC) tl__jframe_set(c, f, "caller", caller);
     const struct jnode *saved_cur = c->cur;
     int saved_ctl = c->loop_ctl;
     c->loop_ctl = 0;
@@ -372,37 +372,37 @@ struct jv jcall_macro(struct jctx *c, const struct jfunc *fn, const struct jcall
 
 // ---- JSON import
 
-struct jv jv_from_json(struct jarena *a, const json_t *j, int depth)
+struct jv tl__jv_from_json(struct jarena *a, const json_t *j, int depth)
 {
     switch (json_typeof(j)) {
     case JSON_OBJECT: {
-        struct jv m = jv_map(a, (int64_t)json_object_size(j));
+        struct jv m = tl__jv_map(a, (int64_t)json_object_size(j));
         const char *key;
         json_t *v;
         json_object_foreach((json_t *)j, key, v)
         {
-            jv_map_set(a, m, jv_cstr(a, key), jv_from_json(a, v, depth + 1));
+            tl__jv_map_set(a, m, tl__jv_cstr(a, key), tl__jv_from_json(a, v, depth + 1));
         }
         return m;
     }
     case JSON_ARRAY: {
-        struct jv l = jv_list(a, (int64_t)json_array_size(j));
+        struct jv l = tl__jv_list(a, (int64_t)json_array_size(j));
         for (size_t i = 0; i < json_array_size(j); i++)
-            jv_list_push(a, l, jv_from_json(a, json_array_get(j, i), depth + 1));
+            tl__jv_list_push(a, l, tl__jv_from_json(a, json_array_get(j, i), depth + 1));
         return l;
     }
     case JSON_STRING:
-        return jv_str(a, json_string_value(j), json_string_length(j));
+        return tl__jv_str(a, json_string_value(j), json_string_length(j));
     case JSON_INTEGER:
-        return jv_int((int64_t)json_integer_value(j));
+        return tl__jv_int((int64_t)json_integer_value(j));
     case JSON_REAL:
-        return jv_float(json_real_value(j));
+        return tl__jv_float(json_real_value(j));
     case JSON_TRUE:
-        return jv_bool(true);
+        return tl__jv_bool(true);
     case JSON_FALSE:
-        return jv_bool(false);
+        return tl__jv_bool(false);
     default:
-        return jv_none();
+        return tl__jv_none();
     }
 }
 
@@ -415,8 +415,8 @@ static void import_vars(struct jctx *c, const json_t *vars)
     json_t *v;
     json_object_foreach((json_t *)vars, key, v)
     {
-        const char *name = jv_cstr(&c->arena, key).s->p;
-        jframe_set(c, c->root, name, jv_from_json(&c->arena, v, 0));
+        const char *name = tl__jv_cstr(&c->arena, key).s->p;
+        tl__jframe_set(c, c->root, name, tl__jv_from_json(&c->arena, v, 0));
     }
 }
 
@@ -435,7 +435,7 @@ tl_status tl_jinja_render(const tl_jinja_template *t, const json_t *vars, const 
         return TL_ERR_NOMEM;
     }
     c->lim = limits ? *limits : tl_jinja_default_limits();
-    jarena_init(&c->arena, c->lim.max_memory_bytes);
+    tl__jarena_init(&c->arena, c->lim.max_memory_bytes);
     c->arena.on_fail = &c->fail;
     c->arena.err = err;
     c->arena.err_size = err_size;
@@ -451,23 +451,23 @@ tl_status tl_jinja_render(const tl_jinja_template *t, const json_t *vars, const 
                 free(msg);
             }
         }
-        jarena_free(&c->arena);
+        tl__jarena_free(&c->arena);
         free(c);
         return TL_ERR_INVALID_ARG;
     }
     c->root = frame_new(c, NULL);
     c->frame = c->root;
-    c->pending_caller = jv_undef(NULL);
+    c->pending_caller = tl__jv_undef(NULL);
     import_vars(c, vars);
     import_vars(c, extra);
     exec_body(c, t->root);
     char *s = malloc(c->out_len + 1);
-    if (!s) jfail(c, "out of memory");
+    if (!s) tl__jfail(c, "out of memory");
     if (c->out_len) memcpy(s, c->out, c->out_len);
     s[c->out_len] = 0;
     *out = s;
     *out_len = c->out_len;
-    jarena_free(&c->arena);
+    tl__jarena_free(&c->arena);
     free(c);
     return TL_OK;
 }

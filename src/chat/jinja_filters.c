@@ -13,7 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-struct jv jarg(struct jctx *c, const struct jcall *a, int i, const char *name, bool *found)
+struct jv tl__jarg(struct jctx *c, const struct jcall *a, int i, const char *name, bool *found)
 {
     (void)c;
     if (found) *found = true;
@@ -21,43 +21,43 @@ struct jv jarg(struct jctx *c, const struct jcall *a, int i, const char *name, b
     for (int k = 0; name && k < a->n_kw; k++)
         if (!strcmp(a->kw[k], name)) return a->kwv[k];
     if (found) *found = false;
-    return jv_undef(NULL);
+    return tl__jv_undef(NULL);
 }
 
 static struct jv arg_or(struct jctx *c, const struct jcall *a, int i, const char *name,
                         struct jv dflt)
 {
     bool found;
-    struct jv v = jarg(c, a, i, name, &found);
+    struct jv v = tl__jarg(c, a, i, name, &found);
     return found ? v : dflt;
 }
 
-struct jv jiterable_to_list(struct jctx *c, struct jv v)
+struct jv tl__jiterable_to_list(struct jctx *c, struct jv v)
 {
     switch (v.kind) {
     case JV_LIST:
         return v;
     case JV_UNDEF:
-        return jv_list(&c->arena, 0);
+        return tl__jv_list(&c->arena, 0);
     case JV_MAP:
     case JV_NS: {
-        struct jv out = jv_list(&c->arena, v.m->n);
+        struct jv out = tl__jv_list(&c->arena, v.m->n);
         for (int64_t i = 0; i < v.m->n; i++)
-            jv_list_push(&c->arena, out, v.m->k[i]);
+            tl__jv_list_push(&c->arena, out, v.m->k[i]);
         return out;
     }
     case JV_STR: {
-        struct jv out = jv_list(&c->arena, (int64_t)v.s->len);
+        struct jv out = tl__jv_list(&c->arena, (int64_t)v.s->len);
         size_t i = 0;
         while (i < v.s->len) {
-            size_t e = jstr_cp_offset(v.s->p + i, v.s->len - i, 1) + i;
-            jv_list_push(&c->arena, out, jv_str(&c->arena, v.s->p + i, e - i));
+            size_t e = tl__jstr_cp_offset(v.s->p + i, v.s->len - i, 1) + i;
+            tl__jv_list_push(&c->arena, out, tl__jv_str(&c->arena, v.s->p + i, e - i));
             i = e;
         }
         return out;
     }
     default:
-        jfail(c, "'%s' object is not iterable", jv_type_name(v));
+        tl__jfail(c, "'%s' object is not iterable", tl__jv_type_name(v));
     }
 }
 
@@ -79,8 +79,8 @@ struct sort_spec {
 static struct jv sort_key(const struct sort_spec *s, struct jv v)
 {
     if (s->pair_index >= 0) v = v.l->v[s->pair_index];
-    if (s->attribute) v = jgetitem(s->c, v, jv_cstr(&s->c->arena, s->attribute));
-    if (!s->case_sensitive && v.kind == JV_STR) v = jstr_case(s->c, v, 0);
+    if (s->attribute) v = tl__jgetitem(s->c, v, tl__jv_cstr(&s->c->arena, s->attribute));
+    if (!s->case_sensitive && v.kind == JV_STR) v = tl__jstr_case(s->c, v, 0);
     return v;
 }
 
@@ -88,9 +88,9 @@ static int sort_cmp(const struct sort_spec *s, struct jv a, struct jv b)
 {
     int r;
     struct jv ka = sort_key(s, a), kb = sort_key(s, b);
-    if (!jv_compare(ka, kb, &r))
-        jfail(s->c, "'<' not supported between instances of '%s' and '%s'", jv_type_name(ka),
-              jv_type_name(kb));
+    if (!tl__jv_compare(ka, kb, &r))
+        tl__jfail(s->c, "'<' not supported between instances of '%s' and '%s'",
+                  tl__jv_type_name(ka), tl__jv_type_name(kb));
     return s->reverse ? -r : r;
 }
 
@@ -113,10 +113,10 @@ static void merge_sort(const struct sort_spec *s, struct jv *v, struct jv *tmp, 
 static struct jv sorted(struct sort_spec *s, struct jv list)
 {
     struct jarena *a = &s->c->arena;
-    struct jv out = jv_list(a, list.l->n);
+    struct jv out = tl__jv_list(a, list.l->n);
     for (int64_t i = 0; i < list.l->n; i++)
-        jv_list_push(a, out, list.l->v[i]);
-    struct jv *tmp = jarena_alloc(a, (size_t)(list.l->n + 1) * sizeof(*tmp));
+        tl__jv_list_push(a, out, list.l->v[i]);
+    struct jv *tmp = tl__jarena_alloc(a, (size_t)(list.l->n + 1) * sizeof(*tmp));
     merge_sort(s, out.l->v, tmp, out.l->n);
     return out;
 }
@@ -127,25 +127,25 @@ static struct jv length_of(struct jctx *c, struct jv v)
 {
     switch (v.kind) {
     case JV_UNDEF:
-        return jv_int(0);
+        return tl__jv_int(0);
     case JV_STR:
-        return jv_int(jstr_cp_len(v.s->p, v.s->len));
+        return tl__jv_int(tl__jstr_cp_len(v.s->p, v.s->len));
     case JV_LIST:
         if (v.flags & JVF_GENERATOR) break;
-        return jv_int(v.l->n);
+        return tl__jv_int(v.l->n);
     case JV_MAP:
     case JV_NS:
-        return jv_int(v.m->n);
+        return tl__jv_int(v.m->n);
     default:
         break;
     }
-    jfail(c, "object of type '%s' has no len()", jv_type_name(v));
+    tl__jfail(c, "object of type '%s' has no len()", tl__jv_type_name(v));
 }
 
 static struct jv do_title(struct jctx *c, struct jv s)
 {
     // Jinja's title filter: words start after '-', whitespace, '(', '{', '[' or '<'.
-    struct jv out = jv_str(&c->arena, s.s->p, s.s->len);
+    struct jv out = tl__jv_str(&c->arena, s.s->p, s.s->len);
     char *p = ((struct jstr *)out.s)->p;
     bool start = true;
     for (size_t i = 0; i < s.s->len; i++) {
@@ -163,23 +163,23 @@ static struct jv do_title(struct jctx *c, struct jv s)
 
 static struct jv do_indent(struct jctx *c, struct jv s, const struct jcall *a)
 {
-    struct jv width = arg_or(c, a, 0, "width", jv_int(4));
-    bool first = jv_truthy(arg_or(c, a, 1, "first", jv_bool(false)));
-    bool blank = jv_truthy(arg_or(c, a, 2, "blank", jv_bool(false)));
+    struct jv width = arg_or(c, a, 0, "width", tl__jv_int(4));
+    bool first = tl__jv_truthy(arg_or(c, a, 1, "first", tl__jv_bool(false)));
+    bool blank = tl__jv_truthy(arg_or(c, a, 2, "blank", tl__jv_bool(false)));
     struct jv ind;
     if (width.kind == JV_STR) {
         ind = width;
     } else {
         int64_t w = width.kind == JV_INT ? width.i : 4;
         if (w < 0) w = 0;
-        if (w > 4096) jfail(c, "indent width too large");
+        if (w > 4096) tl__jfail(c, "indent width too large");
         struct jbuf ib = {.arena = &c->arena};
         for (int64_t i = 0; i < w; i++)
-            jbuf_add(&ib, " ", 1);
-        ind = jbuf_value(&ib);
+            tl__jbuf_add(&ib, " ", 1);
+        ind = tl__jbuf_value(&ib);
     }
     struct jbuf b = {.arena = &c->arena};
-    if (first) jbuf_add(&b, ind.s->p, ind.s->len);
+    if (first) tl__jbuf_add(&b, ind.s->p, ind.s->len);
     // Lines as Python's splitlines on s + "\n": the text's lines, each rejoined with "\n" + indent
     // unless it is empty (and blank is false).
     const char *p = s.s->p, *end = p + s.s->len;
@@ -188,22 +188,22 @@ static struct jv do_indent(struct jctx *c, struct jv s, const struct jcall *a)
         const char *nl = memchr(p, '\n', (size_t)(end - p));
         const char *le = nl ? nl : end;
         if (!first_line) {
-            jbuf_add(&b, "\n", 1);
-            if (le > p || blank) jbuf_add(&b, ind.s->p, ind.s->len);
+            tl__jbuf_add(&b, "\n", 1);
+            if (le > p || blank) tl__jbuf_add(&b, ind.s->p, ind.s->len);
         }
-        jbuf_add(&b, p, (size_t)(le - p));
+        tl__jbuf_add(&b, p, (size_t)(le - p));
         first_line = false;
         if (!nl) break;
         p = nl + 1;
     }
-    return jbuf_value(&b);
+    return tl__jbuf_value(&b);
 }
 
 static struct jv do_tojson(struct jctx *c, struct jv v, const struct jcall *a)
 {
-    struct jv ind = arg_or(c, a, -1, "indent", jv_none());
-    struct jv seps = arg_or(c, a, -1, "separators", jv_none());
-    bool sort_keys = jv_truthy(arg_or(c, a, -1, "sort_keys", jv_bool(false)));
+    struct jv ind = arg_or(c, a, -1, "indent", tl__jv_none());
+    struct jv seps = arg_or(c, a, -1, "separators", tl__jv_none());
+    bool sort_keys = tl__jv_truthy(arg_or(c, a, -1, "sort_keys", tl__jv_bool(false)));
     if (a->n_pos > 0) ind = a->pos[0];
     int indent = ind.kind == JV_INT ? (int)(ind.i < 0 ? 0 : ind.i > 64 ? 64 : ind.i) : -1;
     const char *isep = NULL, *ksep = NULL;
@@ -214,92 +214,92 @@ static struct jv do_tojson(struct jctx *c, struct jv v, const struct jcall *a)
     }
     struct jbuf b = {.arena = &c->arena};
     struct jv bad;
-    if (!jv_write_json(&b, v, indent, isep, ksep, sort_keys, &bad))
-        jfail(c, "Object of type %s is not JSON serializable",
-              bad.kind == JV_UNDEF ? "Undefined" : jv_type_name(bad));
-    return jbuf_value(&b);
+    if (!tl__jv_write_json(&b, v, indent, isep, ksep, sort_keys, &bad))
+        tl__jfail(c, "Object of type %s is not JSON serializable",
+                  bad.kind == JV_UNDEF ? "Undefined" : tl__jv_type_name(bad));
+    return tl__jbuf_value(&b);
 }
 
 static struct jv do_int(struct jctx *c, struct jv v, const struct jcall *a)
 {
-    struct jv dflt = arg_or(c, a, 0, "default", jv_int(0));
+    struct jv dflt = arg_or(c, a, 0, "default", tl__jv_int(0));
     if (v.kind == JV_INT) return v;
-    if (v.kind == JV_BOOL) return jv_int(v.b);
-    if (v.kind == JV_FLOAT) return isfinite(v.f) ? jv_int((int64_t)v.f) : dflt;
+    if (v.kind == JV_BOOL) return tl__jv_int(v.b);
+    if (v.kind == JV_FLOAT) return isfinite(v.f) ? tl__jv_int((int64_t)v.f) : dflt;
     if (v.kind == JV_STR) {
         char *end;
-        struct jv t = jstr_strip(c, v, jv_none(), true, true);
+        struct jv t = tl__jstr_strip(c, v, tl__jv_none(), true, true);
         long long i = strtoll(t.s->p, &end, 10);
-        if (t.s->len && !*end) return jv_int(i);
+        if (t.s->len && !*end) return tl__jv_int(i);
         double f = strtod(t.s->p, &end);
-        if (t.s->len && !*end && isfinite(f)) return jv_int((int64_t)f);
+        if (t.s->len && !*end && isfinite(f)) return tl__jv_int((int64_t)f);
     }
     return dflt;
 }
 
 static struct jv do_float(struct jctx *c, struct jv v, const struct jcall *a)
 {
-    struct jv dflt = arg_or(c, a, 0, "default", jv_float(0.0));
-    if (jv_is_num(v)) return jv_float(jv_as_double(v));
+    struct jv dflt = arg_or(c, a, 0, "default", tl__jv_float(0.0));
+    if (tl__jv_is_num(v)) return tl__jv_float(tl__jv_as_double(v));
     if (v.kind == JV_STR) {
         char *end;
-        struct jv t = jstr_strip(c, v, jv_none(), true, true);
+        struct jv t = tl__jstr_strip(c, v, tl__jv_none(), true, true);
         double f = strtod(t.s->p, &end);
-        if (t.s->len && !*end) return jv_float(f);
+        if (t.s->len && !*end) return tl__jv_float(f);
     }
     return dflt;
 }
 
 static struct jv do_round(struct jctx *c, struct jv v, const struct jcall *a)
 {
-    struct jv pv = arg_or(c, a, 0, "precision", jv_int(0));
+    struct jv pv = arg_or(c, a, 0, "precision", tl__jv_int(0));
     int64_t prec = pv.kind == JV_INT ? pv.i : 0;
-    struct jv method = arg_or(c, a, 1, "method", jv_none());
-    if (!jv_is_num(v)) jfail(c, "round() needs a number, not %s", jv_type_name(v));
-    if (prec < -300 || prec > 300) jfail(c, "round() precision out of range");
+    struct jv method = arg_or(c, a, 1, "method", tl__jv_none());
+    if (!tl__jv_is_num(v)) tl__jfail(c, "round() needs a number, not %s", tl__jv_type_name(v));
+    if (prec < -300 || prec > 300) tl__jfail(c, "round() precision out of range");
     const char *m = method.kind == JV_STR ? method.s->p : "common";
-    double f = jv_as_double(v), scale = pow(10.0, (double)prec);
-    if (!strcmp(m, "floor")) return jv_float(floor(f * scale) / scale);
-    if (!strcmp(m, "ceil")) return jv_float(ceil(f * scale) / scale);
-    if (strcmp(m, "common")) jfail(c, "method must be common, ceil or floor");
+    double f = tl__jv_as_double(v), scale = pow(10.0, (double)prec);
+    if (!strcmp(m, "floor")) return tl__jv_float(floor(f * scale) / scale);
+    if (!strcmp(m, "ceil")) return tl__jv_float(ceil(f * scale) / scale);
+    if (strcmp(m, "common")) tl__jfail(c, "method must be common, ceil or floor");
     // Python's round(x, n): an int stays an int; a float is rounded correctly from its exact
     // binary value, half to even (glibc's %.*f does the same).
-    if (v.kind != JV_FLOAT && prec >= 0) return jv_int(v.kind == JV_INT ? v.i : v.b);
+    if (v.kind != JV_FLOAT && prec >= 0) return tl__jv_int(v.kind == JV_INT ? v.i : v.b);
     if (prec >= 0 && prec <= 40 && isfinite(f)) {
         char buf[400];
         snprintf(buf, sizeof(buf), "%.*f", (int)prec, f);
-        return jv_float(strtod(buf, NULL));
+        return tl__jv_float(strtod(buf, NULL));
     }
     double r = nearbyint(f * scale) / scale;
-    return v.kind == JV_FLOAT ? jv_float(r) : jv_int((int64_t)r);
+    return v.kind == JV_FLOAT ? tl__jv_float(r) : tl__jv_int((int64_t)r);
 }
 
 // select / reject / selectattr / rejectattr: keep items whose test (or truthiness) is `want`.
 static struct jv do_select(struct jctx *c, struct jv seq, const struct jcall *a, bool by_attr,
                            bool want)
 {
-    struct jv items = jiterable_to_list(c, jv_truthy(seq) ? seq : jv_undef(NULL));
+    struct jv items = tl__jiterable_to_list(c, tl__jv_truthy(seq) ? seq : tl__jv_undef(NULL));
     int first_arg = 0;
-    struct jv attr = jv_undef(NULL);
+    struct jv attr = tl__jv_undef(NULL);
     if (by_attr) {
-        if (a->n_pos < 1 || a->pos[0].kind != JV_STR) jfail(c, "selectattr needs an attribute");
+        if (a->n_pos < 1 || a->pos[0].kind != JV_STR) tl__jfail(c, "selectattr needs an attribute");
         attr = a->pos[0];
         first_arg = 1;
     }
     const char *test = NULL;
     if (a->n_pos > first_arg) {
-        if (a->pos[first_arg].kind != JV_STR) jfail(c, "the test name must be a string");
+        if (a->pos[first_arg].kind != JV_STR) tl__jfail(c, "the test name must be a string");
         test = a->pos[first_arg].s->p;
     }
     struct jcall targs = {.n_pos = a->n_pos > first_arg + 1 ? a->n_pos - first_arg - 1 : 0,
                           .pos = a->pos + first_arg + 1};
-    struct jv out = jv_list(&c->arena, items.l->n);
+    struct jv out = tl__jv_list(&c->arena, items.l->n);
     for (int64_t i = 0; i < items.l->n; i++) {
-        jstep(c);
+        tl__jstep(c);
         struct jv v = items.l->v[i];
-        if (by_attr) v = jgetattr(c, v, attr.s->p);
-        bool ok = test ? jtest(c, test, v, &targs) : jv_truthy(v);
-        if (ok == want) jv_list_push(&c->arena, out, items.l->v[i]);
+        if (by_attr) v = tl__jgetattr(c, v, attr.s->p);
+        bool ok = test ? tl__jtest(c, test, v, &targs) : tl__jv_truthy(v);
+        if (ok == want) tl__jv_list_push(&c->arena, out, items.l->v[i]);
     }
     out.flags = JVF_GENERATOR;
     return out;
@@ -307,24 +307,24 @@ static struct jv do_select(struct jctx *c, struct jv seq, const struct jcall *a,
 
 static struct jv do_map(struct jctx *c, struct jv seq, const struct jcall *a)
 {
-    struct jv items = jiterable_to_list(c, jv_truthy(seq) ? seq : jv_undef(NULL));
+    struct jv items = tl__jiterable_to_list(c, tl__jv_truthy(seq) ? seq : tl__jv_undef(NULL));
     bool has_attr;
-    struct jv attr = jarg(c, a, -1, "attribute", &has_attr);
+    struct jv attr = tl__jarg(c, a, -1, "attribute", &has_attr);
     bool has_default;
-    struct jv dflt = jarg(c, a, -1, "default", &has_default);
-    struct jv out = jv_list(&c->arena, items.l->n);
+    struct jv dflt = tl__jarg(c, a, -1, "default", &has_default);
+    struct jv out = tl__jv_list(&c->arena, items.l->n);
     for (int64_t i = 0; i < items.l->n; i++) {
-        jstep(c);
+        tl__jstep(c);
         struct jv v = items.l->v[i];
         if (has_attr) {
-            v = attr.kind == JV_STR ? jgetattr(c, v, attr.s->p) : jgetitem(c, v, attr);
+            v = attr.kind == JV_STR ? tl__jgetattr(c, v, attr.s->p) : tl__jgetitem(c, v, attr);
             if (v.kind == JV_UNDEF && has_default) v = dflt;
         } else {
-            if (a->n_pos < 1 || a->pos[0].kind != JV_STR) jfail(c, "map needs a filter name");
+            if (a->n_pos < 1 || a->pos[0].kind != JV_STR) tl__jfail(c, "map needs a filter name");
             struct jcall fa = {.n_pos = a->n_pos - 1, .pos = a->pos + 1};
-            v = jfilter(c, a->pos[0].s->p, v, &fa);
+            v = tl__jfilter(c, a->pos[0].s->p, v, &fa);
         }
-        jv_list_push(&c->arena, out, v);
+        tl__jv_list_push(&c->arena, out, v);
     }
     out.flags = JVF_GENERATOR;
     return out;
@@ -332,35 +332,35 @@ static struct jv do_map(struct jctx *c, struct jv seq, const struct jcall *a)
 
 static struct jv do_join(struct jctx *c, struct jv seq, const struct jcall *a)
 {
-    struct jv sep = arg_or(c, a, 0, "d", jv_cstr(&c->arena, ""));
+    struct jv sep = arg_or(c, a, 0, "d", tl__jv_cstr(&c->arena, ""));
     bool has_attr;
-    struct jv attr = jarg(c, a, 1, "attribute", &has_attr);
-    struct jv items = jiterable_to_list(c, seq);
+    struct jv attr = tl__jarg(c, a, 1, "attribute", &has_attr);
+    struct jv items = tl__jiterable_to_list(c, seq);
     struct jbuf b = {.arena = &c->arena};
     for (int64_t i = 0; i < items.l->n; i++) {
-        if (i) jv_write_str(&b, sep);
+        if (i) tl__jv_write_str(&b, sep);
         struct jv v = items.l->v[i];
-        if (has_attr) v = jgetattr(c, v, jv_to_str(&c->arena, attr).s->p);
-        jv_write_str(&b, v);
+        if (has_attr) v = tl__jgetattr(c, v, tl__jv_to_str(&c->arena, attr).s->p);
+        tl__jv_write_str(&b, v);
     }
-    return jbuf_value(&b);
+    return tl__jbuf_value(&b);
 }
 
 static struct jv do_items(struct jctx *c, struct jv v)
 {
     if (v.kind == JV_UNDEF) {
-        struct jv empty = jv_list(&c->arena, 0);
+        struct jv empty = tl__jv_list(&c->arena, 0);
         empty.flags = JVF_GENERATOR;
         return empty;
     }
-    if (v.kind != JV_MAP && v.kind != JV_NS) jfail(c, "can only get item pairs from a mapping");
-    struct jv out = jv_list(&c->arena, v.m->n);
+    if (v.kind != JV_MAP && v.kind != JV_NS) tl__jfail(c, "can only get item pairs from a mapping");
+    struct jv out = tl__jv_list(&c->arena, v.m->n);
     for (int64_t i = 0; i < v.m->n; i++) {
-        struct jv pair = jv_list(&c->arena, 2);
+        struct jv pair = tl__jv_list(&c->arena, 2);
         pair.l->is_tuple = true;
-        jv_list_push(&c->arena, pair, v.m->k[i]);
-        jv_list_push(&c->arena, pair, v.m->v[i]);
-        jv_list_push(&c->arena, out, pair);
+        tl__jv_list_push(&c->arena, pair, v.m->k[i]);
+        tl__jv_list_push(&c->arena, pair, v.m->v[i]);
+        tl__jv_list_push(&c->arena, out, pair);
     }
     out.flags = JVF_GENERATOR;
     return out;
@@ -368,20 +368,20 @@ static struct jv do_items(struct jctx *c, struct jv v)
 
 static struct jv do_unique(struct jctx *c, struct jv seq, const struct jcall *a)
 {
-    bool cs = jv_truthy(arg_or(c, a, 0, "case_sensitive", jv_bool(false)));
-    struct jv attr = arg_or(c, a, 1, "attribute", jv_none());
-    struct jv items = jiterable_to_list(c, seq);
-    struct jv out = jv_list(&c->arena, items.l->n), seen = jv_list(&c->arena, items.l->n);
+    bool cs = tl__jv_truthy(arg_or(c, a, 0, "case_sensitive", tl__jv_bool(false)));
+    struct jv attr = arg_or(c, a, 1, "attribute", tl__jv_none());
+    struct jv items = tl__jiterable_to_list(c, seq);
+    struct jv out = tl__jv_list(&c->arena, items.l->n), seen = tl__jv_list(&c->arena, items.l->n);
     for (int64_t i = 0; i < items.l->n; i++) {
         struct jv k = items.l->v[i];
-        if (attr.kind == JV_STR) k = jgetattr(c, k, attr.s->p);
-        if (!cs && k.kind == JV_STR) k = jstr_case(c, k, 0);
+        if (attr.kind == JV_STR) k = tl__jgetattr(c, k, attr.s->p);
+        if (!cs && k.kind == JV_STR) k = tl__jstr_case(c, k, 0);
         bool dup = false;
         for (int64_t j = 0; j < seen.l->n && !dup; j++)
-            dup = jv_equal(seen.l->v[j], k);
+            dup = tl__jv_equal(seen.l->v[j], k);
         if (dup) continue;
-        jv_list_push(&c->arena, seen, k);
-        jv_list_push(&c->arena, out, items.l->v[i]);
+        tl__jv_list_push(&c->arena, seen, k);
+        tl__jv_list_push(&c->arena, out, items.l->v[i]);
     }
     out.flags = JVF_GENERATOR;
     return out;
@@ -390,11 +390,11 @@ static struct jv do_unique(struct jctx *c, struct jv seq, const struct jcall *a)
 static struct jv do_minmax(struct jctx *c, struct jv seq, const struct jcall *a, bool max)
 {
     struct sort_spec s = {.c = c, .pair_index = -1};
-    s.case_sensitive = jv_truthy(arg_or(c, a, 0, "case_sensitive", jv_bool(false)));
-    struct jv attr = arg_or(c, a, 1, "attribute", jv_none());
+    s.case_sensitive = tl__jv_truthy(arg_or(c, a, 0, "case_sensitive", tl__jv_bool(false)));
+    struct jv attr = arg_or(c, a, 1, "attribute", tl__jv_none());
     if (attr.kind == JV_STR) s.attribute = attr.s->p;
-    struct jv items = jiterable_to_list(c, seq);
-    if (!items.l->n) return jv_undef(NULL);
+    struct jv items = tl__jiterable_to_list(c, seq);
+    if (!items.l->n) return tl__jv_undef(NULL);
     struct jv best = items.l->v[0];
     for (int64_t i = 1; i < items.l->n; i++) {
         int r = sort_cmp(&s, items.l->v[i], best);
@@ -405,48 +405,48 @@ static struct jv do_minmax(struct jctx *c, struct jv seq, const struct jcall *a,
 
 static struct jv do_sum(struct jctx *c, struct jv seq, const struct jcall *a)
 {
-    struct jv attr = arg_or(c, a, 0, "attribute", jv_none());
-    struct jv acc = arg_or(c, a, 1, "start", jv_int(0));
-    struct jv items = jiterable_to_list(c, seq);
+    struct jv attr = arg_or(c, a, 0, "attribute", tl__jv_none());
+    struct jv acc = arg_or(c, a, 1, "start", tl__jv_int(0));
+    struct jv items = tl__jiterable_to_list(c, seq);
     for (int64_t i = 0; i < items.l->n; i++) {
         struct jv v = items.l->v[i];
-        if (attr.kind == JV_STR) v = jgetattr(c, v, attr.s->p);
-        if (!jv_is_num(v) || !jv_is_num(acc)) jfail(c, "sum() needs numbers");
+        if (attr.kind == JV_STR) v = tl__jgetattr(c, v, attr.s->p);
+        if (!tl__jv_is_num(v) || !tl__jv_is_num(acc)) tl__jfail(c, "sum() needs numbers");
         if (acc.kind != JV_FLOAT && v.kind != JV_FLOAT)
-            acc = jv_int((acc.kind == JV_INT ? acc.i : acc.b) + (v.kind == JV_INT ? v.i : v.b));
+            acc = tl__jv_int((acc.kind == JV_INT ? acc.i : acc.b) + (v.kind == JV_INT ? v.i : v.b));
         else
-            acc = jv_float(jv_as_double(acc) + jv_as_double(v));
+            acc = tl__jv_float(tl__jv_as_double(acc) + tl__jv_as_double(v));
     }
     return acc;
 }
 
-struct jv jescape(struct jctx *c, struct jv v)
+struct jv tl__jescape(struct jctx *c, struct jv v)
 {
     if (v.kind == JV_STR && (v.flags & JVF_MARKUP)) return v;
-    struct jv s = jv_to_str(&c->arena, v);
+    struct jv s = tl__jv_to_str(&c->arena, v);
     struct jbuf b = {.arena = &c->arena};
     for (size_t i = 0; i < s.s->len; i++) {
         switch (s.s->p[i]) {
         case '&':
-            jbuf_adds(&b, "&amp;");
+            tl__jbuf_adds(&b, "&amp;");
             break;
         case '<':
-            jbuf_adds(&b, "&lt;");
+            tl__jbuf_adds(&b, "&lt;");
             break;
         case '>':
-            jbuf_adds(&b, "&gt;");
+            tl__jbuf_adds(&b, "&gt;");
             break;
         case '"':
-            jbuf_adds(&b, "&#34;");
+            tl__jbuf_adds(&b, "&#34;");
             break;
         case '\'':
-            jbuf_adds(&b, "&#39;");
+            tl__jbuf_adds(&b, "&#39;");
             break;
         default:
-            jbuf_add(&b, s.s->p + i, 1);
+            tl__jbuf_add(&b, s.s->p + i, 1);
         }
     }
-    struct jv out = jbuf_value(&b);
+    struct jv out = tl__jbuf_value(&b);
     out.flags = JVF_MARKUP;
     return out;
 }
@@ -458,7 +458,7 @@ static const char *const filter_names[] = {
     "replace", "reverse", "round",      "safe",   "select", "selectattr", "sort",      "string",
     "sum",     "title",   "tojson",     "trim",   "unique", "upper",      "wordcount", NULL};
 
-bool jfilter_exists(const char *name)
+bool tl__jfilter_exists(const char *name)
 {
     for (int i = 0; filter_names[i]; i++)
         if (!strcmp(filter_names[i], name)) return true;
@@ -467,70 +467,70 @@ bool jfilter_exists(const char *name)
 
 static struct jv need_str(struct jctx *c, struct jv v)
 {
-    return jv_to_str(&c->arena, v);
+    return tl__jv_to_str(&c->arena, v);
 }
 
-struct jv jfilter(struct jctx *c, const char *name, struct jv in, const struct jcall *a)
+struct jv tl__jfilter(struct jctx *c, const char *name, struct jv in, const struct jcall *a)
 {
-    jstep(c);
+    tl__jstep(c);
     switch (name[0]) {
     case 'a':
         if (!strcmp(name, "abs")) {
-            if (in.kind == JV_INT) return jv_int(in.i < 0 ? -in.i : in.i);
-            if (in.kind == JV_BOOL) return jv_int(in.b);
-            if (in.kind == JV_FLOAT) return jv_float(fabs(in.f));
-            jfail(c, "bad operand type for abs(): '%s'", jv_type_name(in));
+            if (in.kind == JV_INT) return tl__jv_int(in.i < 0 ? -in.i : in.i);
+            if (in.kind == JV_BOOL) return tl__jv_int(in.b);
+            if (in.kind == JV_FLOAT) return tl__jv_float(fabs(in.f));
+            tl__jfail(c, "bad operand type for abs(): '%s'", tl__jv_type_name(in));
         }
         if (!strcmp(name, "attr")) {
-            struct jv n = arg_or(c, a, 0, "name", jv_none());
-            if (n.kind != JV_STR) jfail(c, "attr needs a name");
-            if (in.kind == JV_UNDEF) return jgetattr(c, in, n.s->p);
-            return jmethod_bind(c, in, n.s->p); // attributes only: a key is not an attribute
+            struct jv n = arg_or(c, a, 0, "name", tl__jv_none());
+            if (n.kind != JV_STR) tl__jfail(c, "attr needs a name");
+            if (in.kind == JV_UNDEF) return tl__jgetattr(c, in, n.s->p);
+            return tl__jmethod_bind(c, in, n.s->p); // attributes only: a key is not an attribute
         }
         break;
     case 'c':
-        if (!strcmp(name, "capitalize")) return jstr_case(c, need_str(c, in), 2);
+        if (!strcmp(name, "capitalize")) return tl__jstr_case(c, need_str(c, in), 2);
         if (!strcmp(name, "count")) return length_of(c, in);
         break;
     case 'd':
         if (!strcmp(name, "d") || !strcmp(name, "default")) {
-            struct jv dflt = arg_or(c, a, 0, "default_value", jv_cstr(&c->arena, ""));
-            bool boolean = jv_truthy(arg_or(c, a, 1, "boolean", jv_bool(false)));
-            if (in.kind == JV_UNDEF || (boolean && !jv_truthy(in))) return dflt;
+            struct jv dflt = arg_or(c, a, 0, "default_value", tl__jv_cstr(&c->arena, ""));
+            bool boolean = tl__jv_truthy(arg_or(c, a, 1, "boolean", tl__jv_bool(false)));
+            if (in.kind == JV_UNDEF || (boolean && !tl__jv_truthy(in))) return dflt;
             return in;
         }
         if (!strcmp(name, "dictsort")) {
             struct sort_spec s = {.c = c};
-            s.case_sensitive = jv_truthy(arg_or(c, a, 0, "case_sensitive", jv_bool(false)));
-            struct jv by = arg_or(c, a, 1, "by", jv_none());
+            s.case_sensitive = tl__jv_truthy(arg_or(c, a, 0, "case_sensitive", tl__jv_bool(false)));
+            struct jv by = arg_or(c, a, 1, "by", tl__jv_none());
             s.pair_index = by.kind == JV_STR && !strcmp(by.s->p, "value") ? 1 : 0;
-            s.reverse = jv_truthy(arg_or(c, a, 2, "reverse", jv_bool(false)));
+            s.reverse = tl__jv_truthy(arg_or(c, a, 2, "reverse", tl__jv_bool(false)));
             return sorted(&s, do_items(c, in));
         }
         break;
     case 'e':
-        if (!strcmp(name, "e") || !strcmp(name, "escape")) return jescape(c, in);
+        if (!strcmp(name, "e") || !strcmp(name, "escape")) return tl__jescape(c, in);
         break;
     case 'f':
         if (!strcmp(name, "first")) {
-            struct jv l = jiterable_to_list(c, in);
-            return l.l->n ? l.l->v[0] : jv_undef(NULL);
+            struct jv l = tl__jiterable_to_list(c, in);
+            return l.l->n ? l.l->v[0] : tl__jv_undef(NULL);
         }
         if (!strcmp(name, "float")) return do_float(c, in, a);
         if (!strcmp(name, "format")) {
-            if (a->n_pos && a->n_kw) jfail(c, "can't handle positional and keyword arguments");
+            if (a->n_pos && a->n_kw) tl__jfail(c, "can't handle positional and keyword arguments");
             struct jv args;
             if (a->n_kw) {
-                args = jv_map(&c->arena, a->n_kw);
+                args = tl__jv_map(&c->arena, a->n_kw);
                 for (int i = 0; i < a->n_kw; i++)
-                    jv_map_set(&c->arena, args, jv_cstr(&c->arena, a->kw[i]), a->kwv[i]);
+                    tl__jv_map_set(&c->arena, args, tl__jv_cstr(&c->arena, a->kw[i]), a->kwv[i]);
             } else {
-                args = jv_list(&c->arena, a->n_pos);
+                args = tl__jv_list(&c->arena, a->n_pos);
                 args.l->is_tuple = true;
                 for (int i = 0; i < a->n_pos; i++)
-                    jv_list_push(&c->arena, args, a->pos[i]);
+                    tl__jv_list_push(&c->arena, args, a->pos[i]);
             }
-            return jstr_percent(c, need_str(c, in), args);
+            return tl__jstr_percent(c, need_str(c, in), args);
         }
         break;
     case 'i':
@@ -544,23 +544,23 @@ struct jv jfilter(struct jctx *c, const char *name, struct jv in, const struct j
     case 'l':
         if (!strcmp(name, "last")) {
             if (in.kind == JV_LIST && (in.flags & JVF_GENERATOR))
-                jfail(c, "'generator' object is not reversible");
-            struct jv l = jiterable_to_list(c, in);
-            return l.l->n ? l.l->v[l.l->n - 1] : jv_undef(NULL);
+                tl__jfail(c, "'generator' object is not reversible");
+            struct jv l = tl__jiterable_to_list(c, in);
+            return l.l->n ? l.l->v[l.l->n - 1] : tl__jv_undef(NULL);
         }
         if (!strcmp(name, "length")) return length_of(c, in);
         if (!strcmp(name, "list")) {
-            struct jv l = jiterable_to_list(c, in);
+            struct jv l = tl__jiterable_to_list(c, in);
             l.flags = 0;
             if (l.kind == JV_LIST && l.l->is_tuple) {
-                struct jv out = jv_list(&c->arena, l.l->n);
+                struct jv out = tl__jv_list(&c->arena, l.l->n);
                 for (int64_t i = 0; i < l.l->n; i++)
-                    jv_list_push(&c->arena, out, l.l->v[i]);
+                    tl__jv_list_push(&c->arena, out, l.l->v[i]);
                 return out;
             }
             return l;
         }
-        if (!strcmp(name, "lower")) return jstr_case(c, need_str(c, in), 0);
+        if (!strcmp(name, "lower")) return tl__jstr_case(c, need_str(c, in), 0);
         break;
     case 'm':
         if (!strcmp(name, "map")) return do_map(c, in, a);
@@ -571,21 +571,22 @@ struct jv jfilter(struct jctx *c, const char *name, struct jv in, const struct j
         if (!strcmp(name, "reject")) return do_select(c, in, a, false, false);
         if (!strcmp(name, "rejectattr")) return do_select(c, in, a, true, false);
         if (!strcmp(name, "replace")) {
-            struct jv cnt = arg_or(c, a, 2, "count", jv_none());
-            return jstr_replace(c, need_str(c, in), arg_or(c, a, 0, "old", jv_none()),
-                                arg_or(c, a, 1, "new", jv_none()), cnt.kind == JV_INT ? cnt.i : -1);
+            struct jv cnt = arg_or(c, a, 2, "count", tl__jv_none());
+            return tl__jstr_replace(c, need_str(c, in), arg_or(c, a, 0, "old", tl__jv_none()),
+                                    arg_or(c, a, 1, "new", tl__jv_none()),
+                                    cnt.kind == JV_INT ? cnt.i : -1);
         }
         if (!strcmp(name, "reverse")) {
             if (in.kind == JV_STR) {
-                struct jv chars = jiterable_to_list(c, in);
+                struct jv chars = tl__jiterable_to_list(c, in);
                 struct jbuf b = {.arena = &c->arena};
                 for (int64_t i = chars.l->n - 1; i >= 0; i--)
-                    jv_write_str(&b, chars.l->v[i]);
-                return jbuf_value(&b);
+                    tl__jv_write_str(&b, chars.l->v[i]);
+                return tl__jbuf_value(&b);
             }
-            struct jv l = jiterable_to_list(c, in), out = jv_list(&c->arena, l.l->n);
+            struct jv l = tl__jiterable_to_list(c, in), out = tl__jv_list(&c->arena, l.l->n);
             for (int64_t i = l.l->n - 1; i >= 0; i--)
-                jv_list_push(&c->arena, out, l.l->v[i]);
+                tl__jv_list_push(&c->arena, out, l.l->v[i]);
             out.flags = JVF_GENERATOR; // a list_reverseiterator
             return out;
         }
@@ -593,7 +594,7 @@ struct jv jfilter(struct jctx *c, const char *name, struct jv in, const struct j
         break;
     case 's':
         if (!strcmp(name, "safe")) {
-            struct jv m = jv_to_str(&c->arena, in);
+            struct jv m = tl__jv_to_str(&c->arena, in);
             m.flags = JVF_MARKUP;
             return m;
         }
@@ -601,11 +602,11 @@ struct jv jfilter(struct jctx *c, const char *name, struct jv in, const struct j
         if (!strcmp(name, "selectattr")) return do_select(c, in, a, true, true);
         if (!strcmp(name, "sort")) {
             struct sort_spec s = {.c = c, .pair_index = -1};
-            s.reverse = jv_truthy(arg_or(c, a, 0, "reverse", jv_bool(false)));
-            s.case_sensitive = jv_truthy(arg_or(c, a, 1, "case_sensitive", jv_bool(false)));
-            struct jv attr = arg_or(c, a, 2, "attribute", jv_none());
+            s.reverse = tl__jv_truthy(arg_or(c, a, 0, "reverse", tl__jv_bool(false)));
+            s.case_sensitive = tl__jv_truthy(arg_or(c, a, 1, "case_sensitive", tl__jv_bool(false)));
+            struct jv attr = arg_or(c, a, 2, "attribute", tl__jv_none());
             if (attr.kind == JV_STR) s.attribute = attr.s->p;
-            return sorted(&s, jiterable_to_list(c, in));
+            return sorted(&s, tl__jiterable_to_list(c, in));
         }
         if (!strcmp(name, "string")) return need_str(c, in);
         if (!strcmp(name, "sum")) return do_sum(c, in, a);
@@ -614,11 +615,12 @@ struct jv jfilter(struct jctx *c, const char *name, struct jv in, const struct j
         if (!strcmp(name, "title")) return do_title(c, need_str(c, in));
         if (!strcmp(name, "tojson")) return do_tojson(c, in, a);
         if (!strcmp(name, "trim"))
-            return jstr_strip(c, need_str(c, in), arg_or(c, a, 0, "chars", jv_none()), true, true);
+            return tl__jstr_strip(c, need_str(c, in), arg_or(c, a, 0, "chars", tl__jv_none()), true,
+                                  true);
         break;
     case 'u':
         if (!strcmp(name, "unique")) return do_unique(c, in, a);
-        if (!strcmp(name, "upper")) return jstr_case(c, need_str(c, in), 1);
+        if (!strcmp(name, "upper")) return tl__jstr_case(c, need_str(c, in), 1);
         break;
     case 'w':
         if (!strcmp(name, "wordcount")) {
@@ -632,11 +634,11 @@ struct jv jfilter(struct jctx *c, const char *name, struct jv in, const struct j
                 if (w && !in_word) n++;
                 in_word = w;
             }
-            return jv_int(n);
+            return tl__jv_int(n);
         }
         break;
     default:
         break;
     }
-    jfail(c, "no filter named '%s'", name);
+    tl__jfail(c, "no filter named '%s'", name);
 }

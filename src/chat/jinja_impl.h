@@ -20,7 +20,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-// ---- arena
+// ---- arena (jinja_arena.c)
 
 struct jarena_chunk;
 struct jarena {
@@ -32,10 +32,10 @@ struct jarena {
     size_t err_size;
 };
 
-void jarena_init(struct jarena *a, size_t max_bytes);
-void jarena_free(struct jarena *a);
-void *jarena_alloc(struct jarena *a, size_t n);     // zeroed; longjmps on failure
-void *jarena_alloc_raw(struct jarena *a, size_t n); // not zeroed
+void tl__jarena_init(struct jarena *a, size_t max_bytes);
+void tl__jarena_free(struct jarena *a);
+void *tl__jarena_alloc(struct jarena *a, size_t n);     // zeroed; longjmps on failure
+void *tl__jarena_alloc_raw(struct jarena *a, size_t n); // not zeroed
 
 // ---- values
 
@@ -214,72 +214,74 @@ struct jctx {
 };
 
 // Fails the render: formats the message (prefixed with the current line) and longjmps.
-_Noreturn void jfail(struct jctx *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+_Noreturn void tl__jfail(struct jctx *c, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
 
-// ---- values (jinja_value.c)
+// ---- values (jinja_value.c; printing in jinja_print.c)
 
-struct jv jv_undef(const char *name);
-struct jv jv_none(void);
-struct jv jv_bool(bool b);
-struct jv jv_int(int64_t i);
-struct jv jv_float(double f);
-struct jv jv_str(struct jarena *a, const char *s, size_t n);
-struct jv jv_cstr(struct jarena *a, const char *s);
-struct jv jv_list(struct jarena *a, int64_t cap);
-struct jv jv_map(struct jarena *a, int64_t cap);
-void jv_list_push(struct jarena *a, struct jv list, struct jv item);
-void jv_map_set(struct jarena *a, struct jv map, struct jv key, struct jv val); // replaces
-bool jv_map_get(struct jv map, const char *key, size_t key_len, struct jv *out);
-bool jv_map_getv(struct jv map, struct jv key, struct jv *out);
+struct jv tl__jv_undef(const char *name);
+struct jv tl__jv_none(void);
+struct jv tl__jv_bool(bool b);
+struct jv tl__jv_int(int64_t i);
+struct jv tl__jv_float(double f);
+struct jv tl__jv_str(struct jarena *a, const char *s, size_t n);
+struct jv tl__jv_cstr(struct jarena *a, const char *s);
+struct jv tl__jv_list(struct jarena *a, int64_t cap);
+struct jv tl__jv_map(struct jarena *a, int64_t cap);
+void tl__jv_list_push(struct jarena *a, struct jv list, struct jv item);
+void tl__jv_map_set(struct jarena *a, struct jv map, struct jv key, struct jv val); // replaces
+bool tl__jv_map_get(struct jv map, const char *key, size_t key_len, struct jv *out);
+bool tl__jv_map_getv(struct jv map, struct jv key, struct jv *out);
 
-bool jv_truthy(struct jv v);
-bool jv_equal(struct jv a, struct jv b);
+bool tl__jv_truthy(struct jv v);
+bool tl__jv_equal(struct jv a, struct jv b);
 // <0, 0, >0; false when the two cannot be ordered (as Python's TypeError).
-bool jv_compare(struct jv a, struct jv b, int *out);
-const char *jv_type_name(struct jv v);
-bool jv_is_num(struct jv v); // int, float or bool (Python's Number)
-double jv_as_double(struct jv v);
+bool tl__jv_compare(struct jv a, struct jv b, int *out);
+const char *tl__jv_type_name(struct jv v);
+bool tl__jv_is_num(struct jv v); // int, float or bool (Python's Number)
+double tl__jv_as_double(struct jv v);
 
-// Python's str() and repr() appended to a growable buffer.
+// Python's str() and repr() appended to a growable buffer (jinja_print.c).
 struct jbuf {
     struct jarena *arena;
     char *p;
     size_t len, cap;
 };
-void jbuf_add(struct jbuf *b, const char *s, size_t n);
-void jbuf_adds(struct jbuf *b, const char *s);
-struct jv jbuf_value(struct jbuf *b);
-void jv_write_str(struct jbuf *b, struct jv v);  // str(v); Undefined prints nothing
-void jv_write_repr(struct jbuf *b, struct jv v); // repr(v)
-void jv_write_float(struct jbuf *b, double f);   // Python's repr of a float
-struct jv jv_to_str(struct jarena *a, struct jv v);
+void tl__jbuf_add(struct jbuf *b, const char *s, size_t n);
+void tl__jbuf_adds(struct jbuf *b, const char *s);
+struct jv tl__jbuf_value(struct jbuf *b);
+void tl__jv_write_str(struct jbuf *b, struct jv v);  // str(v); Undefined prints nothing
+void tl__jv_write_repr(struct jbuf *b, struct jv v); // repr(v)
+void tl__jv_write_float(struct jbuf *b, double f);   // Python's repr of a float
+struct jv tl__jv_to_str(struct jarena *a, struct jv v);
 
 // json.dumps(v, ensure_ascii=False, indent, separators, sort_keys). indent < 0 = none; item_sep
 // and key_sep NULL = Python's defaults. false (with *bad set) when v holds an unserialisable
 // value.
-bool jv_write_json(struct jbuf *b, struct jv v, int indent, const char *item_sep,
-                   const char *key_sep, bool sort_keys, struct jv *bad);
+bool tl__jv_write_json(struct jbuf *b, struct jv v, int indent, const char *item_sep,
+                       const char *key_sep, bool sort_keys, struct jv *bad);
 
 // UTF-8 code point helpers (strings index by code point, as Python's str does).
-int64_t jstr_cp_len(const char *s, size_t n);
-size_t jstr_cp_offset(const char *s, size_t n, int64_t cp); // byte offset of code point cp
+int64_t tl__jstr_cp_len(const char *s, size_t n);
+size_t tl__jstr_cp_offset(const char *s, size_t n, int64_t cp); // byte offset of code point cp
 
-// ---- statements (jinja_exec.c), evaluation (jinja_eval.c) and builtins (jinja_builtins.c)
+// ---- statements (jinja_exec.c), evaluation (jinja_eval.c), filters, tests, methods and globals
+// (jinja_filters.c, jinja_tests.c, jinja_methods.c)
 
-void jstep(struct jctx *c); // counts a step; fails past the step or time limit
+void tl__jstep(struct jctx *c); // counts a step; fails past the step or time limit
 struct jcall;
-struct jv jcall_macro(struct jctx *c, const struct jfunc *fn, const struct jcall *a);
-struct jcall jeval_args(struct jctx *c, const struct jargs *a);
-void jframe_set(struct jctx *c, struct jframe *f, const char *name, struct jv v);
-struct jv jv_from_json(struct jarena *a, const json_t *j, int depth);
+struct jv tl__jcall_macro(struct jctx *c, const struct jfunc *fn, const struct jcall *a);
+struct jcall tl__jeval_args(struct jctx *c, const struct jargs *a);
+void tl__jframe_set(struct jctx *c, struct jframe *f, const char *name, struct jv v);
+struct jv tl__jv_from_json(struct jarena *a, const json_t *j, int depth);
 
-struct jv jeval(struct jctx *c, const struct jnode *n);
-struct jv jcall_value(struct jctx *c, struct jv fn, int n_pos, const struct jv *pos, int n_kw,
-                      const char *const *kw, const struct jv *kwv);
-struct jv jgetattr(struct jctx *c, struct jv obj, const char *name);
-struct jv jgetitem(struct jctx *c, struct jv obj, struct jv key);
-struct jv jlookup(struct jctx *c, const char *name);
-struct jv jiterable_to_list(struct jctx *c, struct jv v); // list, tuple, map keys, string chars
+struct jv tl__jeval(struct jctx *c, const struct jnode *n);
+struct jv tl__jcall_value(struct jctx *c, struct jv fn, int n_pos, const struct jv *pos, int n_kw,
+                          const char *const *kw, const struct jv *kwv);
+struct jv tl__jgetattr(struct jctx *c, struct jv obj, const char *name);
+struct jv tl__jgetitem(struct jctx *c, struct jv obj, struct jv key);
+struct jv tl__jlookup(struct jctx *c, const char *name);
+struct jv tl__jiterable_to_list(struct jctx *c, struct jv v); // list, tuple, map keys, string chars
 
 struct jcall {
     int n_pos;
@@ -289,24 +291,25 @@ struct jcall {
     const struct jv *kwv;
 };
 // The argument named `name` at position `i` (or keyword); *found false when absent.
-struct jv jarg(struct jctx *c, const struct jcall *a, int i, const char *name, bool *found);
+struct jv tl__jarg(struct jctx *c, const struct jcall *a, int i, const char *name, bool *found);
 
-struct jv jfilter(struct jctx *c, const char *name, struct jv in, const struct jcall *a);
-bool jtest(struct jctx *c, const char *name, struct jv in, const struct jcall *a);
-bool jtest_exists(const char *name);
-struct jv jescape(struct jctx *c, struct jv v); // Markup escape (|escape)
+struct jv tl__jfilter(struct jctx *c, const char *name, struct jv in, const struct jcall *a);
+bool tl__jtest(struct jctx *c, const char *name, struct jv in, const struct jcall *a);
+bool tl__jtest_exists(const char *name);
+struct jv tl__jescape(struct jctx *c, struct jv v); // Markup escape (|escape)
 // String helpers (jinja_text.c) shared by filters and methods: strip (chars JV_STR or whitespace),
 // ASCII case and beyond (mode 0 lower, 1 upper, 2 capitalize), replace (count < 0 = all).
-struct jv jstr_strip(struct jctx *c, struct jv s, struct jv chars, bool left, bool right);
-struct jv jstr_case(struct jctx *c, struct jv s, int mode);
-struct jv jstr_replace(struct jctx *c, struct jv s, struct jv old, struct jv new, int64_t count);
+struct jv tl__jstr_strip(struct jctx *c, struct jv s, struct jv chars, bool left, bool right);
+struct jv tl__jstr_case(struct jctx *c, struct jv s, int mode);
+struct jv tl__jstr_replace(struct jctx *c, struct jv s, struct jv old, struct jv new,
+                           int64_t count);
 // Python's fmt % args (args a tuple, a mapping for %(name)s, or one value).
-struct jv jstr_percent(struct jctx *c, struct jv fmt, struct jv args);
-bool jfilter_exists(const char *name);
+struct jv tl__jstr_percent(struct jctx *c, struct jv fmt, struct jv args);
+bool tl__jfilter_exists(const char *name);
 // A method bound to obj (str, map methods) or JV_UNDEF when obj has no such method.
-struct jv jmethod_bind(struct jctx *c, struct jv obj, const char *name);
-struct jv jglobal(const char *name); // range, namespace, dict, raise_exception, strftime_now
-struct jv jcall_builtin(struct jctx *c, const struct jfunc *fn, const struct jcall *a);
+struct jv tl__jmethod_bind(struct jctx *c, struct jv obj, const char *name);
+struct jv tl__jglobal(const char *name); // range, namespace, dict, raise_exception, strftime_now
+struct jv tl__jcall_builtin(struct jctx *c, const struct jfunc *fn, const struct jcall *a);
 
 enum jfunc_kind { JF_MACRO, JF_GLOBAL, JF_METHOD, JF_CALLER };
 struct jfunc {
@@ -353,32 +356,31 @@ struct jparser {
     int depth;
 };
 
-_Noreturn void jparse_fail(struct jparser *p, int line, int col, const char *fmt, ...)
+_Noreturn void tl__jparse_fail(struct jparser *p, int line, int col, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
-void jlex(struct jparser *p, const char *src, size_t len); // fills p->toks
+void tl__jlex(struct jparser *p, const char *src, size_t len); // fills p->toks
 
 // Parser helpers (jinja_parse_expr.c), shared by the statement parser.
 struct vec {
     void **v;
     int n, cap;
 };
-const struct jtok *jp_peek(struct jparser *p);
-const struct jtok *jp_peek2(struct jparser *p);
-const struct jtok *jp_next(struct jparser *p);
-bool jp_is_op(const struct jtok *t, const char *op);
-bool jp_is_name(const struct jtok *t, const char *name);
-_Noreturn void jp_fail_at(struct jparser *p, const struct jtok *t, const char *what);
-void jp_expect_op(struct jparser *p, const char *op);
-const char *jp_expect_name(struct jparser *p);
-void jp_expect_block_end(struct jparser *p);
-struct jnode *jp_node(struct jparser *p, enum jn_kind kind, const struct jtok *at);
-void jp_vec_push(struct jparser *p, struct vec *v, void *x);
-void jp_enter(struct jparser *p);
-bool jp_starts_primary(const struct jtok *t);
-struct jnode *jp_parse_expr(struct jparser *p, bool with_cond);
-struct jnode *jp_parse_tuple_expr(struct jparser *p, bool with_cond);
-void jp_parse_call_args(struct jparser *p, struct jargs *a);
-struct jnode *jp_parse_filter(struct jparser *p, struct jnode *input);
-struct jnode *jparse(struct jparser *p); // the template's JN_BODY
+const struct jtok *tl__jp_peek(struct jparser *p);
+const struct jtok *tl__jp_peek2(struct jparser *p);
+const struct jtok *tl__jp_next(struct jparser *p);
+bool tl__jp_is_op(const struct jtok *t, const char *op);
+bool tl__jp_is_name(const struct jtok *t, const char *name);
+_Noreturn void tl__jp_fail_at(struct jparser *p, const struct jtok *t, const char *what);
+void tl__jp_expect_op(struct jparser *p, const char *op);
+const char *tl__jp_expect_name(struct jparser *p);
+void tl__jp_expect_block_end(struct jparser *p);
+struct jnode *tl__jp_node(struct jparser *p, enum jn_kind kind, const struct jtok *at);
+void tl__jp_vec_push(struct jparser *p, struct vec *v, void *x);
+void tl__jp_enter(struct jparser *p);
+bool tl__jp_starts_primary(const struct jtok *t);
+struct jnode *tl__jp_parse_expr(struct jparser *p, bool with_cond);
+struct jnode *tl__jp_parse_tuple_expr(struct jparser *p, bool with_cond);
+void tl__jp_parse_call_args(struct jparser *p, struct jargs *a);
+struct jnode *tl__jp_parse_filter(struct jparser *p, struct jnode *input);
 
 #endif

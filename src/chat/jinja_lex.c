@@ -8,7 +8,7 @@
  * is false). {% raw %} ... {% endraw %} becomes one text token.
  *
  * Errors (an unterminated tag or string, a stray character) name the line and column and unwind
- * through jparse_fail. Tokens live in the parser's arena. Not thread-safe per parser.
+ * through tl__jparse_fail. Tokens live in the parser's arena. Not thread-safe per parser.
  */
 #include "chat/jinja_impl.h"
 
@@ -43,7 +43,7 @@ static struct jtok *push(struct lexer *L, enum jtok_kind kind, size_t pos)
     struct jparser *p = L->p;
     if (p->n_toks == p->cap_toks) {
         int64_t cap = p->cap_toks ? p->cap_toks * 2 : 256;
-        struct jtok *t = jarena_alloc(p->arena, (size_t)cap * sizeof(*t));
+        struct jtok *t = tl__jarena_alloc(p->arena, (size_t)cap * sizeof(*t));
         if (p->n_toks) memcpy(t, p->toks, (size_t)p->n_toks * sizeof(*t));
         p->toks = t;
         p->cap_toks = cap;
@@ -58,7 +58,7 @@ static struct jtok *push(struct lexer *L, enum jtok_kind kind, size_t pos)
 
 static char *dup(struct lexer *L, const char *s, size_t n)
 {
-    char *d = jarena_alloc(L->p->arena, n + 1);
+    char *d = tl__jarena_alloc(L->p->arena, n + 1);
     memcpy(d, s, n);
     d[n] = 0;
     return d;
@@ -132,10 +132,11 @@ static void lex_string(struct lexer *L)
 {
     size_t start = L->i;
     char q = L->s[L->i];
-    char *out = jarena_alloc(L->p->arena, L->n - start + 1);
+    char *out = tl__jarena_alloc(L->p->arena, L->n - start + 1);
     size_t n = 0, i = start + 1;
     for (;; i++) {
-        if (i >= L->n) jparse_fail(L->p, L->line, col_of(L, start), "unterminated string literal");
+        if (i >= L->n)
+            tl__jparse_fail(L->p, L->line, col_of(L, start), "unterminated string literal");
         char c = L->s[i];
         if (c == q) break;
         if (c != '\\' || i + 1 >= L->n) {
@@ -148,10 +149,11 @@ static void lex_string(struct lexer *L)
             unsigned cp = 0;
             for (int k = 0; k < digits; k++) {
                 int h = i + 1 + (size_t)k < L->n ? hexval(L->s[i + 1 + (size_t)k]) : -1;
-                if (h < 0) jparse_fail(L->p, L->line, col_of(L, i), "bad \\%c escape in string", e);
+                if (h < 0)
+                    tl__jparse_fail(L->p, L->line, col_of(L, i), "bad \\%c escape in string", e);
                 cp = cp * 16 + (unsigned)h;
             }
-            if (cp > 0x10ffff) jparse_fail(L->p, L->line, col_of(L, i), "bad code point");
+            if (cp > 0x10ffff) tl__jparse_fail(L->p, L->line, col_of(L, i), "bad code point");
             i += (size_t)digits;
             n += put_utf8(out + n, cp);
             continue;
@@ -238,7 +240,7 @@ static void lex_number(struct lexer *L)
         char *end;
         unsigned long long v = strtoull(buf, &end, 10);
         if (nb > 18 && v > (unsigned long long)INT64_MAX)
-            jparse_fail(L->p, L->line, col_of(L, start), "integer literal too large");
+            tl__jparse_fail(L->p, L->line, col_of(L, start), "integer literal too large");
         t->i = (int64_t)v;
     }
     advance_to(L, i);
@@ -258,8 +260,8 @@ static char lex_tag(struct lexer *L, bool is_block, size_t open_pos)
         while (L->i < L->n && is_space(L->s[L->i]))
             advance_to(L, L->i + 1);
         if (L->i >= L->n)
-            jparse_fail(L->p, L->line, col_of(L, open_pos), "unclosed '%s' tag",
-                        is_block ? "{%" : "{{");
+            tl__jparse_fail(L->p, L->line, col_of(L, open_pos), "unclosed '%s' tag",
+                            is_block ? "{%" : "{{");
         size_t pos = L->i;
         if (depth == 0) {
             char sign = L->s[pos];
@@ -295,7 +297,7 @@ static char lex_tag(struct lexer *L, bool is_block, size_t open_pos)
                     break;
                 }
             }
-            if (!op) jparse_fail(L->p, L->line, col_of(L, pos), "unexpected character '%c'", c);
+            if (!op) tl__jparse_fail(L->p, L->line, col_of(L, pos), "unexpected character '%c'", c);
             if (op[0] == '(' || op[0] == '[' || op[0] == '{') depth++;
             if ((op[0] == ')' || op[0] == ']' || op[0] == '}') && depth > 0) depth--;
             struct jtok *t = push(L, JT_OP, pos);
@@ -364,13 +366,13 @@ static bool try_raw(struct lexer *L, size_t inner, bool *line_starting)
         *line_starting = after_close(L, close_sign, true);
         return true;
     }
-    jparse_fail(L->p, L->line, col_of(L, inner), "missing {%% endraw %%}");
+    tl__jparse_fail(L->p, L->line, col_of(L, inner), "missing {%% endraw %%}");
 }
 
-void jlex(struct jparser *p, const char *src, size_t len)
+void tl__jlex(struct jparser *p, const char *src, size_t len)
 {
     // Normalize newlines and drop one trailing newline, as Jinja2 does.
-    char *s = jarena_alloc(p->arena, len + 1);
+    char *s = tl__jarena_alloc(p->arena, len + 1);
     size_t n = 0;
     for (size_t i = 0; i < len; i++) {
         if (src[i] == '\r') {
@@ -422,7 +424,7 @@ void jlex(struct jparser *p, const char *src, size_t len)
             size_t e = inner;
             while (e + 1 < L.n && !(L.s[e] == '#' && L.s[e + 1] == '}'))
                 e++;
-            if (e + 1 >= L.n) jparse_fail(p, L.line, col_of(&L, t), "unclosed comment");
+            if (e + 1 >= L.n) tl__jparse_fail(p, L.line, col_of(&L, t), "unclosed comment");
             char csign = e > inner && (L.s[e - 1] == '-' || L.s[e - 1] == '+') ? L.s[e - 1] : 0;
             advance_to(&L, e + 2);
             line_starting = after_close(&L, csign, true);

@@ -15,7 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-_Noreturn void jparse_fail(struct jparser *p, int line, int col, const char *fmt, ...)
+_Noreturn void tl__jparse_fail(struct jparser *p, int line, int col, const char *fmt, ...)
 {
     if (p->err && p->err_size) {
         int n = snprintf(p->err, p->err_size, "line %d, column %d: ", line, col);
@@ -48,22 +48,22 @@ static bool word_in(const char *w, const char *const *list)
 static void parse_targets(struct jparser *p, struct jnode *n, bool allow_attr)
 {
     struct vec names = {0};
-    bool paren = jp_is_op(jp_peek(p), "(");
-    if (paren) jp_next(p);
+    bool paren = tl__jp_is_op(tl__jp_peek(p), "(");
+    if (paren) tl__jp_next(p);
     for (;;) {
-        const char *name = jp_expect_name(p);
-        if (allow_attr && !paren && names.n == 0 && jp_is_op(jp_peek(p), ".")) {
-            jp_next(p);
-            n->a = jp_node(p, JN_NAME, jp_peek(p));
+        const char *name = tl__jp_expect_name(p);
+        if (allow_attr && !paren && names.n == 0 && tl__jp_is_op(tl__jp_peek(p), ".")) {
+            tl__jp_next(p);
+            n->a = tl__jp_node(p, JN_NAME, tl__jp_peek(p));
             n->a->name = name;
-            n->name = jp_expect_name(p);
+            n->name = tl__jp_expect_name(p);
             return;
         }
-        jp_vec_push(p, &names, (void *)name);
-        if (!jp_is_op(jp_peek(p), ",")) break;
-        jp_next(p);
+        tl__jp_vec_push(p, &names, (void *)name);
+        if (!tl__jp_is_op(tl__jp_peek(p), ",")) break;
+        tl__jp_next(p);
     }
-    if (paren) jp_expect_op(p, ")");
+    if (paren) tl__jp_expect_op(p, ")");
     n->names = (const char **)names.v;
     n->n_names = names.n;
 }
@@ -72,19 +72,19 @@ static void parse_targets(struct jparser *p, struct jnode *n, bool allow_attr)
 static void parse_params(struct jparser *p, struct jnode *n)
 {
     struct vec names = {0}, defaults = {0};
-    jp_expect_op(p, "(");
-    while (!jp_is_op(jp_peek(p), ")")) {
-        if (names.n) jp_expect_op(p, ",");
-        if (jp_is_op(jp_peek(p), ")")) break;
-        jp_vec_push(p, &names, (void *)jp_expect_name(p));
+    tl__jp_expect_op(p, "(");
+    while (!tl__jp_is_op(tl__jp_peek(p), ")")) {
+        if (names.n) tl__jp_expect_op(p, ",");
+        if (tl__jp_is_op(tl__jp_peek(p), ")")) break;
+        tl__jp_vec_push(p, &names, (void *)tl__jp_expect_name(p));
         struct jnode *def = NULL;
-        if (jp_is_op(jp_peek(p), "=")) {
-            jp_next(p);
-            def = jp_parse_expr(p, true);
+        if (tl__jp_is_op(tl__jp_peek(p), "=")) {
+            tl__jp_next(p);
+            def = tl__jp_parse_expr(p, true);
         }
-        jp_vec_push(p, &defaults, def);
+        tl__jp_vec_push(p, &defaults, def);
     }
-    jp_next(p);
+    tl__jp_next(p);
     n->names = (const char **)names.v;
     n->n_names = names.n;
     n->items = (struct jnode **)defaults.v;
@@ -94,20 +94,20 @@ static void parse_params(struct jparser *p, struct jnode *n)
 // A filter chain for {% filter %} / {% set x | f %}: f(args) | g ... applied to a hole (NULL).
 static struct jnode *parse_filter_chain(struct jparser *p)
 {
-    struct jnode *f = jp_node(p, JN_FILTER, jp_peek(p));
-    f->name = jp_expect_name(p);
-    if (jp_is_op(jp_peek(p), "(")) jp_parse_call_args(p, &f->args);
-    while (jp_is_op(jp_peek(p), "|"))
-        f = jp_parse_filter(p, f);
+    struct jnode *f = tl__jp_node(p, JN_FILTER, tl__jp_peek(p));
+    f->name = tl__jp_expect_name(p);
+    if (tl__jp_is_op(tl__jp_peek(p), "(")) tl__jp_parse_call_args(p, &f->args);
+    while (tl__jp_is_op(tl__jp_peek(p), "|"))
+        f = tl__jp_parse_filter(p, f);
     return f;
 }
 
 static struct jnode *parse_if(struct jparser *p, const struct jtok *at)
 {
     static const char *const ends[] = {"elif", "else", "endif", NULL};
-    struct jnode *n = jp_node(p, JN_IF, at);
-    n->a = jp_parse_tuple_expr(p, true);
-    jp_expect_block_end(p);
+    struct jnode *n = tl__jp_node(p, JN_IF, at);
+    n->a = tl__jp_parse_tuple_expr(p, true);
+    tl__jp_expect_block_end(p);
     const char *hit;
     n->b = parse_body(p, ends, &hit);
     if (!strcmp(hit, "elif")) {
@@ -116,88 +116,89 @@ static struct jnode *parse_if(struct jparser *p, const struct jtok *at)
     }
     if (!strcmp(hit, "else")) {
         static const char *const end_only[] = {"endif", NULL};
-        jp_expect_block_end(p);
+        tl__jp_expect_block_end(p);
         n->c = parse_body(p, end_only, &hit);
     }
-    jp_expect_block_end(p);
+    tl__jp_expect_block_end(p);
     return n;
 }
 
 static struct jnode *parse_for(struct jparser *p, const struct jtok *at)
 {
     static const char *const ends[] = {"else", "endfor", NULL};
-    struct jnode *n = jp_node(p, JN_FOR, at);
+    struct jnode *n = tl__jp_node(p, JN_FOR, at);
     parse_targets(p, n, false);
-    if (!jp_is_name(jp_peek(p), "in")) jp_fail_at(p, jp_peek(p), "'in'");
-    jp_next(p);
-    n->a = jp_parse_tuple_expr(p, false);
-    if (jp_is_name(jp_peek(p), "if")) {
-        jp_next(p);
-        n->d = jp_parse_expr(p, true);
+    if (!tl__jp_is_name(tl__jp_peek(p), "in")) tl__jp_fail_at(p, tl__jp_peek(p), "'in'");
+    tl__jp_next(p);
+    n->a = tl__jp_parse_tuple_expr(p, false);
+    if (tl__jp_is_name(tl__jp_peek(p), "if")) {
+        tl__jp_next(p);
+        n->d = tl__jp_parse_expr(p, true);
     }
-    if (jp_is_name(jp_peek(p), "recursive"))
-        jparse_fail(p, jp_peek(p)->line, jp_peek(p)->col, "recursive for loops are not supported");
-    jp_expect_block_end(p);
+    if (tl__jp_is_name(tl__jp_peek(p), "recursive"))
+        tl__jparse_fail(p, tl__jp_peek(p)->line, tl__jp_peek(p)->col,
+                        "recursive for loops are not supported");
+    tl__jp_expect_block_end(p);
     const char *hit;
     n->b = parse_body(p, ends, &hit);
     if (!strcmp(hit, "else")) {
         static const char *const end_only[] = {"endfor", NULL};
-        jp_expect_block_end(p);
+        tl__jp_expect_block_end(p);
         n->c = parse_body(p, end_only, &hit);
     }
-    jp_expect_block_end(p);
+    tl__jp_expect_block_end(p);
     return n;
 }
 
 static struct jnode *parse_set(struct jparser *p, const struct jtok *at)
 {
-    struct jnode *n = jp_node(p, JN_SET, at);
+    struct jnode *n = tl__jp_node(p, JN_SET, at);
     parse_targets(p, n, true);
-    if (jp_is_op(jp_peek(p), "=")) {
-        jp_next(p);
-        n->b = jp_parse_tuple_expr(p, true);
-        jp_expect_block_end(p);
+    if (tl__jp_is_op(tl__jp_peek(p), "=")) {
+        tl__jp_next(p);
+        n->b = tl__jp_parse_tuple_expr(p, true);
+        tl__jp_expect_block_end(p);
         return n;
     }
     n->kind = JN_SETBLK;
-    if (n->n_names > 1) jp_fail_at(p, jp_peek(p), "'=' (a block set takes one name)");
-    if (jp_is_op(jp_peek(p), "|")) {
-        jp_next(p);
+    if (n->n_names > 1) tl__jp_fail_at(p, tl__jp_peek(p), "'=' (a block set takes one name)");
+    if (tl__jp_is_op(tl__jp_peek(p), "|")) {
+        tl__jp_next(p);
         n->d = parse_filter_chain(p);
     }
-    jp_expect_block_end(p);
+    tl__jp_expect_block_end(p);
     static const char *const ends[] = {"endset", NULL};
     const char *hit;
     n->b = parse_body(p, ends, &hit);
-    jp_expect_block_end(p);
+    tl__jp_expect_block_end(p);
     return n;
 }
 
 static struct jnode *parse_macro(struct jparser *p, const struct jtok *at)
 {
-    struct jnode *n = jp_node(p, JN_MACRO, at);
-    n->name = jp_expect_name(p);
+    struct jnode *n = tl__jp_node(p, JN_MACRO, at);
+    n->name = tl__jp_expect_name(p);
     parse_params(p, n);
-    jp_expect_block_end(p);
+    tl__jp_expect_block_end(p);
     static const char *const ends[] = {"endmacro", NULL};
     const char *hit;
     n->b = parse_body(p, ends, &hit);
-    if (jp_peek(p)->kind == JT_NAME) jp_next(p); // {% endmacro name %}
-    jp_expect_block_end(p);
+    if (tl__jp_peek(p)->kind == JT_NAME) tl__jp_next(p); // {% endmacro name %}
+    tl__jp_expect_block_end(p);
     return n;
 }
 
 static struct jnode *parse_call_block(struct jparser *p, const struct jtok *at)
 {
-    struct jnode *n = jp_node(p, JN_CALLBLK, at);
-    if (jp_is_op(jp_peek(p), "(")) parse_params(p, n);
-    n->a = jp_parse_expr(p, true);
-    if (n->a->kind != JN_CALL) jparse_fail(p, at->line, at->col, "{%% call %%} needs a call");
-    jp_expect_block_end(p);
+    struct jnode *n = tl__jp_node(p, JN_CALLBLK, at);
+    if (tl__jp_is_op(tl__jp_peek(p), "(")) parse_params(p, n);
+    n->a = tl__jp_parse_expr(p, true);
+    if (n->a->kind != JN_CALL) tl__jparse_fail(p, at->line, at->col, "{%% call %%} needs a call");
+    tl__jp_expect_block_end(p);
     static const char *const ends[] = {"endcall", NULL};
     const char *hit;
     n->b = parse_body(p, ends, &hit);
-    jp_expect_block_end(p);
+    tl__jp_expect_block_end(p);
     return n;
 }
 
@@ -209,73 +210,73 @@ static struct jnode *parse_statement(struct jparser *p, const struct jtok *at, c
     if (!strcmp(word, "macro")) return parse_macro(p, at);
     if (!strcmp(word, "call")) return parse_call_block(p, at);
     if (!strcmp(word, "break") || !strcmp(word, "continue")) {
-        struct jnode *n = jp_node(p, word[0] == 'b' ? JN_BREAK : JN_CONTINUE, at);
-        jp_expect_block_end(p);
+        struct jnode *n = tl__jp_node(p, word[0] == 'b' ? JN_BREAK : JN_CONTINUE, at);
+        tl__jp_expect_block_end(p);
         return n;
     }
     if (!strcmp(word, "filter")) {
-        struct jnode *n = jp_node(p, JN_FILTBLK, at);
+        struct jnode *n = tl__jp_node(p, JN_FILTBLK, at);
         n->a = parse_filter_chain(p);
-        jp_expect_block_end(p);
+        tl__jp_expect_block_end(p);
         static const char *const ends[] = {"endfilter", NULL};
         const char *hit;
         n->b = parse_body(p, ends, &hit);
-        jp_expect_block_end(p);
+        tl__jp_expect_block_end(p);
         return n;
     }
     if (!strcmp(word, "generation")) {
-        jp_expect_block_end(p);
+        tl__jp_expect_block_end(p);
         static const char *const ends[] = {"endgeneration", NULL};
         const char *hit;
         struct jnode *n = parse_body(p, ends, &hit);
-        jp_expect_block_end(p);
+        tl__jp_expect_block_end(p);
         return n;
     }
-    jparse_fail(p, at->line, at->col, "unknown tag '%s'", word);
+    tl__jparse_fail(p, at->line, at->col, "unknown tag '%s'", word);
 }
 
 static struct jnode *parse_body(struct jparser *p, const char *const *ends, const char **hit)
 {
-    struct jnode *body = jp_node(p, JN_BODY, jp_peek(p));
+    struct jnode *body = tl__jp_node(p, JN_BODY, tl__jp_peek(p));
     struct vec items = {0};
-    jp_enter(p);
+    tl__jp_enter(p);
     for (;;) {
-        const struct jtok *t = jp_next(p);
+        const struct jtok *t = tl__jp_next(p);
         if (t->kind == JT_EOF) {
             if (ends) {
                 int last = 0;
                 while (ends[last + 1])
                     last++;
-                jparse_fail(p, t->line, t->col, "unexpected end of template, expected {%% %s %%}",
-                            ends[last]);
+                tl__jparse_fail(p, t->line, t->col,
+                                "unexpected end of template, expected {%% %s %%}", ends[last]);
             }
             break;
         }
         if (t->kind == JT_TEXT) {
-            struct jnode *n = jp_node(p, JN_TEXT, t);
-            n->value = jv_str(p->arena, t->s, t->len);
-            jp_vec_push(p, &items, n);
+            struct jnode *n = tl__jp_node(p, JN_TEXT, t);
+            n->value = tl__jv_str(p->arena, t->s, t->len);
+            tl__jp_vec_push(p, &items, n);
         } else if (t->kind == JT_VAR_BEGIN) {
-            struct jnode *n = jp_node(p, JN_OUTPUT, t);
-            n->a = jp_parse_tuple_expr(p, true);
-            if (jp_peek(p)->kind != JT_VAR_END) jp_fail_at(p, jp_peek(p), "'}}'");
-            jp_next(p);
-            jp_vec_push(p, &items, n);
+            struct jnode *n = tl__jp_node(p, JN_OUTPUT, t);
+            n->a = tl__jp_parse_tuple_expr(p, true);
+            if (tl__jp_peek(p)->kind != JT_VAR_END) tl__jp_fail_at(p, tl__jp_peek(p), "'}}'");
+            tl__jp_next(p);
+            tl__jp_vec_push(p, &items, n);
         } else if (t->kind == JT_BLOCK_BEGIN) {
-            const struct jtok *w = jp_peek(p);
-            if (w->kind != JT_NAME) jp_fail_at(p, w, "a statement name");
+            const struct jtok *w = tl__jp_peek(p);
+            if (w->kind != JT_NAME) tl__jp_fail_at(p, w, "a statement name");
             if (word_in(w->s, ends)) {
-                jp_next(p);
+                tl__jp_next(p);
                 *hit = w->s;
                 break;
             }
             if (!strncmp(w->s, "end", 3) || !strcmp(w->s, "elif") || !strcmp(w->s, "else"))
-                jparse_fail(p, w->line, w->col, "unexpected '%s'%s%s", w->s,
-                            ends ? ", expected " : "", ends ? ends[0] : "");
-            jp_next(p);
-            jp_vec_push(p, &items, parse_statement(p, w, w->s));
+                tl__jparse_fail(p, w->line, w->col, "unexpected '%s'%s%s", w->s,
+                                ends ? ", expected " : "", ends ? ends[0] : "");
+            tl__jp_next(p);
+            tl__jp_vec_push(p, &items, parse_statement(p, w, w->s));
         } else {
-            jp_fail_at(p, t, "text or a tag");
+            tl__jp_fail_at(p, t, "text or a tag");
         }
     }
     p->depth--;
@@ -293,7 +294,7 @@ tl_status tl_jinja_parse(const char *src, size_t len, tl_jinja_template **out, c
     if (err_size) err[0] = 0;
     struct tl_jinja_template *t = calloc(1, sizeof(*t));
     if (!t) return TL_ERR_NOMEM;
-    jarena_init(&t->arena, (size_t)64 << 20);
+    tl__jarena_init(&t->arena, (size_t)64 << 20);
     struct jparser *p = calloc(1, sizeof(*p));
     if (!p) {
         free(t);
@@ -310,7 +311,7 @@ tl_status tl_jinja_parse(const char *src, size_t len, tl_jinja_template **out, c
         tl_jinja_free(t);
         return TL_ERR_FORMAT;
     }
-    jlex(p, src, len);
+    tl__jlex(p, src, len);
     t->root = parse_body(p, NULL, NULL);
     t->arena.on_fail = NULL;
     free(p);
@@ -321,7 +322,7 @@ tl_status tl_jinja_parse(const char *src, size_t len, tl_jinja_template **out, c
 void tl_jinja_free(tl_jinja_template *t)
 {
     if (!t) return;
-    jarena_free(&t->arena);
+    tl__jarena_free(&t->arena);
     free(t);
 }
 

@@ -17,7 +17,7 @@ static const char *const test_names[] = {
     "ne",        "none",        "number",  "odd",      "sameas", "sequence", "string",  "true",
     "undefined", "upper",       "filter",  "test",     NULL};
 
-bool jtest_exists(const char *name)
+bool tl__jtest_exists(const char *name)
 {
     for (int i = 0; test_names[i]; i++)
         if (!strcmp(test_names[i], name)) return true;
@@ -27,9 +27,9 @@ bool jtest_exists(const char *name)
 static bool cmp_test(struct jctx *c, const char *name, struct jv a, struct jv b)
 {
     int r;
-    if (!jv_compare(a, b, &r))
-        jfail(c, "'%s' not supported between instances of '%s' and '%s'", name, jv_type_name(a),
-              jv_type_name(b));
+    if (!tl__jv_compare(a, b, &r))
+        tl__jfail(c, "'%s' not supported between instances of '%s' and '%s'", name,
+                  tl__jv_type_name(a), tl__jv_type_name(b));
     if (!strcmp(name, "<") || !strcmp(name, "lt")) return r < 0;
     if (!strcmp(name, "<=") || !strcmp(name, "le")) return r <= 0;
     if (!strcmp(name, ">") || !strcmp(name, "gt")) return r > 0;
@@ -47,15 +47,15 @@ static bool int_of(struct jv v, int64_t *out)
     return true;
 }
 
-bool jtest(struct jctx *c, const char *name, struct jv in, const struct jcall *a)
+bool tl__jtest(struct jctx *c, const char *name, struct jv in, const struct jcall *a)
 {
-    struct jv arg = jarg(c, a, 0, NULL, NULL);
+    struct jv arg = tl__jarg(c, a, 0, NULL, NULL);
     int64_t i;
     if (!strcmp(name, "defined")) return in.kind != JV_UNDEF;
     if (!strcmp(name, "undefined")) return in.kind == JV_UNDEF;
     if (!strcmp(name, "none")) return in.kind == JV_NONE;
     if (!strcmp(name, "string")) return in.kind == JV_STR;
-    if (!strcmp(name, "number")) return jv_is_num(in);
+    if (!strcmp(name, "number")) return tl__jv_is_num(in);
     if (!strcmp(name, "integer")) return in.kind == JV_INT;
     if (!strcmp(name, "float")) return in.kind == JV_FLOAT;
     if (!strcmp(name, "boolean")) return in.kind == JV_BOOL;
@@ -69,27 +69,27 @@ bool jtest(struct jctx *c, const char *name, struct jv in, const struct jcall *a
         return in.kind == JV_UNDEF || in.kind == JV_STR || in.kind == JV_LIST || in.kind == JV_MAP;
     if (!strcmp(name, "==") || !strcmp(name, "eq") || !strcmp(name, "equalto") ||
         !strcmp(name, "sameas"))
-        return jv_equal(in, arg);
-    if (!strcmp(name, "!=") || !strcmp(name, "ne")) return !jv_equal(in, arg);
+        return tl__jv_equal(in, arg);
+    if (!strcmp(name, "!=") || !strcmp(name, "ne")) return !tl__jv_equal(in, arg);
     if (!strcmp(name, "<") || !strcmp(name, "lt") || !strcmp(name, "<=") || !strcmp(name, "le") ||
         !strcmp(name, ">") || !strcmp(name, "gt") || !strcmp(name, ">=") || !strcmp(name, "ge"))
         return cmp_test(c, name, in, arg);
     if (!strcmp(name, "even") || !strcmp(name, "odd")) {
-        if (!int_of(in, &i)) jfail(c, "'%s' test needs an integer", name);
+        if (!int_of(in, &i)) tl__jfail(c, "'%s' test needs an integer", name);
         return (i % 2 == 0) == (name[0] == 'e');
     }
     if (!strcmp(name, "divisibleby")) {
         int64_t d;
-        if (!int_of(in, &i) || !int_of(arg, &d)) jfail(c, "divisibleby needs integers");
-        if (d == 0) jfail(c, "integer division or modulo by zero");
+        if (!int_of(in, &i) || !int_of(arg, &d)) tl__jfail(c, "divisibleby needs integers");
+        if (d == 0) tl__jfail(c, "integer division or modulo by zero");
         return i % d == 0;
     }
     if (!strcmp(name, "in")) {
         if (arg.kind == JV_STR && in.kind == JV_STR)
             return memmem(arg.s->p, arg.s->len, in.s->p, in.s->len) != NULL || !in.s->len;
-        struct jv l = jiterable_to_list(c, arg);
+        struct jv l = tl__jiterable_to_list(c, arg);
         for (int64_t k = 0; k < l.l->n; k++)
-            if (jv_equal(l.l->v[k], in)) return true;
+            if (tl__jv_equal(l.l->v[k], in)) return true;
         return false;
     }
     if (!strcmp(name, "lower") || !strcmp(name, "upper")) {
@@ -107,7 +107,7 @@ bool jtest(struct jctx *c, const char *name, struct jv in, const struct jcall *a
         }
         return cased;
     }
-    if (!strcmp(name, "filter")) return in.kind == JV_STR && jfilter_exists(in.s->p);
-    if (!strcmp(name, "test")) return in.kind == JV_STR && jtest_exists(in.s->p);
-    jfail(c, "no test named '%s'", name);
+    if (!strcmp(name, "filter")) return in.kind == JV_STR && tl__jfilter_exists(in.s->p);
+    if (!strcmp(name, "test")) return in.kind == JV_STR && tl__jtest_exists(in.s->p);
+    tl__jfail(c, "no test named '%s'", name);
 }

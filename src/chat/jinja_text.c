@@ -16,7 +16,7 @@ static bool is_ws(char ch)
     return ch == ' ' || ch == '\t' || ch == '\n' || ch == '\r' || ch == '\v' || ch == '\f';
 }
 
-struct jv jstr_strip(struct jctx *c, struct jv s, struct jv chars, bool left, bool right)
+struct jv tl__jstr_strip(struct jctx *c, struct jv s, struct jv chars, bool left, bool right)
 {
     const char *p = s.s->p;
     size_t b = 0, e = s.s->len;
@@ -28,36 +28,37 @@ struct jv jstr_strip(struct jctx *c, struct jv s, struct jv chars, bool left, bo
     while (right && e > b && IN_SET(p[e - 1]))
         e--;
 #undef IN_SET
-    return jv_str(&c->arena, p + b, e - b);
+    return tl__jv_str(&c->arena, p + b, e - b);
 }
 
-struct jv jstr_replace(struct jctx *c, struct jv s, struct jv old, struct jv new, int64_t count)
+struct jv tl__jstr_replace(struct jctx *c, struct jv s, struct jv old, struct jv new, int64_t count)
 {
-    if (old.kind != JV_STR || new.kind != JV_STR) jfail(c, "replace() arguments must be strings");
+    if (old.kind != JV_STR || new.kind != JV_STR)
+        tl__jfail(c, "replace() arguments must be strings");
     struct jbuf b = {.arena = &c->arena};
     const char *p = s.s->p, *end = p + s.s->len;
     if (old.s->len == 0) { // Python inserts new between every character
         int64_t n = 0;
         for (size_t i = 0; i <= s.s->len; i++) {
             if (count < 0 || n < count) {
-                jbuf_add(&b, new.s->p, new.s->len);
+                tl__jbuf_add(&b, new.s->p, new.s->len);
                 n++;
             }
-            if (i < s.s->len) jbuf_add(&b, p + i, 1);
+            if (i < s.s->len) tl__jbuf_add(&b, p + i, 1);
         }
-        return jbuf_value(&b);
+        return tl__jbuf_value(&b);
     }
     int64_t n = 0;
     while (p < end && (count < 0 || n < count)) {
         const char *hit = memmem(p, (size_t)(end - p), old.s->p, old.s->len);
         if (!hit) break;
-        jbuf_add(&b, p, (size_t)(hit - p));
-        jbuf_add(&b, new.s->p, new.s->len);
+        tl__jbuf_add(&b, p, (size_t)(hit - p));
+        tl__jbuf_add(&b, new.s->p, new.s->len);
         p = hit + old.s->len;
         n++;
     }
-    jbuf_add(&b, p, (size_t)(end - p));
-    return jbuf_value(&b);
+    tl__jbuf_add(&b, p, (size_t)(end - p));
+    return tl__jbuf_value(&b);
 }
 
 // ---- case mapping (ASCII, Latin-1, Latin Extended-A, Greek, Cyrillic)
@@ -114,20 +115,20 @@ static void put_cp(struct jbuf *b, uint32_t c)
     char out[3];
     if (c < 0x80) {
         out[0] = (char)c;
-        jbuf_add(b, out, 1);
+        tl__jbuf_add(b, out, 1);
     } else if (c < 0x800) {
         out[0] = (char)(0xC0 | (c >> 6));
         out[1] = (char)(0x80 | (c & 0x3F));
-        jbuf_add(b, out, 2);
+        tl__jbuf_add(b, out, 2);
     } else {
         out[0] = (char)(0xE0 | (c >> 12));
         out[1] = (char)(0x80 | ((c >> 6) & 0x3F));
         out[2] = (char)(0x80 | (c & 0x3F));
-        jbuf_add(b, out, 3);
+        tl__jbuf_add(b, out, 3);
     }
 }
 
-struct jv jstr_case(struct jctx *c, struct jv s, int mode) // 0 lower, 1 upper, 2 capitalize
+struct jv tl__jstr_case(struct jctx *c, struct jv s, int mode) // 0 lower, 1 upper, 2 capitalize
 {
     struct jbuf b = {.arena = &c->arena};
     const unsigned char *p = (const unsigned char *)s.s->p;
@@ -137,7 +138,7 @@ struct jv jstr_case(struct jctx *c, struct jv s, int mode) // 0 lower, 1 upper, 
         size_t len;
         uint32_t cp = utf8_next(p + i, n - i, &len);
         if (cp == 0xFFFFFFFF) {
-            jbuf_add(&b, (const char *)p + i, len);
+            tl__jbuf_add(&b, (const char *)p + i, len);
         } else {
             bool up = mode == 1 || (mode == 2 && first);
             put_cp(&b, up ? cp_upper(cp) : cp_lower(cp));
@@ -145,7 +146,7 @@ struct jv jstr_case(struct jctx *c, struct jv s, int mode) // 0 lower, 1 upper, 
         first = false;
         i += len;
     }
-    return jbuf_value(&b);
+    return tl__jbuf_value(&b);
 }
 
 // ---- printf-style formatting: 'fmt' % args and the format filter
@@ -155,24 +156,25 @@ static void format_one(struct jctx *c, struct jbuf *b, const char *spec, size_t 
                        struct jv v)
 {
     char f[40], tmp[512];
-    if (spec_len > 20) jfail(c, "format specification too long");
+    if (spec_len > 20) tl__jfail(c, "format specification too long");
     if (conv == 's' || conv == 'r') {
         struct jbuf sb = {.arena = &c->arena};
         if (conv == 's')
-            jv_write_str(&sb, v);
+            tl__jv_write_str(&sb, v);
         else
-            jv_write_repr(&sb, v);
+            tl__jv_write_repr(&sb, v);
         snprintf(f, sizeof(f), "%%%.*ss", (int)spec_len, spec);
         if (!spec_len) {
-            jbuf_add(b, sb.p ? sb.p : "", sb.len);
+            tl__jbuf_add(b, sb.p ? sb.p : "", sb.len);
             return;
         }
         int n = snprintf(tmp, sizeof(tmp), f, sb.p ? sb.p : "");
-        if (n < 0 || (size_t)n >= sizeof(tmp)) jfail(c, "formatted value too long");
-        jbuf_add(b, tmp, (size_t)n);
+        if (n < 0 || (size_t)n >= sizeof(tmp)) tl__jfail(c, "formatted value too long");
+        tl__jbuf_add(b, tmp, (size_t)n);
         return;
     }
-    if (!jv_is_num(v)) jfail(c, "%%%c format: a number is required, not %s", conv, jv_type_name(v));
+    if (!tl__jv_is_num(v))
+        tl__jfail(c, "%%%c format: a number is required, not %s", conv, tl__jv_type_name(v));
     int n;
     if (conv == 'd' || conv == 'i' || conv == 'x' || conv == 'X' || conv == 'o') {
         long long i = v.kind == JV_FLOAT ? (long long)v.f : v.kind == JV_INT ? v.i : v.b;
@@ -180,13 +182,13 @@ static void format_one(struct jctx *c, struct jbuf *b, const char *spec, size_t 
         n = snprintf(tmp, sizeof(tmp), f, i);
     } else {
         snprintf(f, sizeof(f), "%%%.*s%c", (int)spec_len, spec, conv);
-        n = snprintf(tmp, sizeof(tmp), f, jv_as_double(v));
+        n = snprintf(tmp, sizeof(tmp), f, tl__jv_as_double(v));
     }
-    if (n < 0 || (size_t)n >= sizeof(tmp)) jfail(c, "formatted value too long");
-    jbuf_add(b, tmp, (size_t)n);
+    if (n < 0 || (size_t)n >= sizeof(tmp)) tl__jfail(c, "formatted value too long");
+    tl__jbuf_add(b, tmp, (size_t)n);
 }
 
-struct jv jstr_percent(struct jctx *c, struct jv fmt, struct jv args)
+struct jv tl__jstr_percent(struct jctx *c, struct jv fmt, struct jv args)
 {
     struct jbuf b = {.arena = &c->arena};
     const char *p = fmt.s->p, *end = p + fmt.s->len;
@@ -195,38 +197,39 @@ struct jv jstr_percent(struct jctx *c, struct jv fmt, struct jv args)
     while (p < end) {
         const char *pct = memchr(p, '%', (size_t)(end - p));
         if (!pct) {
-            jbuf_add(&b, p, (size_t)(end - p));
+            tl__jbuf_add(&b, p, (size_t)(end - p));
             break;
         }
-        jbuf_add(&b, p, (size_t)(pct - p));
+        tl__jbuf_add(&b, p, (size_t)(pct - p));
         p = pct + 1;
         if (p < end && *p == '%') {
-            jbuf_add(&b, "%", 1);
+            tl__jbuf_add(&b, "%", 1);
             p++;
             continue;
         }
         struct jv v;
         if (p < end && *p == '(') { // %(name)s
             const char *close = memchr(p, ')', (size_t)(end - p));
-            if (!close || args.kind != JV_MAP) jfail(c, "format requires a mapping");
-            if (!jv_map_get(args, p + 1, (size_t)(close - p - 1), &v))
-                jfail(c, "format: key '%.*s' missing", (int)(close - p - 1), p + 1);
+            if (!close || args.kind != JV_MAP) tl__jfail(c, "format requires a mapping");
+            if (!tl__jv_map_get(args, p + 1, (size_t)(close - p - 1), &v))
+                tl__jfail(c, "format: key '%.*s' missing", (int)(close - p - 1), p + 1);
             p = close + 1;
         } else if (tuple) {
-            if (next >= args.l->n) jfail(c, "not enough arguments for format string");
+            if (next >= args.l->n) tl__jfail(c, "not enough arguments for format string");
             v = args.l->v[next++];
         } else {
-            if (next++) jfail(c, "not enough arguments for format string");
+            if (next++) tl__jfail(c, "not enough arguments for format string");
             v = args;
         }
         const char *spec = p;
         while (p < end && strchr("-+ #0123456789.", *p))
             p++;
         if (p >= end || !strchr("sridxXoeEfFgG", *p))
-            jfail(c, "unsupported format character '%c'", p < end ? *p : '?');
+            tl__jfail(c, "unsupported format character '%c'", p < end ? *p : '?');
         format_one(c, &b, spec, (size_t)(p - spec), *p, v);
         p++;
     }
-    if (tuple && next < args.l->n) jfail(c, "not all arguments converted during string formatting");
-    return jbuf_value(&b);
+    if (tuple && next < args.l->n)
+        tl__jfail(c, "not all arguments converted during string formatting");
+    return tl__jbuf_value(&b);
 }

@@ -1,7 +1,8 @@
 /*
  * Prints the size of every public struct the Python binding mirrors and the offset of every
  * field, one "struct.field offset" line each (python/tokenloom/_lib.py is checked against them
- * by test_layout.py). Compiled at test time against include/tokenloom.h.
+ * by test_layout.py; the output at a release is kept as tests/python/abi_<version>.txt, which
+ * later headers must stay compatible with). Compiled at test time against include/tokenloom.h.
  */
 #include <tokenloom.h>
 
@@ -13,6 +14,7 @@
 
 int main(void)
 {
+    printf("TL_ABI_SLACK %d\n", TL_ABI_SLACK);
     SZ(tl_model_params);
     F(tl_model_params, tokenizer_path);
     SZ(tl_model_info);
@@ -34,6 +36,8 @@ int main(void)
     F(tl_sampling, min_p), F(tl_sampling, repetition_penalty), F(tl_sampling, presence_penalty);
     F(tl_sampling, frequency_penalty), F(tl_sampling, seed), F(tl_sampling, n_logprobs);
     F(tl_sampling, logit_bias), F(tl_sampling, n_logit_bias);
+    SZ(tl_logit_bias);
+    F(tl_logit_bias, token), F(tl_logit_bias, bias);
     SZ(tl_token_logprob);
     F(tl_token_logprob, id), F(tl_token_logprob, logprob);
     SZ(tl_event);

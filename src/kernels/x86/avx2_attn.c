@@ -12,6 +12,8 @@
  */
 #include "kernels/x86/avx2_impl.h"
 
+#include "kernels/attn_iter.h"
+
 #include <string.h>
 
 // ---- attention --------------------------------------------------------------------------------
@@ -41,46 +43,15 @@ static ALWAYS_INLINE __m256 load_kv(int kt, const void *base, size_t idx, int le
     return left >= 8 ? _mm256_loadu_ps(p) : load_tail(p, left);
 }
 
-// Position iterator over one KV head through a block table (no divisions per position).
-struct kv_pos {
-    const int32_t *table;
-    size_t slot_stride, block_elems, head_off, base;
-    int64_t blk;
-    int slot, bs;
-};
-
-static ALWAYS_INLINE void kvp_init(struct kv_pos *p, const struct tl_kv_layer *kv,
-                                   const int32_t *table, int kv_head)
-{
-    p->table = table;
-    p->bs = kv->block_size;
-    p->slot_stride = (size_t)kv->n_kv_head * kv->head_dim;
-    p->block_elems = (size_t)kv->block_size * p->slot_stride;
-    p->head_off = (size_t)kv_head * kv->head_dim;
-    p->blk = 0;
-    p->slot = 0;
-    p->base = (size_t)table[0] * p->block_elems + p->head_off;
-}
-
-static ALWAYS_INLINE size_t kvp_next(struct kv_pos *p)
-{
-    if (p->slot == p->bs) {
-        p->slot = 0;
-        p->blk++;
-        p->base = (size_t)p->table[p->blk] * p->block_elems + p->head_off;
-    }
-    return p->base + (size_t)(p->slot++) * p->slot_stride;
-}
-
 static ALWAYS_INLINE void attn_head_t(const struct tl_kv_layer *kv, const int32_t *block_table,
                                       int64_t n_ctx, int kv_head, const float *q, float scale,
                                       float *out, float *scores, float *acc, const int kt)
 {
     const int hd = kv->head_dim;
-    struct kv_pos p;
-    kvp_init(&p, kv, block_table, kv_head);
+    struct tl__kv_pos p;
+    tl__kv_pos_init(&p, kv, block_table, kv_head);
     for (int64_t j = 0; j < n_ctx; j++) {
-        size_t base = kvp_next(&p);
+        size_t base = tl__kv_pos_next(&p);
         __m256 s = _mm256_setzero_ps();
         for (int d = 0; d < hd; d += 8) {
             int left = hd - d;
@@ -95,9 +66,9 @@ static ALWAYS_INLINE void attn_head_t(const struct tl_kv_layer *kv, const int32_
     for (; d + 8 <= hd; d += 8)
         _mm256_storeu_ps(acc + d, _mm256_setzero_ps());
     if (d < hd) store_tail(acc + d, hd - d, _mm256_setzero_ps());
-    kvp_init(&p, kv, block_table, kv_head);
+    tl__kv_pos_init(&p, kv, block_table, kv_head);
     for (int64_t j = 0; j < n_ctx; j++) {
-        size_t base = kvp_next(&p);
+        size_t base = tl__kv_pos_next(&p);
         __m256 pj = _mm256_set1_ps(scores[j]);
         for (d = 0; d < hd; d += 8) {
             int left = hd - d;

@@ -20,6 +20,8 @@
  */
 #include "kernels/x86/avx2_impl.h"
 
+#include "kernels/tiles.h"
+
 #include "core/error.h"
 
 #include <string.h>
@@ -197,53 +199,35 @@ static ALWAYS_INLINE void qtile(const struct tl__mm *m, int64_t r, int64_t t, co
 
 // ---- tile instances and the row driver --------------------------------------------------------
 
-typedef void (*tile_fn)(const struct tl__mm *m, int64_t r, int64_t t);
-
 #define DEF_FTILE(NAME, TYPE, R, T)                                                                \
     static void NAME##_##R##x##T(const struct tl__mm *m, int64_t r, int64_t t)                     \
     {                                                                                              \
         ftile(m, r, t, TYPE, R, T);                                                                \
     }
-#define DEF_FTILES(NAME, TYPE)                                                                     \
-    DEF_FTILE(NAME, TYPE, 4, 1)                                                                    \
-    DEF_FTILE(NAME, TYPE, 4, 2)                                                                    \
-    DEF_FTILE(NAME, TYPE, 4, 3)                                                                    \
-    DEF_FTILE(NAME, TYPE, 1, 1)                                                                    \
-    DEF_FTILE(NAME, TYPE, 1, 2)                                                                    \
-    DEF_FTILE(NAME, TYPE, 1, 3)
-DEF_FTILES(f32, TL_DTYPE_F32)
-DEF_FTILES(f16, TL_DTYPE_F16)
-DEF_FTILES(bf16, TL_DTYPE_BF16)
-
-#define DEF_QTILE(R, T)                                                                            \
-    static void q8_##R##x##T(const struct tl__mm *m, int64_t r, int64_t t)                         \
+#define DEF_QTILE(NAME, TYPE, R, T)                                                                \
+    static void NAME##_##R##x##T(const struct tl__mm *m, int64_t r, int64_t t)                     \
     {                                                                                              \
         qtile(m, r, t, R, T);                                                                      \
     }
-DEF_QTILE(2, 1)
-DEF_QTILE(2, 2)
-DEF_QTILE(2, 3)
-DEF_QTILE(2, 4)
-DEF_QTILE(1, 1)
-DEF_QTILE(1, 2)
-DEF_QTILE(1, 3)
-DEF_QTILE(1, 4)
+_Static_assert(FR == 4 && FT == 3 && QR == 2 && QT == 4, "tile tables below assume these");
+TL__FLOAT_TILES(3, DEF_FTILE, ft, 4)
+TL__FLOAT_TILES(3, DEF_FTILE, ft, 1)
+TL__TILES_4(DEF_QTILE, q8, TL_DTYPE_Q8_0, 2)
+TL__TILES_4(DEF_QTILE, q8, TL_DTYPE_Q8_0, 1)
 
 struct tileset {
     int R, T;
-    tile_fn full[TMAX + 1]; // R rows x j tokens
-    tile_fn one[TMAX + 1];  // 1 row x j tokens (row tail)
+    tl__tile_fn full[TMAX + 1]; // R rows x j tokens
+    tl__tile_fn one[TMAX + 1];  // 1 row x j tokens (row tail)
 };
 
-_Static_assert(FR == 4 && FT == 3 && QR == 2 && QT == 4, "tile tables below assume these");
-static const struct tileset tiles_f32 = {
-    4, 3, {0, f32_4x1, f32_4x2, f32_4x3, 0}, {0, f32_1x1, f32_1x2, f32_1x3, 0}};
-static const struct tileset tiles_f16 = {
-    4, 3, {0, f16_4x1, f16_4x2, f16_4x3, 0}, {0, f16_1x1, f16_1x2, f16_1x3, 0}};
-static const struct tileset tiles_bf16 = {
-    4, 3, {0, bf16_4x1, bf16_4x2, bf16_4x3, 0}, {0, bf16_1x1, bf16_1x2, bf16_1x3, 0}};
-static const struct tileset tiles_q8 = {
-    2, 4, {0, q8_2x1, q8_2x2, q8_2x3, q8_2x4}, {0, q8_1x1, q8_1x2, q8_1x3, q8_1x4}};
+static const struct tileset tiles_f32 = {4, 3, TL__TILE_LIST_3(ft_f32, 4),
+                                         TL__TILE_LIST_3(ft_f32, 1)};
+static const struct tileset tiles_f16 = {4, 3, TL__TILE_LIST_3(ft_f16, 4),
+                                         TL__TILE_LIST_3(ft_f16, 1)};
+static const struct tileset tiles_bf16 = {4, 3, TL__TILE_LIST_3(ft_bf16, 4),
+                                          TL__TILE_LIST_3(ft_bf16, 1)};
+static const struct tileset tiles_q8 = {2, 4, TL__TILE_LIST_4(q8, 2), TL__TILE_LIST_4(q8, 1)};
 
 static const struct tileset *tiles_for(enum tl_dtype type)
 {
@@ -377,23 +361,16 @@ static ALWAYS_INLINE void ptile(const struct tl__mm *m, int64_t u, int64_t t, co
         }
 }
 
-#define DEF_PTILE(R, T)                                                                            \
-    static void qp_##R##x##T(const struct tl__mm *m, int64_t u, int64_t t)                         \
+#define DEF_PTILE(NAME, TYPE, R, T)                                                                \
+    static void NAME##_##R##x##T(const struct tl__mm *m, int64_t u, int64_t t)                     \
     {                                                                                              \
         ptile(m, u, t, R, T);                                                                      \
     }
-#define DEF_PTILES(R) DEF_PTILE(R, 1) DEF_PTILE(R, 2) DEF_PTILE(R, 3) DEF_PTILE(R, 4)
-#define DEF_PTILES_(R) DEF_PTILES(R)
-DEF_PTILES_(TL_AVX2_PH)
+TL__TILES_4(DEF_PTILE, qp, TL_DTYPE_Q8_0, TL_AVX2_PH)
 #if TL_AVX2_PH != 1
-DEF_PTILES(1)
+TL__TILES_4(DEF_PTILE, qp, TL_DTYPE_Q8_0, 1)
 #endif
-#define PT_LIST(R)                                                                                 \
-    {                                                                                              \
-        0, qp_##R##x1, qp_##R##x2, qp_##R##x3, qp_##R##x4                                          \
-    }
-#define PT_LIST_(R) PT_LIST(R)
-static const tile_fn qp_table[2][5] = {PT_LIST(1), PT_LIST_(TL_AVX2_PH)};
+static const tl__tile_fn qp_table[2][5] = {TL__TILE_LIST_4(qp, 1), TL__TILE_LIST_4(qp, TL_AVX2_PH)};
 
 static void qp_rows(const struct tl__mm *m, int64_t r0, int64_t r1)
 {
@@ -401,17 +378,7 @@ static void qp_rows(const struct tl__mm *m, int64_t r0, int64_t r1)
     const int64_t h0 = r0 / 8, h1 = (r1 + 7) / 8; // 8-row halves (the last may be partial)
     const int64_t chunk =
         tl__even_chunk(m->n_tok, (int64_t)(P_CHUNK_BYTES / m->xq_stride) / PT * PT, PT);
-    for (int64_t c0 = 0; c0 < m->n_tok; c0 += chunk) {
-        int64_t c1 = c0 + chunk < m->n_tok ? c0 + chunk : m->n_tok;
-        for (int64_t u = h0; u < h1;) {
-            const int rh = h1 - u >= PH ? PH : 1;
-            for (int64_t t = c0; t < c1; t += PT) {
-                int nt = c1 - t < PT ? (int)(c1 - t) : PT;
-                qp_table[rh == PH][nt](m, u, t);
-            }
-            u += rh;
-        }
-    }
+    tl__tile_walk(m, h0, h1, PH, PT, chunk, qp_table[1], qp_table[0]);
 }
 
 // ---- matmul: packed F32 / F16 / BF16 weights (tl_weight_prepare) -------------------------------
@@ -487,32 +454,12 @@ static ALWAYS_INLINE void gtile(const struct tl__mm *m, int64_t u, int64_t t, co
     {                                                                                              \
         gtile(m, u, t, TYPE, R, T);                                                                \
     }
-#define DEF_GTILES(NAME, TYPE, R)                                                                  \
-    DEF_GTILE(NAME, TYPE, R, 1)                                                                    \
-    DEF_GTILE(NAME, TYPE, R, 2)                                                                    \
-    DEF_GTILE(NAME, TYPE, R, 3)                                                                    \
-    DEF_GTILE(NAME, TYPE, R, 4) DEF_GTILE(NAME, TYPE, R, 5) DEF_GTILE(NAME, TYPE, R, 6)
-#define DEF_GTILES_(NAME, TYPE, R) DEF_GTILES(NAME, TYPE, R)
-#define GT_LIST(NAME, R)                                                                           \
-    {                                                                                              \
-        0, NAME##_##R##x1, NAME##_##R##x2, NAME##_##R##x3, NAME##_##R##x4, NAME##_##R##x5,         \
-            NAME##_##R##x6                                                                         \
-    }
-#define GT_LIST_(NAME, R) GT_LIST(NAME, R)
-DEF_GTILES_(gk_f32, TL_DTYPE_F32, TL_AVX2_GH)
-DEF_GTILES_(gk_f16, TL_DTYPE_F16, TL_AVX2_GH)
-DEF_GTILES_(gk_bf16, TL_DTYPE_BF16, TL_AVX2_GH)
+TL__FLOAT_TILES(6, DEF_GTILE, gk, TL_AVX2_GH)
 #if TL_AVX2_GH != 1
-DEF_GTILES(gk_f32, TL_DTYPE_F32, 1)
-DEF_GTILES(gk_f16, TL_DTYPE_F16, 1)
-DEF_GTILES(gk_bf16, TL_DTYPE_BF16, 1)
+TL__FLOAT_TILES(6, DEF_GTILE, gk, 1)
 #endif
 // [type][r_full][nt]: r_full 1 = GH halves, 0 = one half.
-static const tile_fn gk_table[3][2][7] = {
-    {GT_LIST(gk_f32, 1), GT_LIST_(gk_f32, TL_AVX2_GH)},
-    {GT_LIST(gk_f16, 1), GT_LIST_(gk_f16, TL_AVX2_GH)},
-    {GT_LIST(gk_bf16, 1), GT_LIST_(gk_bf16, TL_AVX2_GH)},
-};
+static const tl__tile_fn gk_table[3][2][7] = TL__FLOAT_TILE_TABLE(6, gk, TL_AVX2_GH);
 
 static void gp_rows(const struct tl__mm *m, int64_t r0, int64_t r1)
 {
@@ -523,17 +470,7 @@ static void gp_rows(const struct tl__mm *m, int64_t r0, int64_t r1)
     const int64_t h0 = r0 / 8, h1 = (r1 + 7) / 8; // 8-row halves (the last may be partial)
     const int64_t chunk =
         tl__even_chunk(m->n_tok, (int64_t)(P_CHUNK_BYTES / ((size_t)w->n_in * 4)) / GT * GT, GT);
-    for (int64_t c0 = 0; c0 < m->n_tok; c0 += chunk) {
-        int64_t c1 = c0 + chunk < m->n_tok ? c0 + chunk : m->n_tok;
-        for (int64_t u = h0; u < h1;) {
-            const int rh = h1 - u >= GH ? GH : 1;
-            for (int64_t t = c0; t < c1; t += GT) {
-                int nt = c1 - t < GT ? (int)(c1 - t) : GT;
-                gk_table[ti][rh == GH][nt](m, u, t);
-            }
-            u += rh;
-        }
-    }
+    tl__tile_walk(m, h0, h1, GH, GT, chunk, gk_table[ti][1], gk_table[ti][0]);
 }
 
 void tl__avx2_matmul_rows(const struct tl__mm *m, int64_t r0, int64_t r1)
@@ -546,18 +483,5 @@ void tl__avx2_matmul_rows(const struct tl__mm *m, int64_t r0, int64_t r1)
     size_t tok_bytes = m->w->type == TL_DTYPE_Q8_0 ? m->xq_stride : (size_t)m->w->n_in * 4;
     const int64_t chunk =
         tl__even_chunk(m->n_tok, (int64_t)(CHUNK_BYTES / tok_bytes) / ts->T * ts->T, ts->T);
-    for (int64_t c0 = 0; c0 < m->n_tok; c0 += chunk) {
-        int64_t c1 = c0 + chunk < m->n_tok ? c0 + chunk : m->n_tok;
-        int64_t r = r0;
-        for (; r + ts->R <= r1; r += ts->R)
-            for (int64_t t = c0; t < c1; t += ts->T) {
-                int64_t nt = c1 - t < ts->T ? c1 - t : ts->T;
-                ts->full[nt](m, r, t);
-            }
-        for (; r < r1; r++)
-            for (int64_t t = c0; t < c1; t += ts->T) {
-                int64_t nt = c1 - t < ts->T ? c1 - t : ts->T;
-                ts->one[nt](m, r, t);
-            }
-    }
+    tl__tile_walk(m, r0, r1, ts->R, ts->T, chunk, ts->full, ts->one);
 }

@@ -17,6 +17,8 @@
  */
 #include "kernels/x86/avx512_impl.h"
 
+#include "kernels/attn_iter.h"
+
 #include "core/error.h"
 
 #include <math.h>
@@ -71,38 +73,6 @@ static ALWAYS_INLINE float q8_d(const struct tl_block_q8_0 *row, int b)
     return _cvtsh_ss(row[b].d);
 }
 
-// Position iterator over one KV head through a block table.
-struct kv_pos {
-    const int32_t *table;
-    size_t slot_stride, block_elems, head_off, base;
-    int64_t blk;
-    int slot, bs;
-};
-
-static ALWAYS_INLINE void kvp_init(struct kv_pos *p, const struct tl_kv_layer *kv,
-                                   const int32_t *table, int kv_head)
-{
-    p->table = table;
-    p->bs = kv->block_size;
-    p->slot_stride = (size_t)kv->n_kv_head * kv->head_dim;
-    p->block_elems = (size_t)kv->block_size * p->slot_stride;
-    p->head_off = (size_t)kv_head * kv->head_dim;
-    p->blk = 0;
-    p->slot = 0;
-    p->base = (size_t)table[0] * p->block_elems + p->head_off;
-}
-
-// Element offset of the next position (the table entry of a block is read only when needed).
-static ALWAYS_INLINE size_t kvp_next(struct kv_pos *p)
-{
-    if (p->slot == p->bs) {
-        p->slot = 0;
-        p->blk++;
-        p->base = (size_t)p->table[p->blk] * p->block_elems + p->head_off;
-    }
-    return p->base + (size_t)(p->slot++) * p->slot_stride;
-}
-
 // head_dim <= 128: NQ = ceil(head_dim / 16) vectors per row, held in registers.
 static ALWAYS_INLINE void attn_small(const struct tl_kv_layer *kv, const int32_t *table,
                                      int64_t n_ctx, int kv_head, const float *q, float scale,
@@ -114,8 +84,8 @@ static ALWAYS_INLINE void attn_small(const struct tl_kv_layer *kv, const int32_t
 #pragma GCC unroll 8
     for (int c = 0; c < NQ; c++)
         qv[c] = _mm512_maskz_loadu_ps(c == NQ - 1 ? last : 0xffff, q + 16 * c);
-    struct kv_pos p;
-    kvp_init(&p, kv, table, kv_head);
+    struct tl__kv_pos p;
+    tl__kv_pos_init(&p, kv, table, kv_head);
     __m512 vmax = _mm512_set1_ps(-INFINITY);
     for (int64_t j0 = 0; j0 < n_ctx; j0 += 16) {
         const int64_t nu = n_ctx - j0 < 16 ? n_ctx - j0 : 16;
@@ -124,7 +94,7 @@ static ALWAYS_INLINE void attn_small(const struct tl_kv_layer *kv, const int32_t
         for (int u = 0; u < 16; u++) {
             part[u] = _mm512_setzero_ps();
             if (u < nu) {
-                size_t off = kvp_next(&p);
+                size_t off = tl__kv_pos_next(&p);
 #pragma GCC unroll 8
                 for (int c = 0; c < NQ; c++)
                     part[u] = _mm512_fmadd_ps(
@@ -142,9 +112,9 @@ static ALWAYS_INLINE void attn_small(const struct tl_kv_layer *kv, const int32_t
 #pragma GCC unroll 8
     for (int c = 0; c < NQ; c++)
         acc[c] = _mm512_setzero_ps();
-    kvp_init(&p, kv, table, kv_head);
+    tl__kv_pos_init(&p, kv, table, kv_head);
     for (int64_t j = 0; j < n_ctx; j++) {
-        size_t off = kvp_next(&p);
+        size_t off = tl__kv_pos_next(&p);
         __m512 pj = _mm512_set1_ps(scores[j]);
 #pragma GCC unroll 8
         for (int c = 0; c < NQ; c++)
@@ -164,10 +134,10 @@ static ALWAYS_INLINE void attn_large(const struct tl_kv_layer *kv, const int32_t
                                      float *out, float *scores, float *acc, const int kt)
 {
     const int hd = kv->head_dim;
-    struct kv_pos p;
-    kvp_init(&p, kv, table, kv_head);
+    struct tl__kv_pos p;
+    tl__kv_pos_init(&p, kv, table, kv_head);
     for (int64_t j = 0; j < n_ctx; j++) {
-        size_t off = kvp_next(&p);
+        size_t off = tl__kv_pos_next(&p);
         __m512 s = _mm512_setzero_ps();
         for (int d = 0; d < hd; d += 16) {
             __mmask16 m = tail_mask16(hd - d);
@@ -178,9 +148,9 @@ static ALWAYS_INLINE void attn_large(const struct tl_kv_layer *kv, const int32_t
     float sum = tl__avx512_exp_sum(scores, n_ctx, tl__avx512_max_of(scores, n_ctx));
     for (int d = 0; d < hd; d += 16)
         _mm512_mask_storeu_ps(acc + d, tail_mask16(hd - d), _mm512_setzero_ps());
-    kvp_init(&p, kv, table, kv_head);
+    tl__kv_pos_init(&p, kv, table, kv_head);
     for (int64_t j = 0; j < n_ctx; j++) {
-        size_t off = kvp_next(&p);
+        size_t off = tl__kv_pos_next(&p);
         __m512 pj = _mm512_set1_ps(scores[j]);
         for (int d = 0; d < hd; d += 16) {
             __mmask16 m = tail_mask16(hd - d);
@@ -288,18 +258,18 @@ static ALWAYS_INLINE void attn_kv_t(const struct tl_kv_layer *kv, const int32_t 
         for (int c = 0; c < NQ; c++)
             _mm512_store_ps(acc + th * hp + 16 * c, _mm512_setzero_ps());
     }
-    struct kv_pos p;
-    kvp_init(&p, kv, table, 0);
+    struct tl__kv_pos p;
+    tl__kv_pos_init(&p, kv, table, 0);
     int n_next = n_ctx_max < 16 ? (int)n_ctx_max : 16;
     for (int u = 0; u < n_next; u++)
-        next[u] = kvp_next(&p); // K and V share the layout
+        next[u] = tl__kv_pos_next(&p); // K and V share the layout
     for (int64_t j0 = 0; j0 < n_ctx_max; j0 += 16) {
         const int nu = n_next;
         memcpy(offs, next, sizeof(offs));
         int64_t left = n_ctx_max - j0 - 16;
         n_next = left <= 0 ? 0 : left < 16 ? (int)left : 16;
         for (int u = 0; u < n_next; u++)
-            next[u] = kvp_next(&p);
+            next[u] = tl__kv_pos_next(&p);
         for (int kh = 0; kh < n_kvh; kh++) {
             const size_t hoff = (size_t)(kvh0 + kh) * hd;
             // the next chunk's rows of this KV head, while this one computes: a head's rows

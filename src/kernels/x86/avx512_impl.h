@@ -1,5 +1,5 @@
 /*
- * Private to the AVX-512 kernel variant (avx512_matmul.c, _attn.c, _ops.c, _quants.c): the
+ * Private to the AVX-512 kernel variant (avx512_matmul*.c, _attn.c, _ops.c, _quants.c): the
  * inline helpers those files share (tail masks, fixed-order horizontal sums, the vectorized exp),
  * the packed float tile shape that the op table publishes as x_tile, and the tl__avx512_*
  * functions one file defines for another. Include it only from src/kernels/x86/avx512*.c: the
@@ -101,13 +101,18 @@ static ALWAYS_INLINE float hsum_tree(__m512 v)
 // vector by vector in the same order, so every element gets the same value in every shape.
 // ---- shared tile shape ------------------------------------------------------------------------
 
-// The packed F32/F16/BF16 tile (avx512_matmul.c: GR groups of 16 rows x GT tokens). GT is also
-// the op table's x_tile (avx512_ops.c): kernels.c interleaves the activations in tiles of GT
+// The packed F32/F16/BF16 tile (avx512_matmul_packed.c: GR groups of 16 rows x GT tokens). GT is
+// also the op table's x_tile (avx512_ops.c): kernels.c interleaves the activations in tiles of GT
 // tokens for it. The -D hooks let the benchmark try other shapes without editing the files.
 #ifndef TL_AVX512_GR
 #define TL_AVX512_GR 2
 #define TL_AVX512_GT 12
 #endif
+
+// Tiles computed over k-blocks park their accumulators between blocks (avx512_matmul.c,
+// avx512_matmul_packed.c): ACC_LOAD resumes from the parked values, ACC_REDUCE marks the last
+// k-block, which stores y.
+enum { ACC_LOAD = 1, ACC_REDUCE = 2 };
 
 // ---- functions shared across the AVX-512 files ------------------------------------------------
 
@@ -115,6 +120,9 @@ static ALWAYS_INLINE float hsum_tree(__m512 v)
 void tl__avx512_quantize_x(const float *x, int64_t n, void *dst);
 int tl__avx512_row_align(enum tl_dtype type);
 void tl__avx512_matmul_rows(const struct tl__mm *m, int64_t r0, int64_t r1);
+// avx512_matmul_packed.c: matmul_rows over packed Q8_0 weights and packed F32/F16/BF16 weights.
+void tl__avx512_qp_rows(const struct tl__mm *m, int64_t r0, int64_t r1);
+void tl__avx512_gp_rows(const struct tl__mm *m, int64_t r0, int64_t r1);
 
 // avx512_attn.c: the op table's attn_head, attn_kv_pairs and attn_kv.
 void tl__avx512_attn_head(const struct tl_kv_layer *kv, const int32_t *block_table, int64_t n_ctx,

@@ -1,21 +1,10 @@
 /*
  * The matmul of the AVX-512 kernel variant (F, BW, VL, DQ, VNNI; compiled with those -m flags
- * and only called when the CPU has them): the F32/F16/BF16 and Q8_0 paths, file layout and
- * packed, their row drivers, and the activation quantizer they read (quantize_x). avx512_ops.c
- * publishes them in the op table; shared helpers are in avx512_impl.h.
+ * and only called when the CPU has them): the F32/F16/BF16 and Q8_0 paths over weights in the
+ * file layout, their row drivers, the activation quantizer they read (quantize_x), and the
+ * entry point that sends packed weights (tl_weight_prepare) to avx512_matmul_packed.c.
+ * avx512_ops.c publishes them in the op table; shared helpers are in avx512_impl.h.
  *
- * Matmul, packed weights (tl_weight_prepare; the model's path): the 16 rows of a packed group
- * are the 16 lanes of an accumulator, so a tile of RG groups x T tokens needs no horizontal
- * sums; each weight vector is loaded once per tile and multiplied with each token's activation
- * broadcast from memory.
- *   - Q8_0: one vector = 4 bytes of 16 rows (stored as w + 128); vpdpbusd with the token's 4
- *     activation bytes, 8 per 32-block into an int32 accumulator started at the token's block
- *     bias (cancelling the +128), then acc = fma(float(sumi), d_w * d_x, acc). Tiles 2 x 8.
- *   - F32/F16/BF16: one vector = column k of 16 rows, converted to f32; acc = fma(w, x[k],
- *     acc). Tiles 2 x 12, over activations interleaved by kernels.c in tiles of 12 tokens.
- *   Both walk rows in k-blocks (accumulators parked bitwise between blocks) so a group pair's
- *   k-block stays in L1 for all the token tiles of a chunk, and prefetch the next k-block's
- *   weights spread over those tiles.
  * Matmul, file layout (weights not prepared): micro-tiles of R rows x T tokens where each
  * (row, token) pair owns a 16-lane accumulator summed horizontally at the end.
  *   - F32/F16/BF16: 16 lanes per step; acc = fma(w, x, acc); the tail (n_in % 16) uses masked
@@ -38,7 +27,7 @@
  */
 #include "kernels/x86/avx512_impl.h"
 
-#include "core/error.h"
+#include "kernels/tiles.h"
 
 #include <string.h>
 
@@ -137,7 +126,6 @@ void tl__avx512_quantize_x(const float *x, int64_t n, void *dst)
 enum { FR = TL_AVX512_FR, FT = TL_AVX512_FT }; // float tile: rows x tokens (each <= 8)
 enum { KC = TL_AVX512_KC }; // k-block (elements, a multiple of 16): FR x KC f32 weights in L1
 enum { CHUNK_TOK = FT * (48 / FT) }; // tokens per chunk: their parked accumulators stay in L1
-enum { ACC_LOAD = 1, ACC_REDUCE = 2 };
 
 // 16 weights of `type` at element k of row w, converted to f32 (lanes past `mask` read 0).
 static ALWAYS_INLINE __m512 load_w(int type, const void *w, int64_t k, __mmask16 mask, int full)
@@ -232,33 +220,11 @@ typedef void (*fk_fn)(const struct fblock *b, int mode);
     {                                                                                              \
         fk(b, mode, TYPE, R, T);                                                                   \
     }
-#define DEF_FK_R(NAME, TYPE, R)                                                                    \
-    DEF_FK(NAME, TYPE, R, 1)                                                                       \
-    DEF_FK(NAME, TYPE, R, 2)                                                                       \
-    DEF_FK(NAME, TYPE, R, 3)                                                                       \
-    DEF_FK(NAME, TYPE, R, 4)                                                                       \
-    DEF_FK(NAME, TYPE, R, 5)                                                                       \
-    DEF_FK(NAME, TYPE, R, 6) DEF_FK(NAME, TYPE, R, 7) DEF_FK(NAME, TYPE, R, 8)
-#define DEF_FK_R_(NAME, TYPE, R) DEF_FK_R(NAME, TYPE, R)
-#define FK_LIST(NAME, R)                                                                           \
-    {                                                                                              \
-        0, NAME##_##R##x1, NAME##_##R##x2, NAME##_##R##x3, NAME##_##R##x4, NAME##_##R##x5,         \
-            NAME##_##R##x6, NAME##_##R##x7, NAME##_##R##x8                                         \
-    }
-#define FK_LIST_(NAME, R) FK_LIST(NAME, R)
-DEF_FK_R_(fk_f32, TL_DTYPE_F32, TL_AVX512_FR)
-DEF_FK_R(fk_f32, TL_DTYPE_F32, 1)
-DEF_FK_R_(fk_f16, TL_DTYPE_F16, TL_AVX512_FR)
-DEF_FK_R(fk_f16, TL_DTYPE_F16, 1)
-DEF_FK_R_(fk_bf16, TL_DTYPE_BF16, TL_AVX512_FR)
-DEF_FK_R(fk_bf16, TL_DTYPE_BF16, 1)
+TL__FLOAT_TILES(8, DEF_FK, fk, TL_AVX512_FR)
+TL__FLOAT_TILES(8, DEF_FK, fk, 1)
 
 // [type][r_full][nt]: r_full 1 = FR rows, 0 = one row.
-static const fk_fn fk_table[3][2][9] = {
-    {FK_LIST(fk_f32, 1), FK_LIST_(fk_f32, TL_AVX512_FR)},
-    {FK_LIST(fk_f16, 1), FK_LIST_(fk_f16, TL_AVX512_FR)},
-    {FK_LIST(fk_bf16, 1), FK_LIST_(fk_bf16, TL_AVX512_FR)},
-};
+static const fk_fn fk_table[3][2][9] = TL__FLOAT_TILE_TABLE(8, fk, TL_AVX512_FR);
 
 // Converts rows x kn elements of F16/BF16 (row stride `stride` elements) to f32 rows of KC.
 static void convert_block(int type, const uint16_t *src, size_t stride, int rows, int64_t kn,
@@ -409,23 +375,15 @@ static ALWAYS_INLINE void qtile(const struct tl__mm *m, int64_t r, int64_t t, co
     store_tile(acc, m->y + t * w->n_out + r, w->n_out, R, T);
 }
 
-typedef void (*qk_fn)(const struct tl__mm *m, int64_t r, int64_t t);
-
 #define DEF_QK(NAME, TYPE, R, T)                                                                   \
     static void NAME##_##R##x##T(const struct tl__mm *m, int64_t r, int64_t t)                     \
     {                                                                                              \
         qtile(m, r, t, R, T);                                                                      \
     }
-#define DEF_QK_R(R)                                                                                \
-    DEF_QK(q8, 0, R, 1)                                                                            \
-    DEF_QK(q8, 0, R, 2)                                                                            \
-    DEF_QK(q8, 0, R, 3)                                                                            \
-    DEF_QK(q8, 0, R, 4)                                                                            \
-    DEF_QK(q8, 0, R, 5) DEF_QK(q8, 0, R, 6) DEF_QK(q8, 0, R, 7) DEF_QK(q8, 0, R, 8)
-#define DEF_QK_R_(R) DEF_QK_R(R)
-DEF_QK_R_(TL_AVX512_QR)
-DEF_QK_R(1)
-static const qk_fn qk_table[2][9] = {FK_LIST(q8, 1), FK_LIST_(q8, TL_AVX512_QR)};
+TL__TILES_8(DEF_QK, q8, TL_DTYPE_Q8_0, TL_AVX512_QR)
+TL__TILES_8(DEF_QK, q8, TL_DTYPE_Q8_0, 1)
+static const tl__tile_fn qk_table[2][9] = {TL__TILE_LIST_8(q8, 1),
+                                           TL__TILE_LIST_8(q8, TL_AVX512_QR)};
 
 // Bytes of quantized activations a token chunk may occupy: it stays in L2 while rows stream.
 enum { Q_CHUNK_BYTES = 512 * 1024 };
@@ -434,403 +392,7 @@ static void q8_rows(const struct tl__mm *m, int64_t r0, int64_t r1)
 {
     const int64_t chunk =
         tl__even_chunk(m->n_tok, (int64_t)(Q_CHUNK_BYTES / m->xq_stride) / QT * QT, QT);
-    for (int64_t c0 = 0; c0 < m->n_tok; c0 += chunk) {
-        int64_t c1 = c0 + chunk < m->n_tok ? c0 + chunk : m->n_tok;
-        for (int64_t r = r0; r < r1;) {
-            const int rows = r1 - r >= QR ? QR : 1;
-            for (int64_t t = c0; t < c1; t += QT) {
-                int nt = c1 - t < QT ? (int)(c1 - t) : QT;
-                qk_table[rows == QR][nt](m, r, t);
-            }
-            r += rows;
-        }
-    }
-}
-
-// ---- matmul: packed Q8_0 weights (tl_weight_prepare) ------------------------------------------
-//
-// The packed layout (kernels_impl.h) puts 4 consecutive weights of 16 rows in one 64-byte
-// vector, so the accumulator lanes are the 16 rows of a group: a tile is RG groups x T tokens
-// of zmm accumulators and needs no horizontal sums. Per 32-block and (group, token): the int32
-// accumulator starts at the token's block bias (which cancels the +128 of the stored weights),
-// takes 8 vpdpbusd (a weight vector, loaded once for the T tokens, times the token's 4
-// activation bytes broadcast), then acc = fma(float(sumi), d_w * d_x, acc): 11 ALU ops per
-// 512 MACs against 20 for the file layout, and no assembling of weight blocks. Each (row, token)
-// lane computes, block after block, acc = fma(float(sumi_b), d_w,b * d_x,b, acc) whatever
-// the tile shape, so results do not depend on the batch.
-
-#ifndef TL_AVX512_PR
-#define TL_AVX512_PR 2
-#define TL_AVX512_PT 8
-#endif
-enum { PR = TL_AVX512_PR, PT = TL_AVX512_PT }; // packed tile: groups of 16 rows x tokens
-enum { PF_DIST = 1024 };                       // weight prefetch distance (bytes)
-
-// One k-block [b0, b1) of blocks of an RG x T tile; `park` holds the tile's accumulators between
-// k-blocks (ACC_LOAD: resume from it; ACC_REDUCE: last k-block, store y).
-struct pblock {
-    int64_t g, t, b0, b1;
-    const char *wbase[4]; // (packed floats) column k of group i at wbase[i] + k * column bytes
-    __m512 *park;
-    int mode, prefetch;
-    // Prefetch of the next k-block's weights, spread over the token tiles of this one: per
-    // group i, iteration k prefetches pf[i] + (k - b0) * pf_step (pf[i] NULL: nothing).
-    const char *pf[4];
-    size_t pf_step;
-};
-
-#ifndef TL_AVX512_PFHINT
-#define TL_AVX512_PFHINT _MM_HINT_T1
-#endif
-
-// Fills pb->pf for token tile `ti` of `n_tiles`: the next slab is `bytes` bytes at next[i]
-// for each of the n_next groups.
-static void pblock_set_pf(struct pblock *pb, const char *const *next, int n_next, size_t bytes,
-                          int64_t ti, int64_t n_tiles)
-{
-    size_t share = (bytes + (size_t)n_tiles - 1) / (size_t)n_tiles;
-    int64_t nk = pb->b1 - pb->b0;
-    pb->pf_step = (share + (size_t)nk - 1) / (size_t)nk;
-    for (int i = 0; i < 4; i++)
-        pb->pf[i] = i < n_next ? next[i] + (size_t)ti * share : NULL;
-}
-
-static ALWAYS_INLINE void ptile(const struct tl__mm *m, const struct pblock *pb, const int RG,
-                                const int T)
-{
-    const struct tl_weight *w = m->w;
-    const int64_t n = w->n_in, n_out = w->n_out, g = pb->g, t = pb->t;
-    const uint8_t *wq[4];
-    const uint16_t *wd[4];
-    const int8_t *xq[8];
-    const float *xd[8];
-    const int32_t *xb[8];
-    __m512 acc[4][8];
-#pragma GCC unroll 4
-    for (int i = 0; i < RG; i++) {
-        wq[i] = tl__qp_qs(w, g + i);
-        wd[i] = tl__qp_d(w, g + i);
-    }
-#pragma GCC unroll 8
-    for (int j = 0; j < T; j++) {
-        struct tl__xq_row v = tl__xq_view((char *)m->xq + (size_t)(t + j) * m->xq_stride, n);
-        xq[j] = v.qs;
-        xd[j] = v.d;
-        xb[j] = v.bsum;
-    }
-#pragma GCC unroll 4
-    for (int i = 0; i < RG; i++)
-#pragma GCC unroll 8
-        for (int j = 0; j < T; j++)
-            acc[i][j] = (pb->mode & ACC_LOAD) ? pb->park[i * T + j] : _mm512_setzero_ps();
-    const int pf = pb->prefetch;
-    for (int64_t b = pb->b0; b < pb->b1; b++) {
-        __m512i ai[4][8];
-#pragma GCC unroll 8
-        for (int j = 0; j < T; j++) {
-            __m512i bias = _mm512_set1_epi32(xb[j][b]);
-#pragma GCC unroll 4
-            for (int i = 0; i < RG; i++)
-                ai[i][j] = bias;
-        }
-        const int64_t xo = (b >> 2) * 128 + (b & 3) * 16;
-#pragma GCC unroll 8
-        for (int c = 0; c < 8; c++) {
-            __m512i wv[4];
-#pragma GCC unroll 4
-            for (int i = 0; i < RG; i++) {
-                const uint8_t *p = wq[i] + b * 512 + c * 64;
-                if (pf) _mm_prefetch((const char *)p + PF_DIST, _MM_HINT_T0);
-                wv[i] = _mm512_load_si512(p);
-            }
-            const int64_t off = xo + (c >> 2) * 64 + (c & 3) * 4;
-#pragma GCC unroll 8
-            for (int j = 0; j < T; j++) {
-                int32_t xv;
-                memcpy(&xv, xq[j] + off, 4);
-                __m512i xb4 = _mm512_set1_epi32(xv);
-#pragma GCC unroll 4
-                for (int i = 0; i < RG; i++)
-                    ai[i][j] = _mm512_dpbusd_epi32(ai[i][j], wv[i], xb4);
-            }
-        }
-        __m512 dw[4];
-#pragma GCC unroll 4
-        for (int i = 0; i < RG; i++)
-            dw[i] = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(wd[i] + b * 16)));
-        const int64_t dofs = (b >> 2) * 16 + (b & 3) * 4;
-#pragma GCC unroll 8
-        for (int j = 0; j < T; j++) {
-            __m512 dx = _mm512_set1_ps(xd[j][dofs]);
-#pragma GCC unroll 4
-            for (int i = 0; i < RG; i++)
-                acc[i][j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ai[i][j]), _mm512_mul_ps(dw[i], dx),
-                                            acc[i][j]);
-        }
-    }
-    if (!(pb->mode & ACC_REDUCE)) {
-#pragma GCC unroll 4
-        for (int i = 0; i < RG; i++)
-#pragma GCC unroll 8
-            for (int j = 0; j < T; j++)
-                pb->park[i * T + j] = acc[i][j];
-        return;
-    }
-#pragma GCC unroll 8
-    for (int j = 0; j < T; j++)
-#pragma GCC unroll 4
-        for (int i = 0; i < RG; i++) {
-            int64_t r = (g + i) * TL__QP_ROWS;
-            float *y = m->y + (t + j) * n_out + r;
-            if (n_out - r >= 16)
-                _mm512_storeu_ps(y, acc[i][j]);
-            else
-                _mm512_mask_storeu_ps(y, tail_mask16(n_out - r), acc[i][j]);
-        }
-}
-
-typedef void (*qp_fn)(const struct tl__mm *m, const struct pblock *pb);
-#define DEF_PK(R, T)                                                                               \
-    static void qp_##R##x##T(const struct tl__mm *m, const struct pblock *pb)                      \
-    {                                                                                              \
-        ptile(m, pb, R, T);                                                                        \
-    }
-#define DEF_PK_R(R)                                                                                \
-    DEF_PK(R, 1)                                                                                   \
-    DEF_PK(R, 2)                                                                                   \
-    DEF_PK(R, 3)                                                                                   \
-    DEF_PK(R, 4)                                                                                   \
-    DEF_PK(R, 5) DEF_PK(R, 6) DEF_PK(R, 7) DEF_PK(R, 8)
-#define DEF_PK_R_(R) DEF_PK_R(R)
-DEF_PK_R_(TL_AVX512_PR)
-#if TL_AVX512_PR != 1
-DEF_PK_R(1)
-#endif
-static const qp_fn qp_table[2][9] = {FK_LIST(qp, 1), FK_LIST_(qp, TL_AVX512_PR)};
-
-#ifndef TL_AVX512_PKB
-#define TL_AVX512_PKB 16
-#endif
-#ifndef TL_AVX512_PCHUNK
-#define TL_AVX512_PCHUNK (512 * 1024)
-#endif
-#ifndef TL_AVX512_PPF
-#define TL_AVX512_PPF 1
-#endif
-// k-block (32-blocks): PR groups' weights of one k-block (PR x PKB x 544 bytes) stay in L1
-// while every token tile of the chunk uses them.
-enum { PKB = TL_AVX512_PKB, P_CHUNK_BYTES = TL_AVX512_PCHUNK };
-enum { P_PARK_TOK = 128 }; // tokens whose parked accumulators fit the stack buffer
-
-static void qp_rows(const struct tl__mm *m, int64_t r0, int64_t r1)
-{
-    TL_ASSERT(r0 % TL__QP_ROWS == 0);
-    const int64_t g0 = r0 / TL__QP_ROWS, g1 = (r1 + TL__QP_ROWS - 1) / TL__QP_ROWS;
-    const int64_t nb = m->w->n_in / TL_QK8_0;
-    int64_t max_chunk = (int64_t)(P_CHUNK_BYTES / m->xq_stride) / PT * PT;
-    if (max_chunk > P_PARK_TOK / PT * PT) max_chunk = P_PARK_TOK / PT * PT;
-    const int64_t chunk = tl__even_chunk(m->n_tok, max_chunk, PT);
-    _Alignas(64) __m512 park[(P_PARK_TOK + PT - 1) / PT * PR * PT];
-    for (int64_t c0 = 0; c0 < m->n_tok; c0 += chunk) {
-        int64_t c1 = c0 + chunk < m->n_tok ? c0 + chunk : m->n_tok;
-        for (int64_t g = g0; g < g1;) {
-            const int rg = g1 - g >= PR ? PR : 1;
-            for (int64_t b0 = 0; b0 < nb; b0 += PKB) {
-                struct pblock pb = {.g = g, .b0 = b0, .b1 = b0 + PKB < nb ? b0 + PKB : nb};
-                pb.mode = (b0 > 0 ? ACC_LOAD : 0) | (pb.b1 == nb ? ACC_REDUCE : 0);
-                for (int64_t t = c0; t < c1; t += PT) {
-                    int nt = c1 - t < PT ? (int)(c1 - t) : PT;
-                    pb.t = t;
-                    pb.park = park + (t - c0) / PT * (PR * PT);
-                    pb.prefetch = TL_AVX512_PPF && t == c0; // the first tile streams from memory
-                    qp_table[rg == PR][nt](m, &pb);
-                }
-            }
-            g += rg;
-        }
-    }
-}
-
-// ---- matmul: packed F32 / F16 / BF16 weights (tl_weight_prepare) -------------------------------
-//
-// Column k of 16 rows is one load (kernels_impl.h), converted to f32 once and multiplied by
-// x[t][k] broadcast for the T tokens of the tile: a GEMM micro-kernel with RG x T accumulators
-// whose lanes are rows. Each (row, token) lane computes acc = fma(w[k], x[k], acc) for k in
-// order, whatever the tile shape, k-block or thread; k-blocks park the accumulators bitwise.
-
-// (TL_AVX512_GR and TL_AVX512_GT, the tile shape, are set in avx512_impl.h: the op table
-// publishes GT as x_tile.)
-#ifndef TL_AVX512_GKC
-#define TL_AVX512_GKC 256
-#endif
-enum { GR = TL_AVX512_GR, GT = TL_AVX512_GT, GKC = TL_AVX512_GKC };
-enum { G_PARK_TOK = 120, G_CHUNK_BYTES = 512 * 1024 };
-
-static ALWAYS_INLINE __m512 load_col16(const int type, const void *p)
-{
-    if (type == TL_DTYPE_F32) return _mm512_load_ps(p);
-    __m256i h = _mm256_load_si256((const __m256i *)p);
-    if (type == TL_DTYPE_F16) return _mm512_cvtph_ps(h);
-    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
-}
-
-static ALWAYS_INLINE void gtile(const struct tl__mm *m, const struct pblock *pb, const int type,
-                                const int RG, const int T)
-{
-    const struct tl_weight *w = m->w;
-    const int64_t n_out = w->n_out;
-    const size_t col = TL__QP_ROWS * (type == TL_DTYPE_F32 ? 4 : 2); // bytes per column
-    const char *wp[4];
-    __m512 acc[4][12];
-#pragma GCC unroll 4
-    for (int i = 0; i < RG; i++)
-        wp[i] = pb->wbase[i];
-    // token j's x[k] at xs[k * S + j] (an interleaved tile, or one token's row)
-    const int64_t S = m->x_tile ? m->x_tile : 1;
-    const float *xs = m->x + pb->t * w->n_in;
-#pragma GCC unroll 4
-    for (int i = 0; i < RG; i++)
-#pragma GCC unroll 12
-        for (int j = 0; j < T; j++)
-            acc[i][j] = (pb->mode & ACC_LOAD) ? pb->park[i * T + j] : _mm512_setzero_ps();
-    if (pb->pf[0]) {
-        for (int64_t k = pb->b0; k < pb->b1; k++) {
-            __m512 wv[4];
-#pragma GCC unroll 4
-            for (int i = 0; i < RG; i++) {
-                if (pb->pf[i])
-                    _mm_prefetch(pb->pf[i] + (k - pb->b0) * pb->pf_step, TL_AVX512_PFHINT);
-                wv[i] = load_col16(type, wp[i] + k * col);
-            }
-#pragma GCC unroll 12
-            for (int j = 0; j < T; j++) {
-                __m512 xv = _mm512_set1_ps(xs[k * S + j]);
-#pragma GCC unroll 4
-                for (int i = 0; i < RG; i++)
-                    acc[i][j] = _mm512_fmadd_ps(wv[i], xv, acc[i][j]);
-            }
-        }
-    } else {
-        for (int64_t k = pb->b0; k < pb->b1; k++) {
-            __m512 wv[4];
-#pragma GCC unroll 4
-            for (int i = 0; i < RG; i++)
-                wv[i] = load_col16(type, wp[i] + k * col);
-#pragma GCC unroll 12
-            for (int j = 0; j < T; j++) {
-                __m512 xv = _mm512_set1_ps(xs[k * S + j]);
-#pragma GCC unroll 4
-                for (int i = 0; i < RG; i++)
-                    acc[i][j] = _mm512_fmadd_ps(wv[i], xv, acc[i][j]);
-            }
-        }
-    }
-    if (!(pb->mode & ACC_REDUCE)) {
-#pragma GCC unroll 4
-        for (int i = 0; i < RG; i++)
-#pragma GCC unroll 12
-            for (int j = 0; j < T; j++)
-                pb->park[i * T + j] = acc[i][j];
-        return;
-    }
-#pragma GCC unroll 12
-    for (int j = 0; j < T; j++)
-#pragma GCC unroll 4
-        for (int i = 0; i < RG; i++) {
-            int64_t r = (pb->g + i) * TL__QP_ROWS;
-            float *y = m->y + (pb->t + j) * n_out + r;
-            if (n_out - r >= 16)
-                _mm512_storeu_ps(y, acc[i][j]);
-            else
-                _mm512_mask_storeu_ps(y, tail_mask16(n_out - r), acc[i][j]);
-        }
-}
-
-#define DEF_GK(NAME, TYPE, R, T)                                                                   \
-    static void NAME##_##R##x##T(const struct tl__mm *m, const struct pblock *pb)                  \
-    {                                                                                              \
-        gtile(m, pb, TYPE, R, T);                                                                  \
-    }
-#define DEF_GK_R(NAME, TYPE, R)                                                                    \
-    DEF_GK(NAME, TYPE, R, 1)                                                                       \
-    DEF_GK(NAME, TYPE, R, 2)                                                                       \
-    DEF_GK(NAME, TYPE, R, 3)                                                                       \
-    DEF_GK(NAME, TYPE, R, 4)                                                                       \
-    DEF_GK(NAME, TYPE, R, 5)                                                                       \
-    DEF_GK(NAME, TYPE, R, 6)                                                                       \
-    DEF_GK(NAME, TYPE, R, 7)                                                                       \
-    DEF_GK(NAME, TYPE, R, 8)                                                                       \
-    DEF_GK(NAME, TYPE, R, 9)                                                                       \
-    DEF_GK(NAME, TYPE, R, 10) DEF_GK(NAME, TYPE, R, 11) DEF_GK(NAME, TYPE, R, 12)
-#define DEF_GK_R_(NAME, TYPE, R) DEF_GK_R(NAME, TYPE, R)
-#define GK_LIST(NAME, R)                                                                           \
-    {                                                                                              \
-        0, NAME##_##R##x1, NAME##_##R##x2, NAME##_##R##x3, NAME##_##R##x4, NAME##_##R##x5,         \
-            NAME##_##R##x6, NAME##_##R##x7, NAME##_##R##x8, NAME##_##R##x9, NAME##_##R##x10,       \
-            NAME##_##R##x11, NAME##_##R##x12                                                       \
-    }
-#define GK_LIST_(NAME, R) GK_LIST(NAME, R)
-DEF_GK_R_(gk_f32, TL_DTYPE_F32, TL_AVX512_GR)
-DEF_GK_R_(gk_f16, TL_DTYPE_F16, TL_AVX512_GR)
-DEF_GK_R_(gk_bf16, TL_DTYPE_BF16, TL_AVX512_GR)
-#if TL_AVX512_GR != 1
-DEF_GK_R(gk_f32, TL_DTYPE_F32, 1)
-DEF_GK_R(gk_f16, TL_DTYPE_F16, 1)
-DEF_GK_R(gk_bf16, TL_DTYPE_BF16, 1)
-#endif
-// [type][r_full][nt]: r_full 1 = GR groups, 0 = one group.
-static const qp_fn gk_table[3][2][13] = {
-    {GK_LIST(gk_f32, 1), GK_LIST_(gk_f32, TL_AVX512_GR)},
-    {GK_LIST(gk_f16, 1), GK_LIST_(gk_f16, TL_AVX512_GR)},
-    {GK_LIST(gk_bf16, 1), GK_LIST_(gk_bf16, TL_AVX512_GR)},
-};
-
-static void gp_rows(const struct tl__mm *m, int64_t r0, int64_t r1)
-{
-    TL_ASSERT(r0 % TL__QP_ROWS == 0 && GT <= 12 && GR <= 4);
-    TL_ASSERT(m->x_tile == GT || (m->x_tile == 0 && m->n_tok == 1));
-    const struct tl_weight *w = m->w;
-    const int ti = w->type == TL_DTYPE_F32 ? 0 : w->type == TL_DTYPE_F16 ? 1 : 2;
-    const int64_t g0 = r0 / TL__QP_ROWS, g1 = (r1 + TL__QP_ROWS - 1) / TL__QP_ROWS, n = w->n_in;
-    int64_t max_chunk = (int64_t)(G_CHUNK_BYTES / ((size_t)n * 4)) / GT * GT;
-    if (max_chunk > G_PARK_TOK / GT * GT) max_chunk = G_PARK_TOK / GT * GT;
-    const int64_t chunk = tl__even_chunk(m->n_tok, max_chunk, GT);
-    _Alignas(64) __m512 park[(G_PARK_TOK + GT - 1) / GT * GR * GT];
-    const size_t col = TL__QP_ROWS * (ti == 0 ? 4 : 2);
-    for (int64_t c0 = 0; c0 < m->n_tok; c0 += chunk) {
-        int64_t c1 = c0 + chunk < m->n_tok ? c0 + chunk : m->n_tok;
-        const int64_t n_tiles = (c1 - c0 + GT - 1) / GT;
-        for (int64_t g = g0; g < g1;) {
-            const int rg = g1 - g >= GR ? GR : 1;
-            for (int64_t k0 = 0; k0 < n; k0 += GKC) {
-                struct pblock pb = {.g = g, .b0 = k0, .b1 = k0 + GKC < n ? k0 + GKC : n};
-                pb.mode = (k0 > 0 ? ACC_LOAD : 0) | (pb.b1 == n ? ACC_REDUCE : 0);
-                // (converting an F16/BF16 k-block to f32 once for all the tiles measured no
-                // faster than converting in registers per tile)
-                for (int i = 0; i < rg; i++)
-                    pb.wbase[i] = (const char *)tl__pk_group(w, g + i);
-                // the next k-block: the rest of these rows, else the next row groups
-                const char *next[4];
-                int n_next = 0;
-                int64_t nk0 = pb.b1, ng = g, nrg = rg;
-                if (nk0 == n) {
-                    nk0 = 0, ng = g + rg;
-                    nrg = g1 - ng >= GR ? GR : g1 - ng;
-                }
-                for (; n_next < nrg; n_next++)
-                    next[n_next] = (const char *)tl__pk_group(w, ng + n_next) + nk0 * col;
-                size_t nbytes = (size_t)((nk0 + GKC < n ? nk0 + GKC : n) - nk0) * col;
-                for (int64_t t = c0; t < c1; t += GT) {
-                    int nt = c1 - t < GT ? (int)(c1 - t) : GT;
-                    pb.t = t;
-                    pb.park = park + (t - c0) / GT * (GR * GT);
-                    pblock_set_pf(&pb, next, n_next, nbytes, (t - c0) / GT, n_tiles);
-                    gk_table[ti][rg == GR][nt](m, &pb);
-                }
-            }
-            g += rg;
-        }
-    }
+    tl__tile_walk(m, r0, r1, QR, QT, chunk, qk_table[1], qk_table[0]);
 }
 
 int tl__avx512_row_align(enum tl_dtype type)
@@ -842,7 +404,7 @@ void tl__avx512_matmul_rows(const struct tl__mm *m, int64_t r0, int64_t r1)
 {
     const bool packed = m->w->layout == TL_WEIGHT_PACKED;
     if (m->w->type == TL_DTYPE_Q8_0)
-        (packed ? qp_rows : q8_rows)(m, r0, r1);
+        (packed ? tl__avx512_qp_rows : q8_rows)(m, r0, r1);
     else
-        (packed ? gp_rows : float_rows)(m, r0, r1);
+        (packed ? tl__avx512_gp_rows : float_rows)(m, r0, r1);
 }
