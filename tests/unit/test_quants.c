@@ -86,7 +86,7 @@ static void test_traits_match_dtype_table(void **state)
     }
     assert_null(tl__qx_traits(TL_DTYPE_Q8_0));
     assert_null(tl__qx_traits(TL_DTYPE_IQ2_XXS));
-    assert_false(tl_kernels_weight_supported(TL_DTYPE_IQ4_XS));
+    assert_false(tl_kernels_weight_supported(TL_DTYPE_IQ3_S));
     assert_false(tl_kernels_weight_supported(TL_DTYPE_Q8_K));
 }
 
