@@ -83,8 +83,9 @@ static inline int tl__iq4_xs_scale(const struct tl_block_iq4_xs *x, int j)
 // The scales D of 32-blocks 4s .. 4s+3 of a row of n_in values (superchunk s; 0 past the row's
 // end) and pointers to their 16 nibble bytes (tl__cb4_zero16 past the end). `f16` converts an
 // f16 exactly (tl_fp16_to_f32, or F16C in the SIMD files: inlined there).
-static inline void tl__cb4_chunk_f(enum tl_dtype type, const void *row, int64_t n_in, int64_t s,
-                                   float D[4], const uint8_t *qs[4], float (*f16)(uint16_t))
+static inline __attribute__((always_inline)) void
+tl__cb4_chunk_f(enum tl_dtype type, const void *row, int64_t n_in, int64_t s, float D[4],
+                const uint8_t *qs[4], float (*f16)(uint16_t))
 {
     if (type == TL_DTYPE_IQ4_XS) { // superchunk s is half s % 2 of super-block s / 2
         const struct tl_block_iq4_xs *x = (const struct tl_block_iq4_xs *)row + s / 2;
