@@ -366,6 +366,56 @@ static void test_matmul_isa_vs_ref(void **state)
     tl_pool_destroy(pool);
 }
 
+// MXFP4 blocks at the ends of the E8M0 range (the subnormal scales 2^-128, 2^-127 and the
+// largest ones) through every ISA's kernel, with activations scaled so the products stay
+// normal floats: each ISA against the reference and the reference against double sums.
+// (From e = 253 on the largest values, 12 * 2^(e - 128), overflow f32 in ggml's dequantizer too.)
+static void test_mxfp4_extreme_exponents(void **state)
+{
+    (void)state;
+    enum { N_IN = 288, N_OUT = 9, N_TOK = 3 }; // 2 full superchunks and a partial one
+    const int lows[] = {0, 1, 2, 3}, highs[] = {249, 250, 251, 252}; // 12 * 2^124 still finite
+    uint8_t wbuf[N_OUT * N_IN / 32 * 17];
+    float deq[N_OUT * N_IN], x[N_TOK * N_IN], want[N_TOK * N_OUT], y[N_TOK * N_OUT],
+        ref[N_TOK * N_OUT];
+    struct tl_pool *pool = tl_pool_create(2);
+    assert_non_null(pool);
+    for (int hi = 0; hi < 2; hi++) {
+        for (int b = 0; b < N_OUT * N_IN / 32; b++) {
+            wbuf[17 * b] = (uint8_t)(hi ? highs[b % 4] : lows[b % 4]);
+            for (int j = 1; j < 17; j++)
+                wbuf[17 * b + j] = (uint8_t)tl_test_rnd_u32();
+        }
+        struct tl_weight w = {.type = TL_DTYPE_MXFP4,
+                              .n_in = N_IN,
+                              .n_out = N_OUT,
+                              .row_bytes = N_IN / 32 * 17,
+                              .data = wbuf};
+        assert_true(tl_dequantize_row(TL_DTYPE_MXFP4, wbuf, deq, N_OUT * N_IN));
+        fill(x, N_TOK * N_IN, hi ? 1e-30f : 1e30f);
+        for (int t = 0; t < N_TOK; t++)
+            for (int r = 0; r < N_OUT; r++) {
+                double sum = 0;
+                for (int i = 0; i < N_IN; i++)
+                    sum += (double)deq[r * N_IN + i] * x[t * N_IN + i];
+                want[t * N_OUT + r] = (float)sum;
+            }
+        void *work = tl_aligned_alloc(tl_matmul_work_bytes(&w, N_TOK) + 64);
+        tl__qx_ref_matmul(&w, x, N_TOK, ref, work);
+        double e = nmse(ref, want, N_TOK * N_OUT);
+        if (!(e <= 1e-4)) fail_msg("reference, %s exponents: nmse %g", hi ? "high" : "low", e);
+        for (int s = 0; s < N_ISA; s++) {
+            if (!tl_kernels_force_isa(isas[s])) continue;
+            tl_matmul(pool, &w, x, N_TOK, y, work);
+            e = nmse(y, ref, N_TOK * N_OUT);
+            if (!(e <= 1e-10))
+                fail_msg("%s, %s exponents: nmse %g", isas[s], hi ? "high" : "low", e);
+        }
+        tl_aligned_free(work);
+    }
+    tl_pool_destroy(pool);
+}
+
 // tl_matmul_multi over a mix of codebook and other quantized weights equals one tl_matmul per
 // weight, bit for bit, on every ISA.
 static void test_matmul_multi_mixed(void **state)
@@ -474,4 +524,5 @@ TL_TEST_MAIN(cmocka_unit_test(test_types_supported), cmocka_unit_test(test_known
              cmocka_unit_test(test_exact_roundtrip), cmocka_unit_test(test_quantize_roundtrip),
              cmocka_unit_test(test_ref_matmul_vs_double), cmocka_unit_test(test_matmul_isa_vs_ref),
              cmocka_unit_test(test_matmul_multi_mixed),
+             cmocka_unit_test(test_mxfp4_extreme_exponents),
              cmocka_unit_test(test_matmul_deterministic_across_batch_and_threads))

@@ -69,13 +69,36 @@ static ALWAYS_INLINE void nibbles(__m512i tbl, const uint8_t *q0, const uint8_t 
     w->hi = _mm512_shuffle_epi8(tbl, _mm512_and_si512(_mm512_srli_epi16(q, 4), m4));
 }
 
+// 2^(e - 128) for four E8M0 bytes (tl__e8m0_half, vectorized: the same bits).
+static ALWAYS_INLINE __m128 e8m0_half4(__m128i e)
+{
+    const __m128i one = _mm_set1_epi32(1);
+    __m128i norm = _mm_slli_epi32(_mm_sub_epi32(e, one), 23);
+    __m128i sub = _mm_sllv_epi32(_mm_set1_epi32(0x00200000), e);
+    return _mm_castsi128_ps(_mm_blendv_epi8(sub, norm, _mm_cmpgt_epi32(e, one)));
+}
+
 // Superchunk s of a row: the D of each block exactly as tl__cb4_chunk_f gives it (every
-// conversion here is exact), the full superchunks of IQ4_NL and MXFP4 read straight from the
-// blocks, a partial last one and IQ4_XS through tl__cb4_chunk_f.
+// conversion here is exact), read straight from the blocks; a partial last superchunk of
+// IQ4_NL or MXFP4 through tl__cb4_chunk_f.
 static ALWAYS_INLINE void load_w(const enum tl_dtype type, __m512i tbl, const uint8_t *row,
                                  int64_t n_in, int64_t s, struct wdec *w)
 {
-    if (type != TL_DTYPE_IQ4_XS && (s + 1) * 128 <= n_in) {
+    if (type == TL_DTYPE_IQ4_XS) { // half s % 2 of super-block s / 2: 32-blocks 4n .. 4n+3
+        const struct tl_block_iq4_xs *x = (const struct tl_block_iq4_xs *)row + s / 2;
+        const int n = (int)(s % 2);
+        const uint8_t *q = x->qs + 64 * n;
+        nibbles(tbl, q, q + 16, q + 32, q + 48, w);
+        const uint32_t l = rd16(x->scales_l + 2 * n), h = (uint32_t)x->scales_h >> (8 * n);
+        const __m128i ls = _mm_setr_epi32(
+            (int)((l & 15) | (h & 3) << 4), (int)((l >> 4 & 15) | (h >> 2 & 3) << 4),
+            (int)((l >> 8 & 15) | (h >> 4 & 3) << 4), (int)((l >> 12 & 15) | (h >> 6 & 3) << 4));
+        const __m128 D = _mm_mul_ps(_mm_set1_ps(f16c(x->d)),
+                                    _mm_cvtepi32_ps(_mm_sub_epi32(ls, _mm_set1_epi32(32))));
+        w->D = expand4(D);
+        return;
+    }
+    if ((s + 1) * 128 <= n_in) {
         const int bsz = type == TL_DTYPE_IQ4_NL ? 18 : 17, qoff = type == TL_DTYPE_IQ4_NL ? 2 : 1;
         const uint8_t *b = row + (size_t)s * 4 * bsz;
         nibbles(tbl, b + qoff, b + bsz + qoff, b + 2 * bsz + qoff, b + 3 * bsz + qoff, w);
@@ -85,8 +108,7 @@ static ALWAYS_INLINE void load_w(const enum tl_dtype type, __m512i tbl, const ui
                                (short)rd16(b + 3 * bsz), 0, 0, 0, 0);
             w->D = expand4(_mm_cvtph_ps(hd));
         } else {
-            w->D = expand4(_mm_setr_ps(tl__e8m0_half(b[0]), tl__e8m0_half(b[bsz]),
-                                       tl__e8m0_half(b[2 * bsz]), tl__e8m0_half(b[3 * bsz])));
+            w->D = expand4(e8m0_half4(_mm_setr_epi32(b[0], b[bsz], b[2 * bsz], b[3 * bsz])));
         }
         return;
     }
