@@ -366,6 +366,77 @@ static void test_matmul_isa_vs_ref(void **state)
     tl_pool_destroy(pool);
 }
 
+// Checks one hand-made weight: the reference against double sums over its dequantized values,
+// every ISA against the reference.
+static void check_matmul_bytes(const struct tl_weight *w, float x_scale, const char *what)
+{
+    enum { N_TOK = 3 };
+    struct tl_pool *pool = tl_pool_create(2);
+    assert_non_null(pool);
+    const int64_t n_in = w->n_in, n_out = w->n_out;
+    float *deq = malloc(sizeof(float) * (size_t)(n_out * n_in));
+    float *x = malloc(sizeof(float) * (size_t)(N_TOK * n_in));
+    float *want = malloc(sizeof(float) * (size_t)(N_TOK * n_out));
+    float *ref = malloc(sizeof(float) * (size_t)(N_TOK * n_out));
+    float *y = malloc(sizeof(float) * (size_t)(N_TOK * n_out));
+    for (int64_t r = 0; r < n_out; r++)
+        assert_true(tl_dequantize_row(w->type, (const char *)w->data + (size_t)r * w->row_bytes,
+                                      deq + r * n_in, n_in));
+    fill(x, N_TOK * n_in, x_scale);
+    for (int t = 0; t < N_TOK; t++)
+        for (int64_t r = 0; r < n_out; r++) {
+            double sum = 0;
+            for (int64_t i = 0; i < n_in; i++)
+                sum += (double)deq[r * n_in + i] * x[t * n_in + i];
+            want[t * n_out + r] = (float)sum;
+        }
+    void *work = tl_aligned_alloc(tl_matmul_work_bytes(w, N_TOK) + 64);
+    tl__qx_ref_matmul(w, x, N_TOK, ref, work);
+    double e = nmse(ref, want, N_TOK * n_out);
+    if (!(e <= 1e-4)) fail_msg("%s: reference nmse %g", what, e);
+    for (int s = 0; s < N_ISA; s++) {
+        if (!tl_kernels_force_isa(isas[s])) continue;
+        tl_matmul(pool, w, x, N_TOK, y, work);
+        e = nmse(y, ref, N_TOK * n_out);
+        if (!(e <= 1e-10)) fail_msg("%s, %s: nmse %g", what, isas[s], e);
+    }
+    tl_aligned_free(work);
+    free(deq), free(x), free(want), free(ref), free(y);
+    tl_pool_destroy(pool);
+}
+
+// Blocks of random bytes (every scale field and nibble pattern the quantizers never write: IQ4_XS
+// scales over the whole 6-bit range, with their high bits in scales_h), sane f16 scales.
+static void test_matmul_random_blocks(void **state)
+{
+    (void)state;
+    enum { N_OUT = 9 };
+    const int64_t n_ins[] = {288, 1024, 512}; // IQ4_NL (a partial superchunk), IQ4_XS, MXFP4
+    for (int k = 0; k < N_CTYPES; k++) {
+        const enum tl_dtype t = ctypes[k];
+        const int64_t n_in = n_ins[k];
+        size_t rb;
+        assert_true(tl_dtype_row_bytes(t, n_in, &rb));
+        uint8_t *buf = malloc(rb * N_OUT);
+        for (size_t i = 0; i < rb * N_OUT; i++)
+            buf[i] = (uint8_t)tl_test_rnd_u32();
+        const size_t bb = tl_dtype_info(t)->block_bytes;
+        for (size_t b = 0; b < rb * N_OUT / bb; b++) {
+            if (t == TL_DTYPE_MXFP4) {
+                buf[b * bb] = (uint8_t)(120 + tl_test_rnd_u32() % 12);
+            } else { // d in [2^-9, 2^-7)
+                uint16_t d = tl_f32_to_fp16(ldexpf(1.f + (float)(tl_test_rnd_u32() % 1024) / 1024.f,
+                                                   -9 + (int)(tl_test_rnd_u32() % 2)));
+                memcpy(buf + b * bb, &d, 2);
+            }
+        }
+        struct tl_weight w = {
+            .type = t, .n_in = n_in, .n_out = N_OUT, .row_bytes = rb, .data = buf};
+        check_matmul_bytes(&w, 1.f, tl_dtype_name(t));
+        free(buf);
+    }
+}
+
 // MXFP4 blocks at the ends of the E8M0 range (the subnormal scales 2^-128, 2^-127 and the
 // largest ones) through every ISA's kernel, with activations scaled so the products stay
 // normal floats: each ISA against the reference and the reference against double sums.
@@ -373,13 +444,9 @@ static void test_matmul_isa_vs_ref(void **state)
 static void test_mxfp4_extreme_exponents(void **state)
 {
     (void)state;
-    enum { N_IN = 288, N_OUT = 9, N_TOK = 3 }; // 2 full superchunks and a partial one
+    enum { N_IN = 288, N_OUT = 9 }; // 2 full superchunks and a partial one
     const int lows[] = {0, 1, 2, 3}, highs[] = {249, 250, 251, 252}; // 12 * 2^124 still finite
     uint8_t wbuf[N_OUT * N_IN / 32 * 17];
-    float deq[N_OUT * N_IN], x[N_TOK * N_IN], want[N_TOK * N_OUT], y[N_TOK * N_OUT],
-        ref[N_TOK * N_OUT];
-    struct tl_pool *pool = tl_pool_create(2);
-    assert_non_null(pool);
     for (int hi = 0; hi < 2; hi++) {
         for (int b = 0; b < N_OUT * N_IN / 32; b++) {
             wbuf[17 * b] = (uint8_t)(hi ? highs[b % 4] : lows[b % 4]);
@@ -391,29 +458,9 @@ static void test_mxfp4_extreme_exponents(void **state)
                               .n_out = N_OUT,
                               .row_bytes = N_IN / 32 * 17,
                               .data = wbuf};
-        assert_true(tl_dequantize_row(TL_DTYPE_MXFP4, wbuf, deq, N_OUT * N_IN));
-        fill(x, N_TOK * N_IN, hi ? 1e-30f : 1e30f);
-        for (int t = 0; t < N_TOK; t++)
-            for (int r = 0; r < N_OUT; r++) {
-                double sum = 0;
-                for (int i = 0; i < N_IN; i++)
-                    sum += (double)deq[r * N_IN + i] * x[t * N_IN + i];
-                want[t * N_OUT + r] = (float)sum;
-            }
-        void *work = tl_aligned_alloc(tl_matmul_work_bytes(&w, N_TOK) + 64);
-        tl__qx_ref_matmul(&w, x, N_TOK, ref, work);
-        double e = nmse(ref, want, N_TOK * N_OUT);
-        if (!(e <= 1e-4)) fail_msg("reference, %s exponents: nmse %g", hi ? "high" : "low", e);
-        for (int s = 0; s < N_ISA; s++) {
-            if (!tl_kernels_force_isa(isas[s])) continue;
-            tl_matmul(pool, &w, x, N_TOK, y, work);
-            e = nmse(y, ref, N_TOK * N_OUT);
-            if (!(e <= 1e-10))
-                fail_msg("%s, %s exponents: nmse %g", isas[s], hi ? "high" : "low", e);
-        }
-        tl_aligned_free(work);
+        check_matmul_bytes(&w, hi ? 1e-30f : 1e30f,
+                           hi ? "MXFP4 high exponents" : "MXFP4 low exponents");
     }
-    tl_pool_destroy(pool);
 }
 
 // tl_matmul_multi over a mix of codebook and other quantized weights equals one tl_matmul per
@@ -523,6 +570,6 @@ TL_TEST_MAIN(cmocka_unit_test(test_types_supported), cmocka_unit_test(test_known
              cmocka_unit_test(test_known_iq4_xs), cmocka_unit_test(test_known_mxfp4),
              cmocka_unit_test(test_exact_roundtrip), cmocka_unit_test(test_quantize_roundtrip),
              cmocka_unit_test(test_ref_matmul_vs_double), cmocka_unit_test(test_matmul_isa_vs_ref),
-             cmocka_unit_test(test_matmul_multi_mixed),
+             cmocka_unit_test(test_matmul_multi_mixed), cmocka_unit_test(test_matmul_random_blocks),
              cmocka_unit_test(test_mxfp4_extreme_exponents),
              cmocka_unit_test(test_matmul_deterministic_across_batch_and_threads))

@@ -87,12 +87,20 @@ static ALWAYS_INLINE void load_w(const enum tl_dtype type, __m512i tbl, const ui
     if (type == TL_DTYPE_IQ4_XS) { // half s % 2 of super-block s / 2: 32-blocks 4n .. 4n+3
         const struct tl_block_iq4_xs *x = (const struct tl_block_iq4_xs *)row + s / 2;
         const int n = (int)(s % 2);
-        const uint8_t *q = x->qs + 64 * n;
-        nibbles(tbl, q, q + 16, q + 32, q + 48, w);
-        const uint32_t l = rd16(x->scales_l + 2 * n), h = (uint32_t)x->scales_h >> (8 * n);
-        const __m128i ls = _mm_setr_epi32(
-            (int)((l & 15) | (h & 3) << 4), (int)((l >> 4 & 15) | (h >> 2 & 3) << 4),
-            (int)((l >> 8 & 15) | (h >> 4 & 3) << 4), (int)((l >> 12 & 15) | (h >> 6 & 3) << 4));
+        const __m512i m4 = _mm512_set1_epi8(0x0F);
+        const __m512i q = _mm512_loadu_si512(x->qs + 64 * n); // the 4 blocks are contiguous
+        w->lo = _mm512_shuffle_epi8(tbl, _mm512_and_si512(q, m4));
+        w->hi = _mm512_shuffle_epi8(tbl, _mm512_and_si512(_mm512_srli_epi16(q, 4), m4));
+        // ls of block 4n+g: nibble 4n+g of scales_l (as a u32), 2-bit field 4n+g of scales_h
+        uint32_t l, h = x->scales_h;
+        memcpy(&l, x->scales_l, 4);
+        const __m128i lo4 = _mm_and_si128(
+            _mm_srlv_epi32(_mm_set1_epi32((int)(l >> (16 * n))), _mm_setr_epi32(0, 4, 8, 12)),
+            _mm_set1_epi32(15));
+        const __m128i hi2 = _mm_and_si128(
+            _mm_srlv_epi32(_mm_set1_epi32((int)(h >> (8 * n))), _mm_setr_epi32(0, 2, 4, 6)),
+            _mm_set1_epi32(3));
+        const __m128i ls = _mm_or_si128(lo4, _mm_slli_epi32(hi2, 4));
         const __m128 D = _mm_mul_ps(_mm_set1_ps(f16c(x->d)),
                                     _mm_cvtepi32_ps(_mm_sub_epi32(ls, _mm_set1_epi32(32))));
         w->D = expand4(D);
