@@ -18,6 +18,7 @@
  */
 #include "kernels/cb4.h"
 #include "kernels/x86/avx2_impl.h"
+#include "kernels/x86/cb4_simd.h"
 
 #ifndef TL_AVX2_XPF
 #define TL_AVX2_XPF 512
@@ -25,25 +26,25 @@
 enum { XR = 2, XT = 4 };           // rows x tokens per tile
 enum { CHUNK_BYTES = 256 * 1024 }; // activations of a token chunk stay in L2
 
-static ALWAYS_INLINE float f16c(uint16_t h)
-{
-    return _cvtsh_ss(h);
-}
-
 // Pair p (blocks 2p, 2p+1) of a decoded superchunk of a row.
 struct wpair {
     __m256i lo, hi; // codebook values of the first / second 16 values (block 2p low 128 bits)
     __m256 D;       // lanes 0-3: D of block 2p, 4-7: D of block 2p+1
 };
 
-static ALWAYS_INLINE void decode_pair(__m256i tbl, const float D[4], const uint8_t *const qs[4],
-                                      int p, struct wpair *w)
+static ALWAYS_INLINE void decode_pair(const enum tl_dtype type, __m256i tbl, __m128 D,
+                                      const uint8_t *const qs[4], int p, struct wpair *w)
 {
     const __m256i m4 = _mm256_set1_epi8(0x0F);
-    __m256i q = _mm256_loadu2_m128i((const __m128i *)qs[2 * p + 1], (const __m128i *)qs[2 * p]);
+    // IQ4_XS: the blocks of a superchunk are contiguous
+    __m256i q = type == TL_DTYPE_IQ4_XS ? _mm256_loadu_si256((const __m256i *)qs[2 * p])
+                                        : _mm256_loadu2_m128i((const __m128i *)qs[2 * p + 1],
+                                                              (const __m128i *)qs[2 * p]);
     w->lo = _mm256_shuffle_epi8(tbl, _mm256_and_si256(q, m4));
     w->hi = _mm256_shuffle_epi8(tbl, _mm256_and_si256(_mm256_srli_epi16(q, 4), m4));
-    w->D = _mm256_set_m128(_mm_set1_ps(D[2 * p + 1]), _mm_set1_ps(D[2 * p]));
+    const __m256i idx =
+        _mm256_setr_epi32(2 * p, 2 * p, 2 * p, 2 * p, 2 * p + 1, 2 * p + 1, 2 * p + 1, 2 * p + 1);
+    w->D = _mm256_permutevar8x32_ps(_mm256_castps128_ps256(D), idx);
 }
 
 // 8 int32 sums of 4 products of signed bytes w and x, given |x|: maddubs(|x|, w * sign(x)).
@@ -76,7 +77,7 @@ static ALWAYS_INLINE void tile(const struct tl__qx_mm *m, __m256i tbl, int64_t r
         for (int u = 0; u < T; u++)
             acc[i][u] = _mm256_setzero_ps();
     for (int64_t s = 0; s < n_super; s++) {
-        float D[XR][4];
+        __m128 D[XR];
         const uint8_t *qs[XR][4];
 #pragma GCC unroll 4
         for (int i = 0; i < R; i++) {
@@ -86,14 +87,14 @@ static ALWAYS_INLINE void tile(const struct tl__qx_mm *m, __m256i tbl, int64_t r
                 _mm_prefetch(pf, _MM_HINT_T0);
                 _mm_prefetch(pf + 64, _MM_HINT_T0);
             }
-            tl__cb4_chunk_f(type, wr[i], n_in, s, D[i], qs[i], f16c);
+            tl__cb4_scales4(type, wr[i], n_in, s, &D[i], qs[i]);
         }
 #pragma GCC unroll 2
         for (int p = 0; p < 2; p++) {
             struct wpair wp[XR];
 #pragma GCC unroll 4
             for (int i = 0; i < R; i++)
-                decode_pair(tbl, D[i], qs[i], p, &wp[i]);
+                decode_pair(type, tbl, D[i], qs[i], p, &wp[i]);
 #pragma GCC unroll 4
             for (int u = 0; u < T; u++) {
                 const struct tl__qa_chunk *a = xr[u] + s;

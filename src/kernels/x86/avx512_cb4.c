@@ -21,8 +21,7 @@
  */
 #include "kernels/cb4.h"
 #include "kernels/x86/avx512_impl.h"
-
-#include <string.h>
+#include "kernels/x86/cb4_simd.h"
 
 #ifndef TL_AVX512_XPF
 #define TL_AVX512_XPF 512
@@ -31,18 +30,6 @@
 // tokens, 2 x 8 for batches. The per-element arithmetic is the same in every shape.
 enum { XR = 4, XT = 4, WR = 2, WT = 8 };
 enum { CHUNK_BYTES = 512 * 1024 }; // activations of a token chunk stay in L2
-
-static ALWAYS_INLINE uint16_t rd16(const void *p)
-{
-    uint16_t v;
-    memcpy(&v, p, 2);
-    return v;
-}
-
-static ALWAYS_INLINE float f16c(uint16_t h)
-{
-    return _cvtsh_ss(h);
-}
 
 // One decoded superchunk of a row.
 struct wdec {
@@ -69,62 +56,21 @@ static ALWAYS_INLINE void nibbles(__m512i tbl, const uint8_t *q0, const uint8_t 
     w->hi = _mm512_shuffle_epi8(tbl, _mm512_and_si512(_mm512_srli_epi16(q, 4), m4));
 }
 
-// 2^(e - 128) for four E8M0 bytes (tl__e8m0_half, vectorized: the same bits).
-static ALWAYS_INLINE __m128 e8m0_half4(__m128i e)
-{
-    const __m128i one = _mm_set1_epi32(1);
-    __m128i norm = _mm_slli_epi32(_mm_sub_epi32(e, one), 23);
-    __m128i sub = _mm_sllv_epi32(_mm_set1_epi32(0x00200000), e);
-    return _mm_castsi128_ps(_mm_blendv_epi8(sub, norm, _mm_cmpgt_epi32(e, one)));
-}
-
-// Superchunk s of a row: the D of each block exactly as tl__cb4_chunk_f gives it (every
-// conversion here is exact), read straight from the blocks; a partial last superchunk of
-// IQ4_NL or MXFP4 through tl__cb4_chunk_f.
+// Superchunk s of a row, decoded (the scales: cb4_simd.h; IQ4_XS's four blocks are contiguous).
 static ALWAYS_INLINE void load_w(const enum tl_dtype type, __m512i tbl, const uint8_t *row,
                                  int64_t n_in, int64_t s, struct wdec *w)
 {
-    if (type == TL_DTYPE_IQ4_XS) { // half s % 2 of super-block s / 2: 32-blocks 4n .. 4n+3
-        const struct tl_block_iq4_xs *x = (const struct tl_block_iq4_xs *)row + s / 2;
-        const int n = (int)(s % 2);
-        const __m512i m4 = _mm512_set1_epi8(0x0F);
-        const __m512i q = _mm512_loadu_si512(x->qs + 64 * n); // the 4 blocks are contiguous
+    __m128 D;
+    const uint8_t *qs[4];
+    tl__cb4_scales4(type, row, n_in, s, &D, qs);
+    if (type == TL_DTYPE_IQ4_XS) {
+        const __m512i m4 = _mm512_set1_epi8(0x0F), q = _mm512_loadu_si512(qs[0]);
         w->lo = _mm512_shuffle_epi8(tbl, _mm512_and_si512(q, m4));
         w->hi = _mm512_shuffle_epi8(tbl, _mm512_and_si512(_mm512_srli_epi16(q, 4), m4));
-        // ls of block 4n+g: nibble 4n+g of scales_l (as a u32), 2-bit field 4n+g of scales_h
-        uint32_t l, h = x->scales_h;
-        memcpy(&l, x->scales_l, 4);
-        const __m128i lo4 = _mm_and_si128(
-            _mm_srlv_epi32(_mm_set1_epi32((int)(l >> (16 * n))), _mm_setr_epi32(0, 4, 8, 12)),
-            _mm_set1_epi32(15));
-        const __m128i hi2 = _mm_and_si128(
-            _mm_srlv_epi32(_mm_set1_epi32((int)(h >> (8 * n))), _mm_setr_epi32(0, 2, 4, 6)),
-            _mm_set1_epi32(3));
-        const __m128i ls = _mm_or_si128(lo4, _mm_slli_epi32(hi2, 4));
-        const __m128 D = _mm_mul_ps(_mm_set1_ps(f16c(x->d)),
-                                    _mm_cvtepi32_ps(_mm_sub_epi32(ls, _mm_set1_epi32(32))));
-        w->D = expand4(D);
-        return;
+    } else {
+        nibbles(tbl, qs[0], qs[1], qs[2], qs[3], w);
     }
-    if ((s + 1) * 128 <= n_in) {
-        const int bsz = type == TL_DTYPE_IQ4_NL ? 18 : 17, qoff = type == TL_DTYPE_IQ4_NL ? 2 : 1;
-        const uint8_t *b = row + (size_t)s * 4 * bsz;
-        nibbles(tbl, b + qoff, b + bsz + qoff, b + 2 * bsz + qoff, b + 3 * bsz + qoff, w);
-        if (type == TL_DTYPE_IQ4_NL) {
-            __m128i hd =
-                _mm_setr_epi16((short)rd16(b), (short)rd16(b + bsz), (short)rd16(b + 2 * bsz),
-                               (short)rd16(b + 3 * bsz), 0, 0, 0, 0);
-            w->D = expand4(_mm_cvtph_ps(hd));
-        } else {
-            w->D = expand4(e8m0_half4(_mm_setr_epi32(b[0], b[bsz], b[2 * bsz], b[3 * bsz])));
-        }
-        return;
-    }
-    float D[4];
-    const uint8_t *qs[4];
-    tl__cb4_chunk_f(type, row, n_in, s, D, qs, f16c);
-    nibbles(tbl, qs[0], qs[1], qs[2], qs[3], w);
-    w->D = expand4(_mm_loadu_ps(D));
+    w->D = expand4(D);
 }
 
 // Tile of R rows x T tokens starting at (r, t): each row's superchunk is decoded once for the T
