@@ -1,5 +1,5 @@
 /*
- * Benchmark of the extra weight types (Q4_0 .. Q6_K). First checks every ISA variant against
+ * Benchmark of the extra weight types (Q4_0 .. Q6_K, IQ4_NL, IQ4_XS, MXFP4). First checks every ISA variant against
  * the scalar reference (exit 1 on a mismatch), then measures the streaming read bandwidth of
  * one and two threads, then times tl_matmul for 110M and 1B Llama shapes at n_tok = 1..128 for
  * each type, ISA and thread count, printing GFLOP/s (2 * n_in * n_out * n_tok / s) and the
@@ -33,7 +33,8 @@
 static const char *const isas[] = {"scalar", "avx2", "avx512"};
 static const enum tl_dtype types[] = {TL_DTYPE_Q4_0, TL_DTYPE_Q4_1, TL_DTYPE_Q5_0, TL_DTYPE_Q5_1,
                                       TL_DTYPE_Q2_K, TL_DTYPE_Q3_K, TL_DTYPE_Q4_K, TL_DTYPE_Q5_K,
-                                      TL_DTYPE_Q6_K, TL_DTYPE_Q8_0};
+                                      TL_DTYPE_Q6_K, TL_DTYPE_IQ4_NL, TL_DTYPE_IQ4_XS,
+                                      TL_DTYPE_MXFP4, TL_DTYPE_Q8_0};
 enum { N_TYPES = sizeof(types) / sizeof(types[0]) };
 
 // ---- correctness ------------------------------------------------------------------------------

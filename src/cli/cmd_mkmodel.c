@@ -13,8 +13,8 @@
  * file. Tensor data is produced row by row inside the GGUF writer's fill callback and quantized
  * with tl_quantize_row, so memory use is one tensor, never the model. A tensor whose row length
  * is not a multiple of the requested type's block size falls back as llama.cpp's quantizer does:
- * a K-quant to Q5_0 (Q5_1 for Q5_K, Q8_0 for Q6_K) when the row is a multiple of 32, and
- * anything to F16 otherwise (e.g. Q8_0 with ff = 172).
+ * a K-quant to Q5_0 (Q5_1 for Q5_K, Q8_0 for Q6_K) and IQ4_XS to IQ4_NL when the row is a
+ * multiple of 32, and anything to F16 otherwise (e.g. Q8_0 with ff = 172).
  *
  * Mixes: q4_k_m / q5_k_m follow llama.cpp's recipe roughly: the base type (Q4_K / Q5_K) for most
  * matrices, Q6_K for output.weight and for attn_v / ffn_down in the layers that llama.cpp gives
@@ -68,7 +68,8 @@ static void usage(FILE *f)
            "  --size 260K|15M|42M|110M|1B   shape preset (default 260K)\n"
            "  --type TYPE                   weight type (default f32; norms stay f32): f32, f16,\n"
            "                                bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q2_k, q3_k, q4_k,\n"
-           "                                q5_k, q6_k, or the mixes q4_k_m, q5_k_m\n"
+           "                                q5_k, q6_k, iq4_nl, iq4_xs, mxfp4, or the mixes\n"
+           "                                q4_k_m, q5_k_m\n"
            "  --tokenizer-from GGUF         copy tokenizer.* from this file (default: the shared\n"
            "                                stories260K.gguf for 260K, llama-2-tiny-random.gguf\n"
            "                                otherwise)\n"
@@ -151,7 +152,7 @@ static uint32_t file_type_of(enum tl_dtype t, bool mix)
     // llama.cpp's llama_ftype numbers: ALL_F32 0, MOSTLY_F16 1, MOSTLY_Q4_0 2, MOSTLY_Q4_1 3,
     // MOSTLY_Q8_0 7, MOSTLY_Q5_0 8, MOSTLY_Q5_1 9, MOSTLY_Q2_K 10, MOSTLY_Q3_K_S 11,
     // MOSTLY_Q4_K_S 14, MOSTLY_Q4_K_M 15, MOSTLY_Q5_K_S 16, MOSTLY_Q5_K_M 17, MOSTLY_Q6_K 18,
-    // MOSTLY_BF16 32.
+    // MOSTLY_IQ4_NL 25, MOSTLY_IQ4_XS 30, MOSTLY_BF16 32, MOSTLY_MXFP4_MOE 38.
     switch (t) {
     case TL_DTYPE_F16:
         return 1;
@@ -175,8 +176,14 @@ static uint32_t file_type_of(enum tl_dtype t, bool mix)
         return mix ? 17 : 16;
     case TL_DTYPE_Q6_K:
         return 18;
+    case TL_DTYPE_IQ4_NL:
+        return 25;
+    case TL_DTYPE_IQ4_XS:
+        return 30;
     case TL_DTYPE_BF16:
         return 32;
+    case TL_DTYPE_MXFP4:
+        return 38;
     default:
         return 0;
     }
@@ -198,6 +205,9 @@ static bool is_weight_type(enum tl_dtype t)
     case TL_DTYPE_Q4_K:
     case TL_DTYPE_Q5_K:
     case TL_DTYPE_Q6_K:
+    case TL_DTYPE_IQ4_NL:
+    case TL_DTYPE_IQ4_XS:
+    case TL_DTYPE_MXFP4:
         return tl_kernels_weight_supported(t);
     default:
         return false;
@@ -228,6 +238,7 @@ static enum tl_dtype fitting_type(enum tl_dtype t, int64_t n_in)
     if (t == TL_DTYPE_Q2_K || t == TL_DTYPE_Q3_K || t == TL_DTYPE_Q4_K) t = TL_DTYPE_Q5_0;
     if (t == TL_DTYPE_Q5_K) t = TL_DTYPE_Q5_1;
     if (t == TL_DTYPE_Q6_K) t = TL_DTYPE_Q8_0;
+    if (t == TL_DTYPE_IQ4_XS) t = TL_DTYPE_IQ4_NL;
     if (n_in % tl_dtype_info(t)->block_size == 0) return t;
     return TL_DTYPE_F16;
 }
@@ -312,7 +323,8 @@ int tl_cmd_mkmodel(int argc, char **argv)
     } else if (!tl_dtype_from_name(type_name, &wtype) || !is_weight_type(wtype)) {
         fprintf(stderr,
                 "tokenloom mkmodel: unsupported --type '%s' (f32, f16, bf16, q8_0, q4_0, q4_1, "
-                "q5_0, q5_1, q2_k, q3_k, q4_k, q5_k, q6_k, q4_k_m, q5_k_m)\n",
+                "q5_0, q5_1, q2_k, q3_k, q4_k, q5_k, q6_k, q4_k_m, q5_k_m, iq4_nl, iq4_xs, "
+                "mxfp4)\n",
                 type_name);
         return 2;
     }

@@ -20,6 +20,7 @@
  * over the pool by output rows (and quantizes activations by tokens) like tl_matmul.
  */
 #include "kernels/quants.h"
+#include "kernels/cb4.h"
 
 #include "core/error.h"
 
@@ -39,15 +40,18 @@ _Static_assert(sizeof(struct tl__qa_chunk) == 320, "activation superchunk");
 
 // ---- traits -----------------------------------------------------------------------------------
 
-static const struct tl__qx_traits traits_q4_0 = {32, 18, 8, 3, false, false};
-static const struct tl__qx_traits traits_q4_1 = {32, 20, 0, -1, true, false};
-static const struct tl__qx_traits traits_q5_0 = {32, 22, 16, 4, false, false};
-static const struct tl__qx_traits traits_q5_1 = {32, 24, 0, -1, true, false};
-static const struct tl__qx_traits traits_q2_k = {256, 84, 0, -1, true, true};
-static const struct tl__qx_traits traits_q3_k = {256, 110, 4, 2, false, true};
-static const struct tl__qx_traits traits_q4_k = {256, 144, 0, -1, true, false};
-static const struct tl__qx_traits traits_q5_k = {256, 176, 0, -1, true, false};
-static const struct tl__qx_traits traits_q6_k = {256, 210, 32, 5, false, true};
+static const struct tl__qx_traits traits_q4_0 = {32, 18, 8, 3, false, false, false};
+static const struct tl__qx_traits traits_q4_1 = {32, 20, 0, -1, true, false, false};
+static const struct tl__qx_traits traits_q5_0 = {32, 22, 16, 4, false, false, false};
+static const struct tl__qx_traits traits_q5_1 = {32, 24, 0, -1, true, false, false};
+static const struct tl__qx_traits traits_q2_k = {256, 84, 0, -1, true, true, false};
+static const struct tl__qx_traits traits_q3_k = {256, 110, 4, 2, false, true, false};
+static const struct tl__qx_traits traits_q4_k = {256, 144, 0, -1, true, false, false};
+static const struct tl__qx_traits traits_q5_k = {256, 176, 0, -1, true, false, false};
+static const struct tl__qx_traits traits_q6_k = {256, 210, 32, 5, false, true, false};
+static const struct tl__qx_traits traits_iq4_nl = {32, 18, 0, -1, false, false, true};
+static const struct tl__qx_traits traits_iq4_xs = {256, 136, 0, -1, false, false, true};
+static const struct tl__qx_traits traits_mxfp4 = {32, 17, 0, -1, false, false, true};
 
 const struct tl__qx_traits *tl__qx_traits(enum tl_dtype type)
 {
@@ -70,6 +74,12 @@ const struct tl__qx_traits *tl__qx_traits(enum tl_dtype type)
         return &traits_q5_k;
     case TL_DTYPE_Q6_K:
         return &traits_q6_k;
+    case TL_DTYPE_IQ4_NL:
+        return &traits_iq4_nl;
+    case TL_DTYPE_IQ4_XS:
+        return &traits_iq4_xs;
+    case TL_DTYPE_MXFP4:
+        return &traits_mxfp4;
     default:
         return NULL;
     }
@@ -145,7 +155,7 @@ void tl__qx_unpack(enum tl_dtype type, const void *row, int64_t n_in, int64_t s,
                    struct tl__qx_chunk *c)
 {
     const struct tl__qx_traits *tr = tl__qx_traits(type);
-    TL_ASSERT(tr && s >= 0 && s * 128 < n_in);
+    TL_ASSERT(tr && !tr->cb4 && s >= 0 && s * 128 < n_in);
     if (tr->blk == 32) {
         unpack_q4_q5(type, row, n_in / 32, s, c);
         return;
@@ -233,6 +243,7 @@ bool tl__qx_dequantize_row(enum tl_dtype type, const void *src, float *dst, int6
 {
     const struct tl__qx_traits *tr = tl__qx_traits(type);
     if (!tr || n < 0 || n % tr->blk) return false;
+    if (tr->cb4) return tl__cb4_dequantize_row(type, src, dst, n);
     struct tl__qx_chunk c;
     for (int64_t s = 0; s * 128 < n; s++) {
         tl__qx_unpack(type, src, n, s, &c);
@@ -508,6 +519,7 @@ bool tl__qx_quantize_row(enum tl_dtype type, const float *src, void *dst, int64_
 {
     const struct tl__qx_traits *tr = tl__qx_traits(type);
     if (!tr || n < 0 || n % tr->blk) return false;
+    if (tr->cb4) return tl__cb4_quantize_row(type, src, dst, n);
     int64_t nb = n / tr->blk;
     switch (type) {
     case TL_DTYPE_Q4_K:
@@ -628,6 +640,10 @@ void tl__qx_ref_matmul_rows(const struct tl__qx_mm *m, int64_t r0, int64_t r1)
         kq_ref_rows(m, r0, r1);
         return;
     }
+    if (m->tr->cb4) {
+        tl__cb4_ref_rows(m, r0, r1);
+        return;
+    }
     const struct tl_weight *w = m->w;
     const int64_t n = w->n_in, n_super = (n + 127) / 128;
     struct tl__qx_chunk c;
@@ -654,4 +670,5 @@ const struct tl__qx_ops tl__qx_ops_scalar = {
     .quantize = tl__qa_quantize_ref,
     .matmul_rows = tl__qx_ref_matmul_rows,
     .matmul_packed_rows = tl__kq_scalar_packed_rows,
+    .matmul_cb4_rows = tl__cb4_ref_rows,
 };

@@ -1,7 +1,9 @@
 /*
  * Internal interface of the extra weight types: Q4_0, Q4_1, Q5_0, Q5_1 (blocks of 32 values)
  * and the K-quants Q2_K, Q3_K, Q4_K, Q5_K, Q6_K (super-blocks of 256), in ggml's exact block
- * layouts (so GGUF files from llama.cpp load as they are).
+ * layouts (so GGUF files from llama.cpp load as they are). The 4-bit codebook types IQ4_NL,
+ * IQ4_XS and MXFP4 (cb4.h) share the activation quantizer and the driver below; their traits
+ * carry `cb4`, and the hooks at the end hand them to cb4.c and the ISAs' matmul_cb4_rows.
  *
  * Files: quants.c (formats, scalar dequantization/quantization, the scalar reference matmul,
  * the parallel driver), x86/avx2_quants.c and x86/avx512_quants.c (SIMD matmul rows and
@@ -96,6 +98,7 @@ struct tl__qx_traits {
     int off_shift;    // log2(off), or -1 when off is 0
     bool has_min;     // value has an additive M
     bool split16;     // the two halves of a 32-block may have different D (or M)
+    bool cb4;         // a 4-bit codebook type (IQ4_NL, IQ4_XS, MXFP4): cb4.h, not this form
 };
 
 // Traits of `type`, or NULL when it is not one of the types of this file.
@@ -169,6 +172,8 @@ struct tl__qx_ops {
     // The same for a weight packed by tl__kq_pack (r0 a multiple of TL__KQ_ROWS, and r1 too
     // unless it is n_out): bit-identical to tl__qx_ref_matmul_rows on the file layout.
     void (*matmul_packed_rows)(const struct tl__qx_mm *m, int64_t r0, int64_t r1);
+    // The same for a weight of a codebook type (cb4.h), rows split in units of TL__CB4_ROWS.
+    void (*matmul_cb4_rows)(const struct tl__qx_mm *m, int64_t r0, int64_t r1);
 };
 
 extern const struct tl__qx_ops tl__qx_ops_scalar;

@@ -1,10 +1,11 @@
 /*
- * The parallel driver of the Q4_0 .. Q6_K matmul (quants.h): tl__qx_matmul and
- * tl__qx_matmul_multi quantize the activations once per call into the work buffer (struct
- * tl__qa_chunk rows, then for Q4_K/Q5_K/Q6_K their tl__kq_aux rows), then split the output rows
- * of all the weights over the pool and hand them to the ISA's kernel for the weight's layout
- * (file rows, or the 16-row groups of kquant_pack.c); and tl__qx_ref_matmul, the whole scalar
- * reference on one thread, which the tests compare every ISA and layout to.
+ * The parallel driver of the Q4_0 .. Q6_K matmul (quants.h) and of IQ4_NL, IQ4_XS, MXFP4
+ * (cb4.h): tl__qx_matmul and tl__qx_matmul_multi quantize the activations once per call into the
+ * work buffer (struct tl__qa_chunk rows, then for Q4_K/Q5_K/Q6_K their tl__kq_aux rows), then
+ * split the output rows of all the weights over the pool and hand them to the ISA's kernel for
+ * the weight's type and layout (file rows, the 16-row groups of kquant_pack.c, or the codebook
+ * kernels of cb4.h); and tl__qx_ref_matmul, the whole scalar reference on one thread, which the
+ * tests compare every ISA and layout to.
  *
  * Determinism: threads split output rows only (in units of the kernel's row tile, or of a
  * packed group), and activations are quantized per token, so no output depends on the thread
@@ -13,6 +14,7 @@
  * Thread model: called from one thread at a time per pool; the workers write disjoint rows.
  */
 #include "kernels/quants.h"
+#include "kernels/cb4.h"
 
 #include "core/error.h"
 
@@ -104,7 +106,9 @@ static void qx_worker(void *arg, int ith, int nth)
     int64_t r0, r1;
     for (int i = 0; i < j->split.n_w; i++) {
         if (!tl__unit_split_rows(&j->split, i, ith, nth, &r0, &r1)) continue;
-        if (j->mm[i].w->layout == TL_WEIGHT_PACKED)
+        if (j->mm[i].tr->cb4)
+            j->q->matmul_cb4_rows(&j->mm[i], r0, r1);
+        else if (j->mm[i].w->layout == TL_WEIGHT_PACKED)
             j->q->matmul_packed_rows(&j->mm[i], r0, r1);
         else
             j->q->matmul_rows(&j->mm[i], r0, r1);
@@ -136,9 +140,10 @@ void tl__qx_matmul_multi(struct tl_pool *pool, const struct tl__kernel_ops *o, i
     for (int i = 0; i < n_w; i++) {
         j.mm[i] = j.mm[0];
         j.mm[i].w = w[i], j.mm[i].tr = tl__qx_traits(w[i]->type), j.mm[i].y = y[i];
-        units = tl__unit_split_add(&j.split, w[i]->n_out,
-                                   w[i]->layout == TL_WEIGHT_PACKED ? TL__KQ_ROWS
-                                                                    : q->row_align(w[i]->type));
+        const int64_t align = w[i]->layout == TL_WEIGHT_PACKED ? TL__KQ_ROWS
+                              : tl__cb4_type(w[i]->type)       ? TL__CB4_ROWS
+                                                               : q->row_align(w[i]->type);
+        units = tl__unit_split_add(&j.split, w[i]->n_out, align);
     }
     if (units > 0) tl_pool_run(pool, qx_worker, &j);
 }

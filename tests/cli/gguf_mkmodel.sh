@@ -73,7 +73,7 @@ check "$d/bf16.info" "vocabulary size" "32000"
 check "$d/bf16.info" "tensor types" "F32 x 3, BF16 x 9"
 
 # Bad options.
-for args in "--size 7B" "--type iq4_nl" "--dim 60 --heads 8" "--layers 0" ""; do
+for args in "--size 7B" "--type iq3_s" "--dim 60 --heads 8" "--layers 0" ""; do
     # shellcheck disable=SC2086
     "$BIN" mkmodel $( [ -n "$args" ] && echo "-o $d/bad.gguf") $args >/dev/null 2>"$d/err"
     rc=$?

@@ -1,9 +1,10 @@
 #!/bin/sh
-# End to end over the quantized weight types: `tokenloom mkmodel --type T` writes a small random
-# Llama model (dims multiples of 256, so every matrix takes the K-quant blocks) of each type and
-# the Q4_K_M / Q5_K_M mixes; `tokenloom info` reads the types back; `tokenloom generate` runs it
-# greedily, and the continuation is identical with another thread count, KV block size and
-# prefill chunking (the kernels' determinism contract), on each ISA the CPU has. Prints TAP.
+# End to end over the weight types: `tokenloom mkmodel --type T` writes a small random Llama
+# model (dims multiples of 256, so every matrix takes the K-quant blocks) of each type (BF16,
+# Q8_0, Q4_0..Q5_1, the K-quants, IQ4_NL, IQ4_XS, MXFP4) and the Q4_K_M / Q5_K_M mixes;
+# `tokenloom info` reads the types back; `tokenloom generate` runs it greedily, and the
+# continuation is identical with another thread count, KV block size and prefill chunking (the
+# kernels' determinism contract), on each ISA the CPU has. Prints TAP.
 BIN=${TL_BIN:-build/tokenloom}
 SHARED=${TL_SHARED:-../shared}
 export TL_SHARED=$SHARED
@@ -14,12 +15,13 @@ n=0
 ok() { n=$((n + 1)); echo "ok $n - $1"; }
 notok() { n=$((n + 1)); echo "not ok $n - $1"; shift; for l in "$@"; do echo "# $l"; done; }
 
-types="q8_0 q4_0 q4_1 q5_0 q5_1 q2_k q3_k q4_k q5_k q6_k q4_k_m q5_k_m"
+types="bf16 q8_0 q4_0 q4_1 q5_0 q5_1 q2_k q3_k q4_k q5_k q6_k q4_k_m q5_k_m iq4_nl iq4_xs mxfp4"
 isas="scalar"
 grep -q ' avx2 ' /proc/cpuinfo 2>/dev/null && isas="$isas avx2"
 grep -q ' avx512_vnni ' /proc/cpuinfo 2>/dev/null && grep -q ' avx512bw ' /proc/cpuinfo && isas="$isas avx512"
 n_isa=$(echo $isas | wc -w)
-echo "1..$((12 * 3 + 12 * n_isa + 2))"
+n_types=$(echo $types | wc -w)
+echo "1..$((n_types * 3 + n_types * n_isa + 2))"
 
 PROMPT="Once upon a time"
 for t in $types; do

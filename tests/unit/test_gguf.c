@@ -974,6 +974,9 @@ static void test_bad_tensors(void **state)
     expect_bad(&b, TL_ERR_FORMAT,
                "tensor 't': ne[0] = 33 is not a multiple of the Q8_0 block "
                "size 32");
+    fb_one_tensor(&b, 2, (uint64_t[]){288, 2}, TL_DTYPE_IQ4_XS, 0, 1024);
+    expect_bad(&b, TL_ERR_FORMAT,
+               "tensor 't': ne[0] = 288 is not a multiple of the IQ4_XS block size 256");
     fb_one_tensor(&b, 1, (uint64_t[]){4}, TL_DTYPE_F32, 8, 32);
     expect_bad(&b, TL_ERR_FORMAT, "tensor 't' offset 8 is not a multiple of the alignment 32");
     fb_one_tensor(&b, 1, (uint64_t[]){16}, TL_DTYPE_F32, 0, 63);

@@ -297,9 +297,10 @@ static void test_quantize_rows_all_types(void **state)
     // bad requests fail cleanly
     assert_false(tl_quantize_row(TL_DTYPE_Q8_0, x, buf, 33));
     assert_false(tl_dequantize_row(TL_DTYPE_Q8_0, buf, back, 33));
-    // (types the kernels do not support; Q4_0..Q6_K are tested in test_quants.c)
+    // (types the kernels do not support; Q4_0..Q6_K are tested in test_quants.c, IQ4_NL, IQ4_XS
+    // and MXFP4 in test_cb4.c)
     assert_false(tl_quantize_row(TL_DTYPE_IQ2_XXS, x, buf, 256));
-    assert_false(tl_dequantize_row(TL_DTYPE_IQ4_NL, buf, back, 32));
+    assert_false(tl_dequantize_row(TL_DTYPE_IQ3_S, buf, back, 256));
     assert_false(tl_kernels_weight_supported(TL_DTYPE_IQ2_XXS));
     // non-finite input does not crash and yields finite codes
     x[3] = NAN;

@@ -86,7 +86,7 @@ static void test_traits_match_dtype_table(void **state)
     }
     assert_null(tl__qx_traits(TL_DTYPE_Q8_0));
     assert_null(tl__qx_traits(TL_DTYPE_IQ2_XXS));
-    assert_false(tl_kernels_weight_supported(TL_DTYPE_IQ4_XS));
+    assert_false(tl_kernels_weight_supported(TL_DTYPE_IQ3_S));
     assert_false(tl_kernels_weight_supported(TL_DTYPE_Q8_K));
 }
 
@@ -671,7 +671,8 @@ static void model_logits(const char *path, float *logits)
 
 // For each type: RMS(logits - f32 logits) / std(f32 logits) below a bound that grows as the bits
 // per weight shrink: about 1.5x what these round-to-nearest quantizers give (Q4_K: 0.20); a
-// model whose logits had nothing to do with the F32 ones would be at sqrt(2).
+// model whose logits had nothing to do with the F32 ones would be at sqrt(2). The 4-bit
+// codebook types (IQ4_NL, IQ4_XS: 0.21; MXFP4, power-of-two scales: 0.33) sit beside Q4_K.
 static void test_quantized_model_logits_close_to_f32(void **state)
 {
     (void)state;
@@ -692,10 +693,12 @@ static void test_quantized_model_logits_close_to_f32(void **state)
         var += (ref[i] - mean) * (ref[i] - mean);
     double spread = sqrt(var / (double)(N * n_vocab));
     assert_true(spread > 0.05);
-    const enum tl_dtype types[] = {TL_DTYPE_Q8_0, TL_DTYPE_Q6_K, TL_DTYPE_Q5_K, TL_DTYPE_Q5_0,
-                                   TL_DTYPE_Q5_1, TL_DTYPE_Q4_K, TL_DTYPE_Q4_0, TL_DTYPE_Q4_1,
-                                   TL_DTYPE_Q3_K, TL_DTYPE_Q2_K};
-    const double bound[] = {0.03, 0.08, 0.14, 0.15, 0.17, 0.3, 0.33, 0.3, 0.55, 1.0};
+    const enum tl_dtype types[] = {TL_DTYPE_Q8_0, TL_DTYPE_Q6_K, TL_DTYPE_Q5_K,   TL_DTYPE_Q5_0,
+                                   TL_DTYPE_Q5_1, TL_DTYPE_Q4_K, TL_DTYPE_Q4_0,   TL_DTYPE_Q4_1,
+                                   TL_DTYPE_Q3_K, TL_DTYPE_Q2_K, TL_DTYPE_IQ4_NL, TL_DTYPE_IQ4_XS,
+                                   TL_DTYPE_MXFP4};
+    const double bound[] = {0.03, 0.08, 0.14, 0.15, 0.17, 0.3, 0.33,
+                            0.3,  0.55, 1.0,  0.32, 0.32, 0.5};
     for (size_t k = 0; k < sizeof(types) / sizeof(types[0]); k++) {
         write_random_model(p, types[k], &n_vocab);
         model_logits(p, got);

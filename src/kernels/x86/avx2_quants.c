@@ -19,6 +19,7 @@
  *
  * Thread model: pure functions over caller-owned memory; re-entrant.
  */
+#include "kernels/cb4.h"
 #include "kernels/quants.h"
 #include "kernels/x86/avx2_impl.h"
 
@@ -476,4 +477,5 @@ const struct tl__qx_ops tl__qx_ops_avx2 = {
     .quantize = quantize,
     .matmul_rows = matmul_rows,
     .matmul_packed_rows = tl__kq_avx2_packed_rows,
+    .matmul_cb4_rows = tl__cb4_avx2_rows,
 };

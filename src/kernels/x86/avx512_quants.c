@@ -33,6 +33,7 @@
  *
  * Thread model: pure functions over caller-owned memory; re-entrant.
  */
+#include "kernels/cb4.h"
 #include "kernels/quants.h"
 #include "kernels/x86/avx512_impl.h"
 
@@ -700,4 +701,5 @@ const struct tl__qx_ops tl__qx_ops_avx512 = {
     .quantize = quantize,
     .matmul_rows = matmul_rows,
     .matmul_packed_rows = tl__kq_avx512_packed_rows,
+    .matmul_cb4_rows = tl__cb4_avx512_rows,
 };
