@@ -1,12 +1,18 @@
 /*
- * tokenloom mkmodel: writes a Llama-shaped GGUF model with random weights, for tests and
- * benchmarks of shapes we have no trained weights for (up to a TinyLlama-sized 1B model).
+ * tokenloom mkmodel: writes a GGUF model with random weights, for tests and benchmarks of shapes
+ * we have no trained weights for (up to a TinyLlama-sized 1B model), in any family the loader
+ * reads (--arch llama, qwen2, qwen3, granite, smollm3).
  *
  * The file follows llama.cpp's conventions so llama.cpp could load it: tensor names
  * token_embd / output_norm / output / blk.N.{attn_norm, attn_q, attn_k, attn_v, attn_output,
- * ffn_norm, ffn_gate, ffn_up, ffn_down}.weight, 2-D weights with ne = [n_in, n_out], norms in F32,
- * the llama.* hyperparameter keys, and every tokenizer.* key copied from a donor GGUF (the vocab
- * size is its token count). Weights are N(0, 0.02^2) (Box-Muller over splitmix64), norms 1.0.
+ * ffn_norm, ffn_gate, ffn_up, ffn_down}.weight, plus the family's own (qwen2: attn_{q,k,v}.bias;
+ * qwen3: attn_q_norm / attn_k_norm.weight of head_dim values), 2-D weights with
+ * ne = [n_in, n_out], norms and biases in F32, the <arch>.* hyperparameter keys (granite: its
+ * four multipliers; qwen3 and --head-dim: attention.key_length / value_length; smollm3 has no key
+ * of its own: llama.cpp hard-codes its NoPE interval), and every tokenizer.* key copied from a
+ * donor GGUF (the vocab size is its token count). Weights and biases are N(0, 0.02^2) (Box-Muller
+ * over splitmix64), norms 1.0, except qwen3's q/k norms: 1 + N(0, 0.1^2), so that a reference
+ * can tell whether their weights are applied.
  *
  * Design: each tensor gets its own RNG stream seeded from (--seed, tensor name), so the bytes of
  * a tensor do not depend on the order tensors are written, and a fixed seed gives an identical
@@ -58,13 +64,34 @@ static const struct preset presets[] = {
 };
 
 #define WEIGHT_STD 0.02f
-#define RMS_EPS 1e-5f
-#define ROPE_FREQ_BASE 10000.0f
+#define HEAD_NORM_STD 0.1f
+
+// The families and what their files carry beyond the llama block. eps and rope base are the
+// released models' (Llama 2, Qwen2.5, Qwen3, Granite 3.x 2B, SmolLM3); granite's multipliers
+// are granite-3.1-2b's config (embedding_multiplier 12, residual_multiplier 0.22,
+// attention_multiplier 0.015625, logits_scaling 8).
+struct family {
+    const char *name;
+    float rms_eps, rope_base;
+    bool attn_bias, qk_norm, multipliers, key_length;
+};
+static const struct family families[] = {
+    {"llama", 1e-5f, 10000.0f, false, false, false, false},
+    {"qwen2", 1e-6f, 1000000.0f, true, false, false, false},
+    {"qwen3", 1e-6f, 1000000.0f, false, true, false, true},
+    {"granite", 1e-5f, 10000.0f, false, false, true, false},
+    {"smollm3", 1e-6f, 5000000.0f, false, false, false, false},
+};
+#define GRANITE_EMBEDDING_SCALE 12.0f
+#define GRANITE_RESIDUAL_SCALE 0.22f
+#define GRANITE_ATTENTION_SCALE 0.015625f
+#define GRANITE_LOGIT_SCALE 8.0f
 
 static void usage(FILE *f)
 {
     fprintf(
         f, "usage: tokenloom mkmodel -o OUT.gguf [options]\n"
+           "  --arch ARCH                   llama (default), qwen2, qwen3, granite, smollm3\n"
            "  --size 260K|15M|42M|110M|1B   shape preset (default 260K)\n"
            "  --type TYPE                   weight type (default f32; norms stay f32): f32, f16,\n"
            "                                bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q2_k, q3_k, q4_k,\n"
@@ -76,6 +103,8 @@ static void usage(FILE *f)
            "  --ctx N                       llama.context_length\n"
            "  --dim N --layers N --heads N --kv-heads N --ff N   override the preset\n"
            "                                (--heads without --kv-heads sets both)\n"
+           "  --head-dim N                  head size (default dim / heads), written as\n"
+           "                                attention.key_length / value_length\n"
            "  --name NAME                   general.name\n");
 }
 
@@ -100,7 +129,7 @@ struct tensor_job {
     enum tl_dtype type;
     int n_dims;
     int64_t ne[2];
-    bool is_norm;
+    enum fill { FILL_NORMAL, FILL_ONES, FILL_NEAR_ONE } fill;
     uint64_t seed; // stream seed for this tensor
     float *row;    // borrowed: shared row buffer of at least ne[0] floats
 };
@@ -114,9 +143,13 @@ static int fill_tensor(void *ctx, const char *name, void *dst, size_t n_bytes)
     if (row_bytes * (size_t)n_rows != n_bytes) return -1;
     uint64_t state = j->seed;
     for (int64_t r = 0; r < n_rows; r++) {
-        if (j->is_norm) {
+        if (j->fill == FILL_ONES) {
             for (int64_t i = 0; i < j->ne[0]; i++)
                 j->row[i] = 1.0f;
+        } else if (j->fill == FILL_NEAR_ONE) {
+            fill_normal(&state, j->row, j->ne[0], HEAD_NORM_STD);
+            for (int64_t i = 0; i < j->ne[0]; i++)
+                j->row[i] += 1.0f;
         } else {
             fill_normal(&state, j->row, j->ne[0], WEIGHT_STD);
         }
@@ -237,8 +270,9 @@ static enum tl_dtype fitting_type(enum tl_dtype t, int64_t n_in)
 int tl_cmd_mkmodel(int argc, char **argv)
 {
     const char *out = NULL, *size = "260K", *type_name = "f32", *tok_from = NULL, *name = NULL;
+    const char *arch = "llama";
     uint64_t seed = 42;
-    int ctx = 0, dim = 0, layers = 0, heads = 0, kv_heads = 0, ff = 0;
+    int ctx = 0, dim = 0, layers = 0, heads = 0, kv_heads = 0, ff = 0, head_dim = 0;
     for (int i = 1; i < argc; i += 2) { // every option takes one value
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -248,9 +282,9 @@ int tl_cmd_mkmodel(int argc, char **argv)
             return 0;
         }
         static const char *const known[] = {
-            "--out",   "-o",         "--size", "--type", "--tokenizer-from",
-            "--name",  "--seed",     "--ctx",  "--dim",  "--layers",
-            "--heads", "--kv-heads", "--ff",   "--help", NULL};
+            "--out",  "-o",         "--size",   "--type",  "--tokenizer-from", "--name", "--seed",
+            "--ctx",  "--dim",      "--layers", "--heads", "--kv-heads",       "--ff",   "--help",
+            "--arch", "--head-dim", NULL};
         if (!v) {
             size_t d;
             if (!tl_cli_closest(a, known, &d) || d)
@@ -262,6 +296,8 @@ int tl_cmd_mkmodel(int argc, char **argv)
             out = v;
         else if (!strcmp(a, "--size"))
             size = v;
+        else if (!strcmp(a, "--arch"))
+            arch = v;
         else if (!strcmp(a, "--type"))
             type_name = v;
         else if (!strcmp(a, "--tokenizer-from"))
@@ -284,6 +320,8 @@ int tl_cmd_mkmodel(int argc, char **argv)
             ok = parse_int(v, 1024, &kv_heads);
         else if (!strcmp(a, "--ff"))
             ok = parse_int(v, 1 << 18, &ff);
+        else if (!strcmp(a, "--head-dim"))
+            ok = parse_int(v, 1 << 12, &head_dim);
         else
             return tl_cli_unknown_option("mkmodel", a, known, NULL);
         if (!ok) {
@@ -304,6 +342,15 @@ int tl_cmd_mkmodel(int argc, char **argv)
                 size);
         return 2;
     }
+    const struct family *fam = NULL;
+    for (size_t i = 0; i < sizeof(families) / sizeof(families[0]); i++)
+        if (!strcmp(arch, families[i].name)) fam = &families[i];
+    if (!fam) {
+        fprintf(stderr,
+                "tokenloom mkmodel: unknown --arch '%s' (llama, qwen2, qwen3, granite, smollm3)\n",
+                arch);
+        return 2;
+    }
     enum tl_dtype wtype;
     bool mix = false;
     if (!strcasecmp(type_name, "q4_k_m") || !strcasecmp(type_name, "q5_k_m")) {
@@ -322,14 +369,16 @@ int tl_cmd_mkmodel(int argc, char **argv)
     if (!heads) heads = p->heads;
     if (!ff) ff = p->ff;
     if (!ctx) ctx = p->ctx;
-    if (dim % heads || heads % kv_heads || (dim / heads) % 2) {
+    bool key_length = fam->key_length || head_dim;
+    if (!head_dim && dim % heads == 0) head_dim = dim / heads;
+    if (!head_dim || heads % kv_heads || head_dim % 2) {
         fprintf(stderr,
-                "tokenloom mkmodel: bad shape: dim %d must be a multiple of heads %d, heads a "
-                "multiple of kv-heads %d, and the head size even\n",
+                "tokenloom mkmodel: bad shape: dim %d must be a multiple of heads %d (or give "
+                "--head-dim), heads a multiple of kv-heads %d, and the head size even\n",
                 dim, heads, kv_heads);
         return 2;
     }
-    int head_dim = dim / heads;
+    int64_t q_dim = (int64_t)heads * head_dim, kv_dim = (int64_t)kv_heads * head_dim;
 
     // The donor tokenizer.
     char tok_buf[PATH_MAX];
@@ -359,9 +408,12 @@ int tl_cmd_mkmodel(int argc, char **argv)
 
     int rc = 1;
     struct tl_gguf_writer *w = tl_gguf_writer_create();
-    int64_t n_jobs = 3 + 9 * (int64_t)layers;
+    enum { MAX_BLK = 14 };
+    int64_t n_blk = 9 + (fam->attn_bias ? 3 : 0) + (fam->qk_norm ? 2 : 0);
+    int64_t n_jobs = 3 + n_blk * (int64_t)layers;
     struct tensor_job *jobs = tl_calloc_array((size_t)n_jobs, sizeof(*jobs));
     int64_t max_row = dim > ff ? dim : ff;
+    if (q_dim > max_row) max_row = q_dim;
     float *row = tl_malloc_array((size_t)max_row + 1, sizeof(float));
     if (!w || !jobs || !row) {
         fprintf(stderr, "tokenloom mkmodel: out of memory\n");
@@ -374,29 +426,45 @@ int tl_cmd_mkmodel(int argc, char **argv)
         snprintf(name_buf, sizeof(name_buf), "tokenloom-random-%s", p->name);
         name = name_buf;
     }
-    tl_status st = tl_gguf_writer_set_str(w, "general.architecture", "llama");
+    char key[128];
+#define KEY(suffix) (snprintf(key, sizeof(key), "%s.%s", fam->name, suffix), key)
+    tl_status st = tl_gguf_writer_set_str(w, "general.architecture", fam->name);
     if (!st) st = tl_gguf_writer_set_str(w, "general.name", name);
     if (!st) st = tl_gguf_writer_set_u32(w, "general.file_type", file_type_of(wtype, mix));
     if (!st && tl_dtype_info(wtype)->block_size > 1)
         st = tl_gguf_writer_set_u32(w, "general.quantization_version", 2);
-    if (!st) st = tl_gguf_writer_set_u32(w, "llama.context_length", (uint32_t)ctx);
-    if (!st) st = tl_gguf_writer_set_u32(w, "llama.embedding_length", (uint32_t)dim);
-    if (!st) st = tl_gguf_writer_set_u32(w, "llama.block_count", (uint32_t)layers);
-    if (!st) st = tl_gguf_writer_set_u32(w, "llama.feed_forward_length", (uint32_t)ff);
-    if (!st) st = tl_gguf_writer_set_u32(w, "llama.attention.head_count", (uint32_t)heads);
-    if (!st) st = tl_gguf_writer_set_u32(w, "llama.attention.head_count_kv", (uint32_t)kv_heads);
-    if (!st) st = tl_gguf_writer_set_f32(w, "llama.attention.layer_norm_rms_epsilon", RMS_EPS);
-    if (!st) st = tl_gguf_writer_set_u32(w, "llama.rope.dimension_count", (uint32_t)head_dim);
-    if (!st) st = tl_gguf_writer_set_f32(w, "llama.rope.freq_base", ROPE_FREQ_BASE);
-    if (!st) st = tl_gguf_writer_set_u32(w, "llama.vocab_size", (uint32_t)n_vocab);
+    if (!st) st = tl_gguf_writer_set_u32(w, KEY("context_length"), (uint32_t)ctx);
+    if (!st) st = tl_gguf_writer_set_u32(w, KEY("embedding_length"), (uint32_t)dim);
+    if (!st) st = tl_gguf_writer_set_u32(w, KEY("block_count"), (uint32_t)layers);
+    if (!st) st = tl_gguf_writer_set_u32(w, KEY("feed_forward_length"), (uint32_t)ff);
+    if (!st) st = tl_gguf_writer_set_u32(w, KEY("attention.head_count"), (uint32_t)heads);
+    if (!st) st = tl_gguf_writer_set_u32(w, KEY("attention.head_count_kv"), (uint32_t)kv_heads);
+    if (!st && key_length)
+        st = tl_gguf_writer_set_u32(w, KEY("attention.key_length"), (uint32_t)head_dim);
+    if (!st && key_length)
+        st = tl_gguf_writer_set_u32(w, KEY("attention.value_length"), (uint32_t)head_dim);
+    if (!st) st = tl_gguf_writer_set_f32(w, KEY("attention.layer_norm_rms_epsilon"), fam->rms_eps);
+    if (!st) st = tl_gguf_writer_set_u32(w, KEY("rope.dimension_count"), (uint32_t)head_dim);
+    if (!st) st = tl_gguf_writer_set_f32(w, KEY("rope.freq_base"), fam->rope_base);
+    if (!st && fam->multipliers)
+        st = tl_gguf_writer_set_f32(w, KEY("embedding_scale"), GRANITE_EMBEDDING_SCALE);
+    if (!st && fam->multipliers)
+        st = tl_gguf_writer_set_f32(w, KEY("residual_scale"), GRANITE_RESIDUAL_SCALE);
+    if (!st && fam->multipliers)
+        st = tl_gguf_writer_set_f32(w, KEY("attention.scale"), GRANITE_ATTENTION_SCALE);
+    if (!st && fam->multipliers)
+        st = tl_gguf_writer_set_f32(w, KEY("logit_scale"), GRANITE_LOGIT_SCALE);
+    if (!st) st = tl_gguf_writer_set_u32(w, KEY("vocab_size"), (uint32_t)n_vocab);
+#undef KEY
     for (int64_t i = 0; !st && i < tl_gguf_n_kv(tok); i++) {
         const struct tl_gguf_kv *kv = tl_gguf_kv_at(tok, i);
-        char key[256];
-        if (kv->key.len < 10 || kv->key.len >= sizeof(key) || memcmp(kv->key.ptr, "tokenizer.", 10))
+        char tkey[256];
+        if (kv->key.len < 10 || kv->key.len >= sizeof(tkey) ||
+            memcmp(kv->key.ptr, "tokenizer.", 10))
             continue;
-        memcpy(key, kv->key.ptr, kv->key.len);
-        key[kv->key.len] = '\0';
-        st = tl_gguf_writer_set_value(w, key, &kv->value);
+        memcpy(tkey, kv->key.ptr, kv->key.len);
+        tkey[kv->key.len] = '\0';
+        st = tl_gguf_writer_set_value(w, tkey, &kv->value);
     }
     if (st) {
         fprintf(stderr, "tokenloom mkmodel: %s\n", tl_last_error());
@@ -405,43 +473,58 @@ int tl_cmd_mkmodel(int argc, char **argv)
 
     // Tensors, in llama.cpp's usual order.
     int64_t nj = 0, n_params = 0, n_fallback = 0;
-    struct {
-        const char *suffix;
-        int64_t n_in, n_out; // n_out 0 for 1-D norms
-    } blk[9] = {
-        {"attn_norm", dim, 0},
-        {"attn_q", dim, dim},
-        {"attn_k", dim, (int64_t)kv_heads * head_dim},
-        {"attn_v", dim, (int64_t)kv_heads * head_dim},
-        {"attn_output", dim, dim},
-        {"ffn_norm", dim, 0},
-        {"ffn_gate", dim, ff},
-        {"ffn_up", dim, ff},
-        {"ffn_down", ff, dim},
+    struct blk_tensor {
+        const char *suffix, *kind; // kind: "weight" or "bias"
+        int64_t n_in, n_out;       // n_out 0 for 1-D norms and biases
+        enum fill fill;
+    } blk[MAX_BLK] = {
+        {"attn_norm", "weight", dim, 0, FILL_ONES},
+        {"attn_q", "weight", dim, q_dim, FILL_NORMAL},
+        {"attn_k", "weight", dim, kv_dim, FILL_NORMAL},
+        {"attn_v", "weight", dim, kv_dim, FILL_NORMAL},
+        {"attn_output", "weight", q_dim, dim, FILL_NORMAL},
+        {"ffn_norm", "weight", dim, 0, FILL_ONES},
+        {"ffn_gate", "weight", dim, ff, FILL_NORMAL},
+        {"ffn_up", "weight", dim, ff, FILL_NORMAL},
+        {"ffn_down", "weight", ff, dim, FILL_NORMAL},
     };
+    int nb = 9;
+    if (fam->attn_bias) {
+        blk[nb++] = (struct blk_tensor){"attn_q", "bias", q_dim, 0, FILL_NORMAL};
+        blk[nb++] = (struct blk_tensor){"attn_k", "bias", kv_dim, 0, FILL_NORMAL};
+        blk[nb++] = (struct blk_tensor){"attn_v", "bias", kv_dim, 0, FILL_NORMAL};
+    }
+    if (fam->qk_norm) {
+        blk[nb++] = (struct blk_tensor){"attn_q_norm", "weight", head_dim, 0, FILL_NEAR_ONE};
+        blk[nb++] = (struct blk_tensor){"attn_k_norm", "weight", head_dim, 0, FILL_NEAR_ONE};
+    }
     for (int64_t t = 0; t < n_jobs; t++) {
         struct tensor_job *j = &jobs[nj++];
         int64_t n_in, n_out, layer = -1;
         const char *suffix;
+        enum fill fill = FILL_NORMAL;
         if (t == 0) {
             snprintf(j->name, sizeof(j->name), "token_embd.weight");
             n_in = dim, n_out = n_vocab, suffix = "token_embd";
         } else if (t == n_jobs - 2) {
             snprintf(j->name, sizeof(j->name), "output_norm.weight");
-            n_in = dim, n_out = 0, suffix = "output_norm";
+            n_in = dim, n_out = 0, suffix = "output_norm", fill = FILL_ONES;
         } else if (t == n_jobs - 1) {
             snprintf(j->name, sizeof(j->name), "output.weight");
             n_in = dim, n_out = n_vocab, suffix = "output";
         } else {
-            int64_t l = (t - 1) / 9, k = (t - 1) % 9;
-            snprintf(j->name, sizeof(j->name), "blk.%" PRId64 ".%s.weight", l, blk[k].suffix);
+            int64_t l = (t - 1) / nb, k = (t - 1) % nb;
+            snprintf(j->name, sizeof(j->name), "blk.%" PRId64 ".%s.%s", l, blk[k].suffix,
+                     blk[k].kind);
             n_in = blk[k].n_in, n_out = blk[k].n_out, suffix = blk[k].suffix, layer = l;
+            fill = blk[k].fill;
         }
-        j->is_norm = n_out == 0;
-        j->n_dims = j->is_norm ? 1 : 2;
+        bool vec = n_out == 0; // norms and biases: 1-D, F32
+        j->fill = fill;
+        j->n_dims = vec ? 1 : 2;
         j->ne[0] = n_in;
-        j->ne[1] = j->is_norm ? 1 : n_out;
-        j->type = j->is_norm ? TL_DTYPE_F32 : matrix_type(wtype, mix, suffix, layer, layers);
+        j->ne[1] = vec ? 1 : n_out;
+        j->type = vec ? TL_DTYPE_F32 : matrix_type(wtype, mix, suffix, layer, layers);
         enum tl_dtype fit = fitting_type(j->type, j->ne[0]);
         if (fit != j->type) {
             j->type = fit;
@@ -465,11 +548,10 @@ int tl_cmd_mkmodel(int argc, char **argv)
     }
     struct stat sb;
     long long file_bytes = stat(out, &sb) == 0 ? (long long)sb.st_size : -1;
-    printf(
-        "wrote %s: llama, %s%s weights, dim %d, %d layers, %d heads (%d kv), ff %d, vocab %" PRId64
-        ", ctx %d\n",
-        out, tl_dtype_name(wtype), mix ? "_M mix" : "", dim, layers, heads, kv_heads, ff, n_vocab,
-        ctx);
+    printf("wrote %s: %s, %s%s weights, dim %d, %d layers, %d heads (%d kv), ff %d, vocab %" PRId64
+           ", ctx %d\n",
+           out, fam->name, tl_dtype_name(wtype), mix ? "_M mix" : "", dim, layers, heads, kv_heads,
+           ff, n_vocab, ctx);
     if (n_fallback)
         printf("note: %" PRId64 " tensors whose row length is not a multiple of the %s block size "
                "have a smaller block type (Q5_0, Q5_1, Q8_0 or F16)\n",

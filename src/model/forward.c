@@ -1,10 +1,14 @@
 /*
- * The batched forward pass of the Llama family (llama, qwen2) over a flat batch.
+ * The batched forward pass of the Llama-shaped families (llama, qwen2, qwen3, granite, smollm3:
+ * see arch.h) over a flat batch.
  *
  * Design: activations are (n_tok, width) row-major matrices in scratch allocated once for
- * max_tok tokens. Each layer runs: RMSNorm -> Q/K/V matmuls (+bias) -> RoPE -> store K/V of every
- * batch token into the paged cache -> attention of every token over its own sequence's blocks ->
- * output matmul + residual -> RMSNorm -> gate/up matmuls -> SwiGLU -> down matmul + residual.
+ * max_tok tokens. Each layer runs: RMSNorm -> Q/K/V matmuls (+bias) -> per-head Q/K RMSNorm
+ * (qwen3) -> RoPE (unless the layer is a NoPE layer) -> store K/V of every batch token into the
+ * paged cache -> attention of every token over its own sequence's blocks -> output matmul +
+ * residual -> RMSNorm -> gate/up matmuls -> SwiGLU -> down matmul + residual. The families'
+ * multipliers (granite: embeddings, residual branches, attention scale, logits) are applied
+ * only when the model has them, so a llama model runs exactly the ops it always ran.
  * Every weight matrix is multiplied with all tokens of the step at once (tl_matmul tiles them),
  * so the weights are read once per step for everyone. Logits are computed only for the rows in
  * out_idx. Scratch sizes are products taken through tl_mul_size (alloc_matrix), so the row
@@ -145,6 +149,25 @@ static void add_bias(float *row, const float *bias, int64_t n)
     if (bias) tl_add(row, bias, n);
 }
 
+// x *= s elementwise (a multiplier of 0 or 1 means none: the caller skips the call).
+static void scale_row(float *x, float s, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++)
+        x[i] *= s;
+}
+
+static bool has_scale(float s)
+{
+    return s != 0.0f && s != 1.0f;
+}
+
+// RMSNorm of each of n_heads heads of head_dim values, in place, with one shared weight.
+static void head_norm(float *x, const float *w, int n_heads, int head_dim, float eps)
+{
+    for (int h = 0; h < n_heads; h++)
+        tl_rmsnorm(x + (int64_t)h * head_dim, w, eps, head_dim, x + (int64_t)h * head_dim);
+}
+
 static void phase_fn(void *p, int ith, int nth)
 {
     struct phase_arg *a = p;
@@ -164,15 +187,23 @@ static void phase_fn(void *p, int ith, int nth)
             add_bias(q, a->layer->bq, q_dim);
             add_bias(k, a->layer->bk, kv_dim);
             add_bias(v, a->layer->bv, kv_dim);
+            if (a->layer->q_norm)
+                head_norm(q, a->layer->q_norm, hp->n_head, hp->head_dim, hp->rms_eps);
+            if (a->layer->k_norm)
+                head_norm(k, a->layer->k_norm, hp->n_head_kv, hp->head_dim, hp->rms_eps);
             int32_t pos = a->b->pos[t];
-            tl_rope(q, hp->n_head, hp->head_dim, pos, hp->rope_freq_base, hp->rope_freq_scale,
-                    hp->rope_mode);
-            tl_rope(k, hp->n_head_kv, hp->head_dim, pos, hp->rope_freq_base, hp->rope_freq_scale,
-                    hp->rope_mode);
+            if (!a->layer->no_rope) {
+                tl_rope(q, hp->n_head, hp->head_dim, pos, hp->rope_freq_base, hp->rope_freq_scale,
+                        hp->rope_mode);
+                tl_rope(k, hp->n_head_kv, hp->head_dim, pos, hp->rope_freq_base,
+                        hp->rope_freq_scale, hp->rope_mode);
+            }
             tl_kv_store(a->kv, a->b->block_tables[a->b->seq[t]], pos, k, v);
             break;
         }
         case PHASE_RESIDUAL:
+            if (has_scale(hp->residual_scale))
+                scale_row(f->tmp + t * n_embd, hp->residual_scale, n_embd);
             tl_add(f->x + t * n_embd, f->tmp + t * n_embd, n_embd);
             break;
         case PHASE_SWIGLU:
@@ -290,12 +321,13 @@ tl_status tl_forward_run(struct tl_forward *f, const struct tl_batch *b,
         const char *row =
             (const char *)m->tok_embd.data + (size_t)b->token[t] * m->tok_embd.row_bytes;
         tl_dequantize_row(m->tok_embd.type, row, f->x + t * n_embd, n_embd);
+        if (has_scale(hp->embd_scale)) scale_row(f->x + t * n_embd, hp->embd_scale, n_embd);
         f->queries[t].block_table = b->block_tables[b->seq[t]];
         f->queries[t].n_ctx = (int64_t)b->pos[t] + 1;
     }
     prof_mark(&pc, TL_FWD_EMBED);
     struct phase_arg pa = {.f = f, .b = b};
-    float scale = 1.0f / sqrtf((float)hp->head_dim);
+    float scale = hp->attn_scale > 0 ? hp->attn_scale : 1.0f / sqrtf((float)hp->head_dim);
     for (int il = 0; il < hp->n_layer; il++) {
         const struct tl_layer *L = &m->layers[il];
         pa.layer = L;
@@ -340,6 +372,9 @@ tl_status tl_forward_run(struct tl_forward *f, const struct tl_batch *b,
     run_phase(&pa, PHASE_NORM, b->n_out);
     prof_mark(&pc, TL_FWD_OUT_NORM);
     tl_matmul(f->pool, &m->output, f->xb, b->n_out, logits, f->work);
+    if (has_scale(hp->logit_scale))
+        for (int64_t i = 0; i < b->n_out * hp->n_vocab; i++)
+            logits[i] /= hp->logit_scale;
     prof_mark(&pc, TL_FWD_OUTPUT);
     return TL_OK;
 }

@@ -6,6 +6,8 @@
  */
 #include "model/loader.h"
 
+#include "model/arch.h"
+
 #include "core/alloc.h"
 #include "core/error.h"
 #include "core/log.h"
@@ -204,8 +206,12 @@ tl_status tl__model_validate(const struct tl_model *m)
             (rc = check_weight(m, "ffn_up.weight", il, &L->w_up, hp->n_embd, hp->n_ff)) ||
             (rc = check_weight(m, "ffn_down.weight", il, &L->w_down, hp->n_ff, hp->n_embd)))
             return rc;
-        if (hp->arch == TL_ARCH_QWEN2 && (!L->bq || !L->bk || !L->bv))
+        const struct tl_arch_desc *desc = tl__arch_of(hp->arch);
+        if (desc->attn_bias && (!L->bq || !L->bk || !L->bv))
             return tl__errorf(TL_ERR_FORMAT, "%s: missing attention bias in layer %d", m->path, il);
+        if (desc->qk_norm && (!L->q_norm || !L->k_norm))
+            return tl__errorf(TL_ERR_FORMAT, "%s: missing q/k norm tensor in layer %d", m->path,
+                              il);
     }
     int32_t n_tok = tl_vocab_n_tokens(m->vocab);
     if (n_tok > hp->n_vocab)
@@ -221,7 +227,7 @@ void tl_model_get_info(const tl_model *m, struct tl_model_info *out)
 {
     const struct tl_hparams *hp = &m->hp;
     memset(out, 0, sizeof(*out));
-    out->arch = hp->arch == TL_ARCH_QWEN2 ? "qwen2" : "llama";
+    out->arch = tl__arch_of(hp->arch)->name;
     out->name = m->name;
     out->path = m->path;
     out->n_params = m->n_params;

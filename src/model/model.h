@@ -14,7 +14,14 @@
 #include "kernels/kernels.h"
 #include "tokenizer/tokenizer.h"
 
-enum tl_arch { TL_ARCH_LLAMA = 0, TL_ARCH_QWEN2 = 1 };
+// The model families (src/model/arch_*.c describe each; arch.h is the table).
+enum tl_arch {
+    TL_ARCH_LLAMA = 0,
+    TL_ARCH_QWEN2 = 1,
+    TL_ARCH_QWEN3 = 2,
+    TL_ARCH_GRANITE = 3,
+    TL_ARCH_SMOLLM3 = 4,
+};
 
 struct tl_hparams {
     enum tl_arch arch;
@@ -30,6 +37,12 @@ struct tl_hparams {
     float rope_freq_base;
     float rope_freq_scale; // 1 / linear scaling factor
     enum tl_rope_mode rope_mode;
+    // Family knobs; 0 leaves the plain Llama block (zeroed hparams are a llama model).
+    float embd_scale;     // embeddings multiplied by it (granite)
+    float residual_scale; // each sublayer's output multiplied by it before the add (granite)
+    float attn_scale;     // softmax scale of q.k; 0 = 1 / sqrt(head_dim)
+    float logit_scale;    // logits divided by it (granite)
+    int32_t no_rope_step; // layers il with (il + 1) % no_rope_step == 0 skip RoPE (smollm3: 4)
 };
 
 struct tl_layer {
@@ -39,6 +52,9 @@ struct tl_layer {
     struct tl_weight wv;       // (n_head_kv*head_dim, n_embd)
     struct tl_weight wo;       // (n_embd, n_head*head_dim)
     const float *bq, *bk, *bv; // attention biases (qwen2), NULL otherwise
+    const float *q_norm;       // (head_dim) RMSNorm of each q head before RoPE (qwen3), or NULL
+    const float *k_norm;       // (head_dim) the same for each k head
+    bool no_rope;              // q and k of this layer are not rotated (NoPE layers)
     const float *ffn_norm;     // (n_embd)
     struct tl_weight w_gate;   // (n_ff, n_embd)
     struct tl_weight w_up;     // (n_ff, n_embd)
