@@ -2,7 +2,7 @@
 # Runs every test and prints "N passed, N failed". Each test program speaks TAP ("ok N - name",
 # "not ok N - name", a plan "1..N"): the unit binaries in $BUILD/tests (cmocka in TAP mode) and
 # the script tests tests/cli/*.sh, tests/http/run.sh, tests/grpc/run.sh, tests/python/run.sh
-# (pytest as TAP), tests/grammar/run.sh, tests/chat/e2e_tokenize.py,
+# (pytest as TAP), tests/grammar/run.sh, tests/models/run.sh, tests/chat/e2e_tokenize.py,
 # tests/dashboard/test_dashboard.py and tests/deploy/test_*.py. A program that dies before
 # finishing its plan counts its missing tests as failed. TL_TEST_ONLY="substring ..." limits
 # which programs run (a program runs when its name contains any of the space-separated
@@ -60,6 +60,8 @@ if [ -f tests/python/run.sh ] && [ -f "$BUILD/libtokenloom.so" ]; then
     run_one python sh tests/python/run.sh
 fi
 if [ -f tests/grammar/run.sh ]; then run_one grammar sh tests/grammar/run.sh; fi
+# Model families against NumPy references written from the HF model definitions.
+if [ -f tests/models/run.sh ]; then run_one models sh tests/models/run.sh; fi
 # Chat templates end to end: a server per real template vs Jinja2 (tests/chat/oracle.py).
 if [ -f tests/chat/e2e_tokenize.py ]; then run_one chat_e2e python3 tests/chat/e2e_tokenize.py; fi
 # The dashboard page and GET /stats, with the page in headless Chromium (playwright-core).

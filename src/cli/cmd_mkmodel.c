@@ -100,6 +100,7 @@ static void usage(FILE *f)
            "                                stories260K.gguf for 260K, llama-2-tiny-random.gguf\n"
            "                                otherwise)\n"
            "  --seed N                      RNG seed (default 42)\n"
+           "  --weight-std X                std of the random weights (default 0.02)\n"
            "  --ctx N                       llama.context_length\n"
            "  --dim N --layers N --heads N --kv-heads N --ff N   override the preset\n"
            "                                (--heads without --kv-heads sets both)\n"
@@ -111,7 +112,7 @@ static void usage(FILE *f)
 // ---- random weights -----------------------------------------------------------------------------
 
 // Fills x[0..n) with N(0, std^2) samples (Box-Muller, both outputs used).
-static void fill_normal(uint64_t *state, float *x, int64_t n, float std)
+static void fill_normal(uint64_t *state, float *x, int64_t n, double std)
 {
     for (int64_t i = 0; i < n; i += 2) {
         // u1 in (0, 1] so log(u1) is finite; 53-bit uniforms.
@@ -130,7 +131,8 @@ struct tensor_job {
     int n_dims;
     int64_t ne[2];
     enum fill { FILL_NORMAL, FILL_ONES, FILL_NEAR_ONE } fill;
-    uint64_t seed; // stream seed for this tensor
+    uint64_t seed;     // stream seed for this tensor
+    double weight_std; // of FILL_NORMAL
     float *row;    // borrowed: shared row buffer of at least ne[0] floats
 };
 
@@ -151,7 +153,7 @@ static int fill_tensor(void *ctx, const char *name, void *dst, size_t n_bytes)
             for (int64_t i = 0; i < j->ne[0]; i++)
                 j->row[i] += 1.0f;
         } else {
-            fill_normal(&state, j->row, j->ne[0], WEIGHT_STD);
+            fill_normal(&state, j->row, j->ne[0], j->weight_std);
         }
         if (!tl_quantize_row(j->type, j->row, (uint8_t *)dst + (size_t)r * row_bytes, j->ne[0]))
             return -1;
@@ -272,6 +274,7 @@ int tl_cmd_mkmodel(int argc, char **argv)
     const char *out = NULL, *size = "260K", *type_name = "f32", *tok_from = NULL, *name = NULL;
     const char *arch = "llama";
     uint64_t seed = 42;
+    double weight_std = WEIGHT_STD;
     int ctx = 0, dim = 0, layers = 0, heads = 0, kv_heads = 0, ff = 0, head_dim = 0;
     for (int i = 1; i < argc; i += 2) { // every option takes one value
         const char *a = argv[i];
@@ -320,7 +323,11 @@ int tl_cmd_mkmodel(int argc, char **argv)
             ok = parse_int(v, 1024, &kv_heads);
         else if (!strcmp(a, "--ff"))
             ok = parse_int(v, 1 << 18, &ff);
-        else if (!strcmp(a, "--head-dim"))
+        else if (!strcmp(a, "--weight-std")) {
+            char *end;
+            weight_std = strtod(v, &end);
+            ok = *v && !*end && weight_std > 0 && weight_std <= 1;
+        } else if (!strcmp(a, "--head-dim"))
             ok = parse_int(v, 1 << 12, &head_dim);
         else
             return tl_cli_unknown_option("mkmodel", a, known, NULL);
@@ -531,6 +538,7 @@ int tl_cmd_mkmodel(int argc, char **argv)
             n_fallback++;
         }
         j->seed = seed ^ hash_name(j->name);
+        j->weight_std = weight_std;
         j->row = row;
         n_params += j->ne[0] * j->ne[1];
         st = tl_gguf_writer_add_tensor_fill(w, j->name, j->type, j->n_dims, j->ne, fill_tensor, j);

@@ -1,0 +1,119 @@
+"""NumPy reference forward passes of the model families, written from Hugging Face transformers'
+model definitions (the spec), in float64, reading the GGUF file itself (gguf_reader.py):
+
+  llama    modeling_llama:   RMSNorm, rotate_half RoPE, GQA causal attention, SwiGLU MLP
+  qwen2    modeling_qwen2:   llama + q/k/v biases
+  qwen3    modeling_qwen3:   llama + q_norm / k_norm: Qwen3RMSNorm over head_dim of each head of
+                             q_proj(x).view(..., head_dim) and k_proj(x), before the rotary
+  granite  modeling_granite: inputs_embeds * embedding_multiplier; attention scaling =
+                             attention_multiplier; residual + out * residual_multiplier (both
+                             sublayers); logits / logits_scaling
+  smollm3  modeling_smollm3: llama, rotary only where no_rope_layers[i] is 1; the config's default
+                             is int((i + 1) % no_rope_layer_interval != 0), interval 4
+
+What the GGUF holds is what llama.cpp's convert_hf_to_gguf.py wrote, and the reference undoes it
+rather than sharing the engine's reading of the file:
+  - LlamaModel (llama, granite, smollm3) permutes the rows of q_proj / k_proj for ggml's
+    adjacent-pair RoPE: permute(w, n_head) = w.reshape(n_head, 2, hd / 2, n_in).swapaxes(1, 2).
+    The reference inverts it to get HF's rows and applies HF's rotate_half rotary. Qwen2Model and
+    Qwen3Model do not permute (their rope is NEOX, rotate_half itself).
+  - config keys become <arch>.* keys: hidden_size -> embedding_length, num_hidden_layers ->
+    block_count, intermediate_size -> feed_forward_length, num_attention_heads ->
+    attention.head_count, num_key_value_heads -> attention.head_count_kv, head_dim ->
+    attention.key_length, rms_norm_eps -> attention.layer_norm_rms_epsilon, rope_theta ->
+    rope.freq_base; granite's multipliers -> embedding_scale, residual_scale, attention.scale,
+    logit_scale. An absent output.weight means tie_word_embeddings.
+
+`knobs` turns single facts off for the tests' negative controls (a reference that gets one fact
+wrong must miss the engine by far more than the tolerance)."""
+import numpy as np
+
+from gguf_reader import GGUF
+
+LLAMA_PERMUTED = ("llama", "granite", "smollm3")
+
+
+def unpermute(w, n_head):
+    """Inverse of the converter's permute for a (n_head * hd, n_in) weight."""
+    hd = w.shape[0] // n_head
+    return w.reshape(n_head, hd // 2, 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
+
+
+def rms_norm(x, w, eps):
+    return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps) * w
+
+
+def rotary(x, pos, theta):
+    """HF apply_rotary_pos_emb on x (T, H, d) with rotate_half."""
+    d = x.shape[-1]
+    inv_freq = 1.0 / theta ** (np.arange(0, d, 2, dtype=np.float64) / d)
+    freqs = np.outer(pos, inv_freq)
+    emb = np.concatenate([freqs, freqs], axis=-1)[:, None, :]
+    rot = np.concatenate([-x[..., d // 2:], x[..., :d // 2]], axis=-1)
+    return x * np.cos(emb) + rot * np.sin(emb)
+
+
+def silu(x):
+    return x / (1.0 + np.exp(-x))
+
+
+def forward(path, tokens, knobs=()):
+    """Logits (T, n_vocab) of every position of `tokens`, one sequence from position 0."""
+    g = GGUF(path)
+    arch = g.kv["general.architecture"]
+    key = lambda k, default=None: g.kv.get(f"{arch}.{k}", default)  # noqa: E731
+    n_embd, n_layer = key("embedding_length"), key("block_count")
+    n_head = key("attention.head_count")
+    n_kv = key("attention.head_count_kv", n_head)
+    hd = key("attention.key_length", n_embd // n_head)
+    eps = key("attention.layer_norm_rms_epsilon")
+    theta = key("rope.freq_base", 10000.0)
+    emb_mult = res_mult = 1.0
+    scaling = hd ** -0.5
+    logits_scaling = 1.0
+    if arch == "granite":
+        if "no_embedding_multiplier" not in knobs:
+            emb_mult = key("embedding_scale", 1.0)
+        if "no_residual_multiplier" not in knobs:
+            res_mult = key("residual_scale", 1.0)
+        if "no_attention_multiplier" not in knobs:
+            scaling = key("attention.scale", scaling)
+        if "no_logits_scaling" not in knobs:
+            logits_scaling = key("logit_scale")
+    use_rope = [True] * n_layer
+    if arch == "smollm3" and "rope_every_layer" not in knobs:
+        use_rope = [(i + 1) % 4 != 0 for i in range(n_layer)]
+    unperm = (arch in LLAMA_PERMUTED) != ("wrong_permutation" in knobs)
+
+    T = len(tokens)
+    pos = np.arange(T, dtype=np.float64)
+    h = g.tensor("token_embd.weight")[tokens] * emb_mult
+    causal = np.triu(np.full((T, T), -np.inf), k=1)
+    for il in range(n_layer):
+        t = lambda n: g.tensor(f"blk.{il}.{n}")  # noqa: E731
+        wq, wk = t("attn_q.weight"), t("attn_k.weight")
+        if unperm:
+            wq, wk = unpermute(wq, n_head), unpermute(wk, n_kv)
+        a = rms_norm(h, t("attn_norm.weight"), eps)
+        q, k, v = a @ wq.T, a @ wk.T, a @ t("attn_v.weight").T
+        if g.has(f"blk.{il}.attn_q.bias") and "no_bias" not in knobs:
+            q, k, v = q + t("attn_q.bias"), k + t("attn_k.bias"), v + t("attn_v.bias")
+        q, k, v = q.reshape(T, n_head, hd), k.reshape(T, n_kv, hd), v.reshape(T, n_kv, hd)
+        if arch == "qwen3" and "no_qk_norm" not in knobs:
+            ones = "qk_norm_weights_ignored" in knobs
+            q = rms_norm(q, 1.0 if ones else t("attn_q_norm.weight"), eps)
+            k = rms_norm(k, 1.0 if ones else t("attn_k_norm.weight"), eps)
+        if use_rope[il]:
+            q, k = rotary(q, pos, theta), rotary(k, pos, theta)
+        rep = n_head // n_kv  # repeat_kv: query head i uses kv head i // rep
+        k, v = np.repeat(k, rep, axis=1), np.repeat(v, rep, axis=1)
+        s = np.einsum("thd,shd->hts", q, k) * scaling + causal
+        p = np.exp(s - s.max(axis=-1, keepdims=True))
+        p /= p.sum(axis=-1, keepdims=True)
+        o = np.einsum("hts,shd->thd", p, v).reshape(T, n_head * hd)
+        h = h + (o @ t("attn_output.weight").T) * res_mult
+        m = rms_norm(h, t("ffn_norm.weight"), eps)
+        f = (silu(m @ t("ffn_gate.weight").T) * (m @ t("ffn_up.weight").T)) @ t("ffn_down.weight").T
+        h = h + f * res_mult
+    out = g.tensor("output.weight") if g.has("output.weight") else g.tensor("token_embd.weight")
+    return (rms_norm(h, g.tensor("output_norm.weight"), eps) @ out.T) / logits_scaling

@@ -1,0 +1,14 @@
+#!/bin/sh
+# The model families against their NumPy references (test_families.py) as one TAP program for
+# tests/run.sh: picks a python3 that has NumPy (Debian's python3-numpy).
+cd "$(dirname "$0")/../.." || exit 1
+py=""
+for c in python3 /usr/bin/python3; do
+    if command -v "$c" >/dev/null 2>&1 && "$c" -c "import numpy" 2>/dev/null; then py=$c; break; fi
+done
+if [ -z "$py" ]; then
+    echo "1..1"
+    echo "not ok 1 - python3 with NumPy (Debian python3-numpy) is not installed"
+    exit 1
+fi
+exec "$py" tests/models/test_families.py
