@@ -133,7 +133,7 @@ struct tensor_job {
     enum fill { FILL_NORMAL, FILL_ONES, FILL_NEAR_ONE } fill;
     uint64_t seed;     // stream seed for this tensor
     double weight_std; // of FILL_NORMAL
-    float *row;    // borrowed: shared row buffer of at least ne[0] floats
+    float *row;        // borrowed: shared row buffer of at least ne[0] floats
 };
 
 static int fill_tensor(void *ctx, const char *name, void *dst, size_t n_bytes)

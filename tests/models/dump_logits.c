@@ -134,7 +134,8 @@ int main(int argc, char **argv)
         memcpy(logits + ((size_t)n + t) * n_vocab, step + n_vocab, sizeof(float) * n_vocab);
     }
     FILE *fo = fopen(argv[2], "wb");
-    if (!fo || fwrite(logits, sizeof(float), 2 * (size_t)n * n_vocab, fo) != 2 * (size_t)n * n_vocab)
+    if (!fo ||
+        fwrite(logits, sizeof(float), 2 * (size_t)n * n_vocab, fo) != 2 * (size_t)n * n_vocab)
         fprintf(stderr, "dump_logits: cannot write %s\n", argv[2]);
     else
         rc = 0;
