@@ -61,7 +61,9 @@ if [ -f tests/python/run.sh ] && [ -f "$BUILD/libtokenloom.so" ]; then
 fi
 if [ -f tests/grammar/run.sh ]; then run_one grammar sh tests/grammar/run.sh; fi
 # Model families against NumPy references written from the HF model definitions.
-if [ -f tests/models/run.sh ]; then run_one models sh tests/models/run.sh; fi
+for t in families bad_files; do
+    if [ -f "tests/models/test_$t.py" ]; then run_one "models_$t" sh tests/models/run.sh "$t"; fi
+done
 # Chat templates end to end: a server per real template vs Jinja2 (tests/chat/oracle.py).
 if [ -f tests/chat/e2e_tokenize.py ]; then run_one chat_e2e python3 tests/chat/e2e_tokenize.py; fi
 # The dashboard page and GET /stats, with the page in headless Chromium (playwright-core).

@@ -24,9 +24,13 @@ class GGUF:
             raise ValueError(f"{path}: GGUF version {version}")
         n_tensors, n_kv = self._scalar("<Q"), self._scalar("<Q")
         self.kv = {}
+        self.raw_kv = {}  # key -> (type, raw value bytes), for write_gguf
         for _ in range(n_kv):
             key = self._string()
-            self.kv[key] = self._value(self._scalar("<I"))
+            vtype = self._scalar("<I")
+            start = self.off
+            self.kv[key] = self._value(vtype)
+            self.raw_kv[key] = (vtype, self.buf[start:self.off])
         infos = []
         for _ in range(n_tensors):
             name = self._string()
@@ -78,3 +82,52 @@ class GGUF:
         else:
             raise ValueError(f"{name}: tensor type {ttype} not handled by the reference")
         return a.astype(np.float64).reshape(shape)
+
+
+_TYPE_BYTES = {_F32: 4, _F16: 2, _BF16: 2}
+
+
+def write_gguf(path, src, drop_keys=(), set_keys=None, drop_tensors=(), reshape=None,
+               rename=None):
+    """Writes a copy of the GGUF `src` (a GGUF object) with edits, for the bad-file tests:
+    drop_keys, set_keys {key: ("u32" | "f32" | "bool" | "str", value)}, drop_tensors,
+    reshape {name: new ne} (the data is cut or zero-padded to the new size) and rename
+    {old name: new name}. Tensors must be F32, F16 or BF16."""
+    set_keys = set_keys or {}
+    reshape = reshape or {}
+    rename = rename or {}
+    enc = {"u32": (4, "<I"), "f32": (6, "<f"), "bool": (7, "<?")}
+    kvs = [(k, v) for k, v in src.raw_kv.items() if k not in drop_keys and k not in set_keys]
+    for k, (kind, v) in set_keys.items():
+        if kind == "str":
+            b = v.encode()
+            kvs.append((k, (8, struct.pack("<Q", len(b)) + b)))
+        else:
+            vtype, fmt = enc[kind]
+            kvs.append((k, (vtype, struct.pack(fmt, v))))
+    tensors = []
+    for name, (ne, ttype, off) in src.tensors.items():
+        if name in drop_tensors:
+            continue
+        nbytes = int(np.prod(ne)) * _TYPE_BYTES[ttype]
+        data = src.buf[off:off + nbytes]
+        if name in reshape:
+            ne = reshape[name]
+            want = int(np.prod(ne)) * _TYPE_BYTES[ttype]
+            data = data[:want] + bytes(max(0, want - len(data)))
+        tensors.append((rename.get(name, name), ne, ttype, data))
+    out = bytearray(b"GGUF" + struct.pack("<IQQ", 3, len(tensors), len(kvs)))
+    for k, (vtype, raw) in kvs:
+        kb = k.encode()
+        out += struct.pack("<Q", len(kb)) + kb + struct.pack("<I", vtype) + raw
+    offset = 0
+    for name, ne, ttype, data in tensors:
+        nb = name.encode()
+        out += struct.pack("<Q", len(nb)) + nb + struct.pack("<I", len(ne))
+        out += b"".join(struct.pack("<Q", x) for x in ne) + struct.pack("<IQ", ttype, offset)
+        offset += (len(data) + 31) // 32 * 32
+    out += bytes((-len(out)) % 32)
+    for _, _, _, data in tensors:
+        out += data + bytes((-len(data)) % 32)
+    with open(path, "wb") as f:
+        f.write(out)

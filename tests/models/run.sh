@@ -1,6 +1,6 @@
 #!/bin/sh
-# The model families against their NumPy references (test_families.py) as one TAP program for
-# tests/run.sh: picks a python3 that has NumPy (Debian's python3-numpy).
+# One of the model-family tests (tests/models/test_NAME.py: families, bad_files) as a TAP program
+# for tests/run.sh, with a python3 that has NumPy (Debian's python3-numpy).
 cd "$(dirname "$0")/../.." || exit 1
 py=""
 for c in python3 /usr/bin/python3; do
@@ -11,4 +11,4 @@ if [ -z "$py" ]; then
     echo "not ok 1 - python3 with NumPy (Debian python3-numpy) is not installed"
     exit 1
 fi
-exec "$py" tests/models/test_families.py
+exec "$py" "tests/models/test_$1.py"

@@ -1,0 +1,104 @@
+#!/usr/bin/env python3
+"""Bad model files of the new families: each edit of a good `tokenloom mkmodel --arch` file
+(written back by gguf_reader.write_gguf, which copies everything else byte for byte) must make
+`tokenloom generate` exit 1 with exactly one stderr line that names the file and the key or
+tensor at fault, never a crash. And `tokenloom info` shows each family's own hyperparameters
+(head size, granite's multipliers) as the file holds them. Prints TAP."""
+import os
+import subprocess
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from gguf_reader import GGUF, write_gguf  # noqa: E402
+
+BUILD = os.environ.get("BUILD", "build")
+BIN = os.environ.get("TL_BIN", f"{BUILD}/tokenloom")
+SHARED = os.environ.get("TL_SHARED", "../shared")
+SHAPE = ["--dim", "64", "--heads", "4", "--kv-heads", "2", "--ff", "96", "--layers", "2"]
+SUPPORTED = "(supported: llama, qwen2, qwen3, granite, smollm3)"
+
+# name, base arch, write_gguf edits, text the one error line must hold
+CASES = [
+    ("qwen3 without a k norm", "qwen3", dict(drop_tensors=["blk.1.attn_k_norm.weight"]),
+     "missing tensor blk.1.attn_k_norm.weight"),
+    ("qwen3 q norm of the wrong size", "qwen3", dict(reshape={"blk.0.attn_q_norm.weight": [8]}),
+     "tensor blk.0.attn_q_norm.weight has 8 elements, expected 16"),
+    ("qwen3 with experts", "qwen3", dict(set_keys={"qwen3.expert_count": ("u32", 8)}),
+     "qwen3.expert_count 8"),
+    ("granite without logit_scale", "granite", dict(drop_keys=["granite.logit_scale"]),
+     "missing or invalid key granite.logit_scale"),
+    ("granite logit_scale 0", "granite", dict(set_keys={"granite.logit_scale": ("f32", 0.0)}),
+     "granite.logit_scale is 0, expected > 0"),
+    ("granite negative residual_scale", "granite",
+     dict(set_keys={"granite.residual_scale": ("f32", -1.0)}),
+     "granite.residual_scale is -1, expected >= 0"),
+    ("granite logit_scale of the wrong type", "granite",
+     dict(set_keys={"granite.logit_scale": ("str", "8")}),
+     "missing or invalid key granite.logit_scale"),
+    ("an attention output bias", "smollm3",
+     dict(rename={"blk.0.attn_q.weight": "blk.0.attn_output.bias"}),
+     "tensor blk.0.attn_output.bias is not supported for architecture smollm3"),
+    ("an unsupported architecture", "qwen3",
+     dict(set_keys={"general.architecture": ("str", "gemma3")}),
+     f"architecture 'gemma3' is not supported {SUPPORTED}"),
+]
+
+# arch, `tokenloom info` label, value
+INFO = [
+    ("qwen3", "key length", "16"),
+    ("qwen3", "architecture", "qwen3"),
+    ("granite", "embedding scale", "12"),
+    ("granite", "residual scale", "0.22"),
+    ("granite", "attention scale", "0.015625"),
+    ("granite", "logit scale", "8"),
+    ("smollm3", "architecture", "smollm3"),
+]
+
+
+def main():
+    n = 0
+    failed = 0
+
+    def result(ok, name, note=""):
+        nonlocal n, failed
+        n += 1
+        print(f"{'ok' if ok else 'not ok'} {n} - {name}")
+        if note and not ok:
+            print(f"# {note}")
+        failed += not ok
+
+    tok = os.path.join(SHARED, "models", "stories260K.gguf")
+    with tempfile.TemporaryDirectory() as tmp:
+        base = {}
+        for arch in ("qwen3", "granite", "smollm3"):
+            path = os.path.join(tmp, f"{arch}.gguf")
+            p = subprocess.run([BIN, "mkmodel", "-o", path, "--arch", arch, "--tokenizer-from",
+                                tok] + SHAPE, capture_output=True, text=True)
+            result(p.returncode == 0, f"mkmodel --arch {arch}", p.stderr.strip())
+            base[arch] = GGUF(path)
+            g = subprocess.run([BIN, "generate", "-m", path, "-p", "Once", "-n", "4", "--temp",
+                                "0"], capture_output=True, text=True)
+            result(g.returncode == 0, f"generate runs on the {arch} file", g.stderr.strip())
+            info = subprocess.run([BIN, "info", "-m", path], capture_output=True, text=True)
+            for a, label, value in INFO:
+                if a != arch:
+                    continue
+                got = [ln[22:].strip() for ln in info.stdout.splitlines()
+                       if ln.startswith(label + " ") and ln[:22].strip() == label]
+                result(got == [value], f"info of the {arch} file: {label} = {value}", f"got {got}")
+        for name, arch, edits, needle in CASES:
+            path = os.path.join(tmp, "bad.gguf")
+            write_gguf(path, base[arch], **edits)
+            p = subprocess.run([BIN, "generate", "-m", path, "-p", "Once", "-n", "1"],
+                               capture_output=True, text=True)
+            lines = p.stderr.strip().splitlines()
+            ok = (p.returncode == 1 and len(lines) == 1 and f"{path}: " in lines[0]
+                  and needle in lines[0])
+            result(ok, f"{name}: one clear error", f"exit {p.returncode}: {p.stderr.strip()}")
+    print(f"1..{n}")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
