@@ -73,14 +73,15 @@ static const struct preset presets[] = {
 struct family {
     const char *name;
     float rms_eps, rope_base;
-    bool attn_bias, qk_norm, multipliers, key_length;
+    bool attn_bias, qk_norm, multipliers, key_length, moe;
 };
 static const struct family families[] = {
-    {"llama", 1e-5f, 10000.0f, false, false, false, false},
-    {"qwen2", 1e-6f, 1000000.0f, true, false, false, false},
-    {"qwen3", 1e-6f, 1000000.0f, false, true, false, true},
-    {"granite", 1e-5f, 10000.0f, false, false, true, false},
-    {"smollm3", 1e-6f, 5000000.0f, false, false, false, false},
+    {"llama", 1e-5f, 10000.0f, false, false, false, false, false},
+    {"qwen2", 1e-6f, 1000000.0f, true, false, false, false, false},
+    {"qwen3", 1e-6f, 1000000.0f, false, true, false, true, false},
+    {"qwen3moe", 1e-6f, 1000000.0f, false, true, false, true, true},
+    {"granite", 1e-5f, 10000.0f, false, false, true, false, false},
+    {"smollm3", 1e-6f, 5000000.0f, false, false, false, false, false},
 };
 #define GRANITE_EMBEDDING_SCALE 12.0f
 #define GRANITE_RESIDUAL_SCALE 0.22f
@@ -91,7 +92,8 @@ static void usage(FILE *f)
 {
     fprintf(
         f, "usage: tokenloom mkmodel -o OUT.gguf [options]\n"
-           "  --arch ARCH                   llama (default), qwen2, qwen3, granite, smollm3\n"
+           "  --arch ARCH                   llama (default), qwen2, qwen3, qwen3moe, granite,\n"
+           "                                smollm3\n"
            "  --size 260K|15M|42M|110M|1B   shape preset (default 260K)\n"
            "  --type TYPE                   weight type (default f32; norms stay f32): f32, f16,\n"
            "                                bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q2_k, q3_k, q4_k,\n"
@@ -106,6 +108,8 @@ static void usage(FILE *f)
            "                                (--heads without --kv-heads sets both)\n"
            "  --head-dim N                  head size (default dim / heads), written as\n"
            "                                attention.key_length / value_length\n"
+           "  --experts N --experts-used K --expert-ff F   qwen3moe: experts per layer (8),\n"
+           "                                experts per token (2), expert hidden size (--ff)\n"
            "  --name NAME                   general.name\n");
 }
 
@@ -129,7 +133,7 @@ struct tensor_job {
     char name[64];
     enum tl_dtype type;
     int n_dims;
-    int64_t ne[2];
+    int64_t ne[3];
     enum fill { FILL_NORMAL, FILL_ONES, FILL_NEAR_ONE } fill;
     uint64_t seed;     // stream seed for this tensor
     double weight_std; // of FILL_NORMAL
@@ -141,7 +145,7 @@ static int fill_tensor(void *ctx, const char *name, void *dst, size_t n_bytes)
     struct tensor_job *j = ctx;
     size_t row_bytes;
     if (!tl_dtype_row_bytes(j->type, j->ne[0], &row_bytes)) return -1;
-    int64_t n_rows = j->n_dims == 2 ? j->ne[1] : 1;
+    int64_t n_rows = j->n_dims >= 2 ? j->ne[1] * j->ne[2] : 1;
     if (row_bytes * (size_t)n_rows != n_bytes) return -1;
     uint64_t state = j->seed;
     for (int64_t r = 0; r < n_rows; r++) {
@@ -276,6 +280,7 @@ int tl_cmd_mkmodel(int argc, char **argv)
     uint64_t seed = 42;
     double weight_std = WEIGHT_STD;
     int ctx = 0, dim = 0, layers = 0, heads = 0, kv_heads = 0, ff = 0, head_dim = 0;
+    int experts = 8, experts_used = 2, expert_ff = 0;
     for (int i = 1; i < argc; i += 2) { // every option takes one value
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -285,9 +290,11 @@ int tl_cmd_mkmodel(int argc, char **argv)
             return 0;
         }
         static const char *const known[] = {
-            "--out",  "-o",         "--size",   "--type",  "--tokenizer-from", "--name", "--seed",
-            "--ctx",  "--dim",      "--layers", "--heads", "--kv-heads",       "--ff",   "--help",
-            "--arch", "--head-dim", NULL};
+            "--out",      "-o",           "--size",    "--type",         "--tokenizer-from",
+            "--name",     "--seed",       "--ctx",     "--dim",          "--layers",
+            "--heads",    "--kv-heads",   "--ff",      "--help",         "--arch",
+            "--head-dim", "--weight-std", "--experts", "--experts-used", "--expert-ff",
+            NULL};
         if (!v) {
             size_t d;
             if (!tl_cli_closest(a, known, &d) || d)
@@ -327,7 +334,13 @@ int tl_cmd_mkmodel(int argc, char **argv)
             char *end;
             weight_std = strtod(v, &end);
             ok = *v && !*end && weight_std > 0 && weight_std <= 1;
-        } else if (!strcmp(a, "--head-dim"))
+        } else if (!strcmp(a, "--experts"))
+            ok = parse_int(v, 4096, &experts);
+        else if (!strcmp(a, "--experts-used"))
+            ok = parse_int(v, 4096, &experts_used);
+        else if (!strcmp(a, "--expert-ff"))
+            ok = parse_int(v, 1 << 18, &expert_ff);
+        else if (!strcmp(a, "--head-dim"))
             ok = parse_int(v, 1 << 12, &head_dim);
         else
             return tl_cli_unknown_option("mkmodel", a, known, NULL);
@@ -354,7 +367,8 @@ int tl_cmd_mkmodel(int argc, char **argv)
         if (!strcmp(arch, families[i].name)) fam = &families[i];
     if (!fam) {
         fprintf(stderr,
-                "tokenloom mkmodel: unknown --arch '%s' (llama, qwen2, qwen3, granite, smollm3)\n",
+                "tokenloom mkmodel: unknown --arch '%s' (llama, qwen2, qwen3, qwen3moe, granite, "
+                "smollm3)\n",
                 arch);
         return 2;
     }
@@ -386,6 +400,12 @@ int tl_cmd_mkmodel(int argc, char **argv)
         return 2;
     }
     int64_t q_dim = (int64_t)heads * head_dim, kv_dim = (int64_t)kv_heads * head_dim;
+    if (!expert_ff) expert_ff = ff;
+    if (fam->moe && experts_used > experts) {
+        fprintf(stderr, "tokenloom mkmodel: --experts-used %d is more than --experts %d\n",
+                experts_used, experts);
+        return 2;
+    }
 
     // The donor tokenizer.
     char tok_buf[PATH_MAX];
@@ -415,12 +435,13 @@ int tl_cmd_mkmodel(int argc, char **argv)
 
     int rc = 1;
     struct tl_gguf_writer *w = tl_gguf_writer_create();
-    enum { MAX_BLK = 14 };
-    int64_t n_blk = 9 + (fam->attn_bias ? 3 : 0) + (fam->qk_norm ? 2 : 0);
+    enum { MAX_BLK = 15 };
+    int64_t n_blk = (fam->moe ? 10 : 9) + (fam->attn_bias ? 3 : 0) + (fam->qk_norm ? 2 : 0);
     int64_t n_jobs = 3 + n_blk * (int64_t)layers;
     struct tensor_job *jobs = tl_calloc_array((size_t)n_jobs, sizeof(*jobs));
     int64_t max_row = dim > ff ? dim : ff;
     if (q_dim > max_row) max_row = q_dim;
+    if (expert_ff > max_row) max_row = expert_ff;
     float *row = tl_malloc_array((size_t)max_row + 1, sizeof(float));
     if (!w || !jobs || !row) {
         fprintf(stderr, "tokenloom mkmodel: out of memory\n");
@@ -461,6 +482,11 @@ int tl_cmd_mkmodel(int argc, char **argv)
         st = tl_gguf_writer_set_f32(w, KEY("attention.scale"), GRANITE_ATTENTION_SCALE);
     if (!st && fam->multipliers)
         st = tl_gguf_writer_set_f32(w, KEY("logit_scale"), GRANITE_LOGIT_SCALE);
+    if (!st && fam->moe) st = tl_gguf_writer_set_u32(w, KEY("expert_count"), (uint32_t)experts);
+    if (!st && fam->moe)
+        st = tl_gguf_writer_set_u32(w, KEY("expert_used_count"), (uint32_t)experts_used);
+    if (!st && fam->moe)
+        st = tl_gguf_writer_set_u32(w, KEY("expert_feed_forward_length"), (uint32_t)expert_ff);
     if (!st) st = tl_gguf_writer_set_u32(w, KEY("vocab_size"), (uint32_t)n_vocab);
 #undef KEY
     for (int64_t i = 0; !st && i < tl_gguf_n_kv(tok); i++) {
@@ -484,32 +510,49 @@ int tl_cmd_mkmodel(int argc, char **argv)
         const char *suffix, *kind; // kind: "weight" or "bias"
         int64_t n_in, n_out;       // n_out 0 for 1-D norms and biases
         enum fill fill;
+        int64_t n_exp; // > 0: n_exp matrices stacked in a 3-D tensor
+        bool f32;      // kept F32 whatever --type (llama.cpp never quantizes the router)
     } blk[MAX_BLK] = {
-        {"attn_norm", "weight", dim, 0, FILL_ONES},
-        {"attn_q", "weight", dim, q_dim, FILL_NORMAL},
-        {"attn_k", "weight", dim, kv_dim, FILL_NORMAL},
-        {"attn_v", "weight", dim, kv_dim, FILL_NORMAL},
-        {"attn_output", "weight", q_dim, dim, FILL_NORMAL},
-        {"ffn_norm", "weight", dim, 0, FILL_ONES},
-        {"ffn_gate", "weight", dim, ff, FILL_NORMAL},
-        {"ffn_up", "weight", dim, ff, FILL_NORMAL},
-        {"ffn_down", "weight", ff, dim, FILL_NORMAL},
+        {"attn_norm", "weight", dim, 0, FILL_ONES, 0, false},
+        {"attn_q", "weight", dim, q_dim, FILL_NORMAL, 0, false},
+        {"attn_k", "weight", dim, kv_dim, FILL_NORMAL, 0, false},
+        {"attn_v", "weight", dim, kv_dim, FILL_NORMAL, 0, false},
+        {"attn_output", "weight", q_dim, dim, FILL_NORMAL, 0, false},
+        {"ffn_norm", "weight", dim, 0, FILL_ONES, 0, false},
     };
-    int nb = 9;
+    int nb = 6;
+    if (fam->moe) {
+        blk[nb++] =
+            (struct blk_tensor){"ffn_gate_inp", "weight", dim, experts, FILL_NORMAL, 0, true};
+        blk[nb++] = (struct blk_tensor){"ffn_gate_exps", "weight", dim,  expert_ff,
+                                        FILL_NORMAL,     experts,  false};
+        blk[nb++] = (struct blk_tensor){"ffn_up_exps", "weight", dim,  expert_ff,
+                                        FILL_NORMAL,   experts,  false};
+        blk[nb++] = (struct blk_tensor){"ffn_down_exps", "weight", expert_ff, dim,
+                                        FILL_NORMAL,     experts,  false};
+    } else {
+        blk[nb++] = (struct blk_tensor){"ffn_gate", "weight", dim, ff, FILL_NORMAL, 0, false};
+        blk[nb++] = (struct blk_tensor){"ffn_up", "weight", dim, ff, FILL_NORMAL, 0, false};
+        blk[nb++] = (struct blk_tensor){"ffn_down", "weight", ff, dim, FILL_NORMAL, 0, false};
+    }
     if (fam->attn_bias) {
-        blk[nb++] = (struct blk_tensor){"attn_q", "bias", q_dim, 0, FILL_NORMAL};
-        blk[nb++] = (struct blk_tensor){"attn_k", "bias", kv_dim, 0, FILL_NORMAL};
-        blk[nb++] = (struct blk_tensor){"attn_v", "bias", kv_dim, 0, FILL_NORMAL};
+        blk[nb++] = (struct blk_tensor){"attn_q", "bias", q_dim, 0, FILL_NORMAL, 0, false};
+        blk[nb++] = (struct blk_tensor){"attn_k", "bias", kv_dim, 0, FILL_NORMAL, 0, false};
+        blk[nb++] = (struct blk_tensor){"attn_v", "bias", kv_dim, 0, FILL_NORMAL, 0, false};
     }
     if (fam->qk_norm) {
-        blk[nb++] = (struct blk_tensor){"attn_q_norm", "weight", head_dim, 0, FILL_NEAR_ONE};
-        blk[nb++] = (struct blk_tensor){"attn_k_norm", "weight", head_dim, 0, FILL_NEAR_ONE};
+        blk[nb++] =
+            (struct blk_tensor){"attn_q_norm", "weight", head_dim, 0, FILL_NEAR_ONE, 0, false};
+        blk[nb++] =
+            (struct blk_tensor){"attn_k_norm", "weight", head_dim, 0, FILL_NEAR_ONE, 0, false};
     }
     for (int64_t t = 0; t < n_jobs; t++) {
         struct tensor_job *j = &jobs[nj++];
         int64_t n_in, n_out, layer = -1;
         const char *suffix;
         enum fill fill = FILL_NORMAL;
+        int64_t n_exp = 0;
+        bool f32 = false;
         if (t == 0) {
             snprintf(j->name, sizeof(j->name), "token_embd.weight");
             n_in = dim, n_out = n_vocab, suffix = "token_embd";
@@ -524,14 +567,15 @@ int tl_cmd_mkmodel(int argc, char **argv)
             snprintf(j->name, sizeof(j->name), "blk.%" PRId64 ".%s.%s", l, blk[k].suffix,
                      blk[k].kind);
             n_in = blk[k].n_in, n_out = blk[k].n_out, suffix = blk[k].suffix, layer = l;
-            fill = blk[k].fill;
+            fill = blk[k].fill, n_exp = blk[k].n_exp, f32 = blk[k].f32;
         }
         bool vec = n_out == 0; // norms and biases: 1-D, F32
         j->fill = fill;
-        j->n_dims = vec ? 1 : 2;
+        j->n_dims = vec ? 1 : n_exp ? 3 : 2;
         j->ne[0] = n_in;
         j->ne[1] = vec ? 1 : n_out;
-        j->type = vec ? TL_DTYPE_F32 : matrix_type(wtype, mix, suffix, layer, layers);
+        j->ne[2] = n_exp ? n_exp : 1;
+        j->type = vec || f32 ? TL_DTYPE_F32 : matrix_type(wtype, mix, suffix, layer, layers);
         enum tl_dtype fit = fitting_type(j->type, j->ne[0]);
         if (fit != j->type) {
             j->type = fit;
@@ -540,7 +584,7 @@ int tl_cmd_mkmodel(int argc, char **argv)
         j->seed = seed ^ hash_name(j->name);
         j->weight_std = weight_std;
         j->row = row;
-        n_params += j->ne[0] * j->ne[1];
+        n_params += j->ne[0] * j->ne[1] * j->ne[2];
         st = tl_gguf_writer_add_tensor_fill(w, j->name, j->type, j->n_dims, j->ne, fill_tensor, j);
         if (st) {
             fprintf(stderr, "tokenloom mkmodel: %s\n", tl_last_error());

@@ -82,6 +82,55 @@ static const char *const unsupported_layer_tensors[] = {
     "attn_output.bias", "ffn_gate.bias", "ffn_up.bias", "ffn_down.bias", "ffn_gate_inp.weight",
 };
 
+// The n_expert (n_out, n_in) matrices stacked in one 3-D tensor [n_in, n_out, n_expert], as
+// views: expert e's rows start at e * n_out rows. `out` holds n_expert weights.
+static tl_status load_experts(struct ctx *c, const char *name, int32_t n_expert,
+                              struct tl_weight *out)
+{
+    const struct tl_gguf_tensor *t = tl_gguf_find_tensor(c->m->gguf, name);
+    if (!t) return tl__errorf(TL_ERR_FORMAT, "%s: missing tensor %s", c->m->path, name);
+    if (t->n_dims != 3 || t->ne[2] != n_expert || t->ne[3] != 1)
+        return tl__errorf(TL_ERR_FORMAT,
+                          "%s: tensor %s has shape [%lld, %lld, %lld], expected 3 dimensions "
+                          "with %d experts",
+                          c->m->path, name, (long long)t->ne[0], (long long)t->ne[1],
+                          (long long)t->ne[2], n_expert);
+    size_t row_bytes;
+    if (!tl_dtype_row_bytes(t->type, t->ne[0], &row_bytes))
+        return tl__errorf(TL_ERR_FORMAT, "%s: tensor %s: bad row size", c->m->path, name);
+    for (int32_t e = 0; e < n_expert; e++)
+        out[e] = (struct tl_weight){.type = t->type,
+                                    .n_in = t->ne[0],
+                                    .n_out = t->ne[1],
+                                    .row_bytes = row_bytes,
+                                    .data = (const char *)t->data +
+                                            (size_t)e * (size_t)t->ne[1] * row_bytes};
+    return TL_OK;
+}
+
+// A mixture-of-experts FFN: the router and the stacked experts (arch_qwen.c, qwen3moe).
+static tl_status load_moe(struct ctx *c, int il, struct tl_layer *L)
+{
+    char name[96];
+    tl_status rc;
+    int32_t n_expert = c->m->hp.n_expert;
+    size_t bytes;
+    struct tl_weight *ws =
+        tl_mul_size(3 * (size_t)n_expert, sizeof(*ws), &bytes) ? tl_aligned_alloc(bytes) : NULL;
+    if (!ws || !tl__model_own(c->m, ws))
+        return tl__errorf(TL_ERR_NOMEM, "%s: out of memory", c->m->path);
+    L->n_expert = n_expert;
+    L->exp_gate = ws, L->exp_up = ws + n_expert, L->exp_down = ws + 2 * n_expert;
+#define NAME(suffix) (snprintf(name, sizeof(name), "blk.%d.%s", il, suffix), name)
+    if ((rc = load_mat(c, NAME("ffn_gate_inp.weight"), true, &L->router)) ||
+        (rc = load_experts(c, NAME("ffn_gate_exps.weight"), n_expert, L->exp_gate)) ||
+        (rc = load_experts(c, NAME("ffn_up_exps.weight"), n_expert, L->exp_up)) ||
+        (rc = load_experts(c, NAME("ffn_down_exps.weight"), n_expert, L->exp_down)))
+        return rc;
+#undef NAME
+    return TL_OK;
+}
+
 static tl_status load_layer(struct ctx *c, int il, struct tl_layer *L)
 {
     char name[96];
@@ -90,7 +139,9 @@ static tl_status load_layer(struct ctx *c, int il, struct tl_layer *L)
     int64_t q_dim = (int64_t)hp->n_head * hp->head_dim;
     int64_t kv_dim = (int64_t)hp->n_head_kv * hp->head_dim;
 #define NAME(suffix) (snprintf(name, sizeof(name), "blk.%d.%s", il, suffix), name)
-    for (size_t i = 0; i < sizeof(unsupported_layer_tensors) / sizeof(char *); i++)
+    size_t n_unsupported = sizeof(unsupported_layer_tensors) / sizeof(char *);
+    if (c->desc->moe) n_unsupported--; // ffn_gate_inp, the last, is its router
+    for (size_t i = 0; i < n_unsupported; i++)
         if (tl_gguf_find_tensor(c->m->gguf, NAME(unsupported_layer_tensors[i])))
             return tl__errorf(TL_ERR_UNSUPPORTED,
                               "%s: tensor %s is not supported for architecture %s", c->m->path,
@@ -100,11 +151,15 @@ static tl_status load_layer(struct ctx *c, int il, struct tl_layer *L)
         (rc = load_mat(c, NAME("attn_q.weight"), true, &L->wq)) ||
         (rc = load_mat(c, NAME("attn_k.weight"), true, &L->wk)) ||
         (rc = load_mat(c, NAME("attn_v.weight"), true, &L->wv)) ||
-        (rc = load_mat(c, NAME("attn_output.weight"), true, &L->wo)) ||
-        (rc = load_mat(c, NAME("ffn_gate.weight"), true, &L->w_gate)) ||
-        (rc = load_mat(c, NAME("ffn_up.weight"), true, &L->w_up)) ||
-        (rc = load_mat(c, NAME("ffn_down.weight"), true, &L->w_down)))
+        (rc = load_mat(c, NAME("attn_output.weight"), true, &L->wo)))
         return rc;
+    if (c->desc->moe) {
+        if ((rc = load_moe(c, il, L))) return rc;
+    } else if ((rc = load_mat(c, NAME("ffn_gate.weight"), true, &L->w_gate)) ||
+               (rc = load_mat(c, NAME("ffn_up.weight"), true, &L->w_up)) ||
+               (rc = load_mat(c, NAME("ffn_down.weight"), true, &L->w_down))) {
+        return rc;
+    }
     bool bias = c->desc->attn_bias;
     if ((rc = load_vec(c, NAME("attn_q.bias"), q_dim, bias, &L->bq)) ||
         (rc = load_vec(c, NAME("attn_k.bias"), kv_dim, bias, &L->bk)) ||
@@ -134,7 +189,7 @@ static tl_status load_hparams(struct ctx *c)
                           c->m->path, hp->n_layer, hp->n_head);
     int32_t n_expert = 0;
     tl__arch_u32_opt(&c->keys, "expert_count", &n_expert);
-    if (n_expert > 0)
+    if (n_expert > 0 && !c->desc->moe)
         return tl__errorf(TL_ERR_UNSUPPORTED,
                           "%s: mixture-of-experts models (%s.expert_count %d) are not supported "
                           "yet",

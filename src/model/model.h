@@ -21,6 +21,7 @@ enum tl_arch {
     TL_ARCH_QWEN3 = 2,
     TL_ARCH_GRANITE = 3,
     TL_ARCH_SMOLLM3 = 4,
+    TL_ARCH_QWEN3MOE = 5,
 };
 
 struct tl_hparams {
@@ -43,6 +44,10 @@ struct tl_hparams {
     float attn_scale;     // softmax scale of q.k; 0 = 1 / sqrt(head_dim)
     float logit_scale;    // logits divided by it (granite)
     int32_t no_rope_step; // layers il with (il + 1) % no_rope_step == 0 skip RoPE (smollm3: 4)
+    // Mixture of experts (qwen3moe); 0 for dense models.
+    int32_t n_expert;      // experts per layer
+    int32_t n_expert_used; // experts each token is routed to (top-k)
+    int32_t n_ff_exp;      // hidden width of one expert
 };
 
 struct tl_layer {
@@ -59,7 +64,20 @@ struct tl_layer {
     struct tl_weight w_gate;   // (n_ff, n_embd)
     struct tl_weight w_up;     // (n_ff, n_embd)
     struct tl_weight w_down;   // (n_embd, n_ff)
+    // A mixture-of-experts FFN instead of w_gate/w_up/w_down when n_expert > 0: the router and
+    // each expert's matrices as views into the stacked GGUF tensors.
+    int32_t n_expert;           // 0: dense layer
+    struct tl_weight router;    // (n_expert rows, n_embd): ffn_gate_inp
+    struct tl_weight *exp_gate; // (n_expert) each (n_ff_exp, n_embd); owned array (model->owned)
+    struct tl_weight *exp_up;   // (n_expert) each (n_ff_exp, n_embd), same array
+    struct tl_weight *exp_down; // (n_expert) each (n_embd, n_ff_exp), same array
 };
+
+// The matrices of a layer that the forward pass multiplies with, in a fixed order: q, k, v, o,
+// then gate, up, down (dense) or the router and every expert's gate, up, down. For packing,
+// scratch sizing and work accounting.
+int64_t tl_layer_n_weights(const struct tl_layer *L);
+struct tl_weight *tl_layer_weight(struct tl_layer *L, int64_t i);
 
 struct tl_model {
     char *path; // owned

@@ -1,15 +1,15 @@
 """A small GGUF reader for the reference forward passes: metadata (every value type of GGUF v2/v3)
 and tensors as NumPy arrays, written from the GGUF specification (ggml's docs/gguf.md), sharing no
-code with tokenloom's reader. Tensors of F32, F16 and BF16 are returned as float64 arrays shaped
-like a PyTorch weight: a GGUF tensor with ne = [n_in, n_out] is stored row-major as n_out rows of
-n_in values, i.e. the (out_features, in_features) matrix of nn.Linear."""
+code with tokenloom's reader. Tensors (F32, F16, BF16, Q8_0 dequantized) are returned as float64
+arrays shaped like a PyTorch weight: a GGUF tensor with ne = [n_in, n_out] is stored row-major as
+n_out rows of n_in values, i.e. the (out_features, in_features) matrix of nn.Linear."""
 import struct
 
 import numpy as np
 
 _SCALARS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q",
             11: "<q", 12: "<d"}
-_F32, _F16, _BF16 = 0, 1, 30
+_F32, _F16, _Q8_0, _BF16 = 0, 1, 8, 30
 
 
 class GGUF:
@@ -77,6 +77,10 @@ class GGUF:
             a = np.frombuffer(self.buf, np.float32, n, off)
         elif ttype == _F16:
             a = np.frombuffer(self.buf, np.float16, n, off)
+        elif ttype == _Q8_0:  # blocks of 32: an f16 scale d, then 32 int8 q; value = d * q
+            blocks = np.frombuffer(self.buf, np.uint8, n // 32 * 34, off).reshape(-1, 34)
+            d = blocks[:, :2].copy().view(np.float16).astype(np.float64)
+            a = (d * blocks[:, 2:].copy().view(np.int8).astype(np.float64)).reshape(-1)
         elif ttype == _BF16:
             a = (np.frombuffer(self.buf, np.uint16, n, off).astype(np.uint32) << 16).view(np.float32)
         else:

@@ -10,6 +10,10 @@ model definitions (the spec), in float64, reading the GGUF file itself (gguf_rea
                              sublayers); logits / logits_scaling
   smollm3  modeling_smollm3: llama, rotary only where no_rope_layers[i] is 1; the config's default
                              is int((i + 1) % no_rope_layer_interval != 0), interval 4
+  qwen3moe modeling_qwen3_moe: qwen3 attention; Qwen3MoeSparseMoeBlock: router_logits =
+                             gate(x), softmax over all experts, torch.topk(top_k), divided by
+                             their sum (norm_topk_prob), sum of weight * expert(x), each expert a
+                             SwiGLU MLP of moe_intermediate_size
 
 What the GGUF holds is what llama.cpp's convert_hf_to_gguf.py wrote, and the reference undoes it
 rather than sharing the engine's reading of the file:
@@ -17,6 +21,10 @@ rather than sharing the engine's reading of the file:
     adjacent-pair RoPE: permute(w, n_head) = w.reshape(n_head, 2, hd / 2, n_in).swapaxes(1, 2).
     The reference inverts it to get HF's rows and applies HF's rotate_half rotary. Qwen2Model and
     Qwen3Model do not permute (their rope is NEOX, rotate_half itself).
+  - Qwen3MoE's experts (mlp.experts.E.{gate,up,down}_proj) are stacked into one tensor per
+    projection, blk.N.ffn_{gate,up,down}_exps [n_in, n_out, n_expert] (numpy: (E, out, in)),
+    the router mlp.gate into ffn_gate_inp; num_experts -> expert_count, num_experts_per_tok ->
+    expert_used_count, moe_intermediate_size -> expert_feed_forward_length.
   - config keys become <arch>.* keys: hidden_size -> embedding_length, num_hidden_layers ->
     block_count, intermediate_size -> feed_forward_length, num_attention_heads ->
     attention.head_count, num_key_value_heads -> attention.head_count_kv, head_dim ->
@@ -57,7 +65,32 @@ def silu(x):
     return x / (1.0 + np.exp(-x))
 
 
-def forward(path, tokens, knobs=()):
+def moe_mlp(m, g, il, n_used, knobs, ties):
+    """Qwen3MoeSparseMoeBlock on the normed rows m (T, D)."""
+    t = lambda n: g.tensor(f"blk.{il}.{n}")  # noqa: E731
+    logits = m @ t("ffn_gate_inp.weight").T
+    p = np.exp(logits - logits.max(axis=-1, keepdims=True))
+    p /= p.sum(axis=-1, keepdims=True)
+    gate, up, down = t("ffn_gate_exps.weight"), t("ffn_up_exps.weight"), t("ffn_down_exps.weight")
+    out = np.zeros_like(m)
+    for i in range(m.shape[0]):
+        top = np.argsort(-p[i], kind="stable")
+        ties.append(p[i][top[n_used - 1]] - p[i][top[n_used]] if n_used < len(top) else 1.0)
+        chosen = top[:n_used]
+        w = p[i][chosen]
+        if "no_topk_renorm" not in knobs:
+            w = w / w.sum()
+        for e, we in zip(chosen, w):
+            h = silu(gate[e] @ m[i]) * (up[e] @ m[i])
+            out[i] += we * (down[e] @ h)
+    return out
+
+
+def forward(path, tokens, knobs=(), ties=None):
+    """Logits (T, n_vocab) of every position of `tokens`, one sequence from position 0. For a
+    MoE model, `ties` (a list) collects each routing's gap between the last chosen and the first
+    unchosen expert's probability, so a test can tell a near-tie from a bug."""
+    ties = [] if ties is None else ties
     """Logits (T, n_vocab) of every position of `tokens`, one sequence from position 0."""
     g = GGUF(path)
     arch = g.kv["general.architecture"]
@@ -99,7 +132,7 @@ def forward(path, tokens, knobs=()):
         if g.has(f"blk.{il}.attn_q.bias") and "no_bias" not in knobs:
             q, k, v = q + t("attn_q.bias"), k + t("attn_k.bias"), v + t("attn_v.bias")
         q, k, v = q.reshape(T, n_head, hd), k.reshape(T, n_kv, hd), v.reshape(T, n_kv, hd)
-        if arch == "qwen3" and "no_qk_norm" not in knobs:
+        if arch in ("qwen3", "qwen3moe") and "no_qk_norm" not in knobs:
             ones = "qk_norm_weights_ignored" in knobs
             q = rms_norm(q, 1.0 if ones else t("attn_q_norm.weight"), eps)
             k = rms_norm(k, 1.0 if ones else t("attn_k_norm.weight"), eps)
@@ -113,7 +146,11 @@ def forward(path, tokens, knobs=()):
         o = np.einsum("hts,shd->thd", p, v).reshape(T, n_head * hd)
         h = h + (o @ t("attn_output.weight").T) * res_mult
         m = rms_norm(h, t("ffn_norm.weight"), eps)
-        f = (silu(m @ t("ffn_gate.weight").T) * (m @ t("ffn_up.weight").T)) @ t("ffn_down.weight").T
+        if arch == "qwen3moe":
+            f = moe_mlp(m, g, il, key("expert_used_count"), knobs, ties)
+        else:
+            f = (silu(m @ t("ffn_gate.weight").T) * (m @ t("ffn_up.weight").T)) @ \
+                t("ffn_down.weight").T
         h = h + f * res_mult
     out = g.tensor("output.weight") if g.has("output.weight") else g.tensor("token_embd.weight")
     return (rms_norm(h, g.tensor("output_norm.weight"), eps) @ out.T) / logits_scaling

@@ -16,7 +16,8 @@ BUILD = os.environ.get("BUILD", "build")
 BIN = os.environ.get("TL_BIN", f"{BUILD}/tokenloom")
 SHARED = os.environ.get("TL_SHARED", "../shared")
 SHAPE = ["--dim", "64", "--heads", "4", "--kv-heads", "2", "--ff", "96", "--layers", "2"]
-SUPPORTED = "(supported: llama, qwen2, qwen3, granite, smollm3)"
+SUPPORTED = "(supported: llama, qwen2, qwen3, qwen3moe, granite, smollm3)"
+MOE = ["--experts", "8", "--experts-used", "2", "--expert-ff", "32"]
 
 # name, base arch, write_gguf edits, text the one error line must hold
 CASES = [
@@ -39,6 +40,26 @@ CASES = [
     ("an attention output bias", "smollm3",
      dict(rename={"blk.0.attn_q.weight": "blk.0.attn_output.bias"}),
      "tensor blk.0.attn_output.bias is not supported for architecture smollm3"),
+    ("qwen3moe with 0 experts", "qwen3moe", dict(set_keys={"qwen3moe.expert_count": ("u32", 0)}),
+     "key qwen3moe.expert_count is 0, expected 1..4096"),
+    ("qwen3moe using more experts than it has", "qwen3moe",
+     dict(set_keys={"qwen3moe.expert_used_count": ("u32", 9)}),
+     "key qwen3moe.expert_used_count is 9, expected 1..expert_count (8)"),
+    ("qwen3moe without expert_used_count", "qwen3moe",
+     dict(drop_keys=["qwen3moe.expert_used_count"]),
+     "missing or invalid key qwen3moe.expert_used_count"),
+    ("qwen3moe without up experts", "qwen3moe", dict(drop_tensors=["blk.1.ffn_up_exps.weight"]),
+     "missing tensor blk.1.ffn_up_exps.weight"),
+    ("qwen3moe experts stacked 4 deep", "qwen3moe",
+     dict(reshape={"blk.0.ffn_down_exps.weight": [32, 64, 4]}),
+     "tensor blk.0.ffn_down_exps.weight has shape [32, 64, 4], expected 3 dimensions with 8 "
+     "experts"),
+    ("qwen3moe router of the wrong shape", "qwen3moe",
+     dict(reshape={"blk.0.ffn_gate_inp.weight": [64, 4]}),
+     "tensor blk.0.ffn_gate_inp.weight has shape [64, 4], expected [64, 8]"),
+    ("a router in a dense model", "smollm3",
+     dict(rename={"blk.1.attn_q.weight": "blk.1.ffn_gate_inp.weight"}),
+     "tensor blk.1.ffn_gate_inp.weight is not supported for architecture smollm3"),
     ("an unsupported architecture", "qwen3",
      dict(set_keys={"general.architecture": ("str", "gemma3")}),
      f"architecture 'gemma3' is not supported {SUPPORTED}"),
@@ -53,6 +74,8 @@ INFO = [
     ("granite", "attention scale", "0.015625"),
     ("granite", "logit scale", "8"),
     ("smollm3", "architecture", "smollm3"),
+    ("qwen3moe", "expert count", "8"),
+    ("qwen3moe", "experts used", "2"),
 ]
 
 
@@ -71,10 +94,11 @@ def main():
     tok = os.path.join(SHARED, "models", "stories260K.gguf")
     with tempfile.TemporaryDirectory() as tmp:
         base = {}
-        for arch in ("qwen3", "granite", "smollm3"):
+        for arch in ("qwen3", "granite", "smollm3", "qwen3moe"):
             path = os.path.join(tmp, f"{arch}.gguf")
             p = subprocess.run([BIN, "mkmodel", "-o", path, "--arch", arch, "--tokenizer-from",
-                                tok] + SHAPE, capture_output=True, text=True)
+                                tok] + SHAPE + (MOE if arch == "qwen3moe" else []),
+                               capture_output=True, text=True)
             result(p.returncode == 0, f"mkmodel --arch {arch}", p.stderr.strip())
             base[arch] = GGUF(path)
             g = subprocess.run([BIN, "generate", "-m", path, "-p", "Once", "-n", "4", "--temp",
