@@ -64,6 +64,10 @@ if [ -f tests/grammar/run.sh ]; then run_one grammar sh tests/grammar/run.sh; fi
 for t in families bad_files; do
     if [ -f "tests/models/test_$t.py" ]; then run_one "models_$t" sh tests/models/run.sh "$t"; fi
 done
+# ... and through the engine, over the Python binding (needs $BUILD/libtokenloom.so, as above).
+if [ -f tests/models/test_engine_families.py ] && [ -f "$BUILD/libtokenloom.so" ]; then
+    run_one models_engine_families sh tests/models/run.sh engine_families
+fi
 # Chat templates end to end: a server per real template vs Jinja2 (tests/chat/oracle.py).
 if [ -f tests/chat/e2e_tokenize.py ]; then run_one chat_e2e python3 tests/chat/e2e_tokenize.py; fi
 # The dashboard page and GET /stats, with the page in headless Chromium (playwright-core).

@@ -93,7 +93,9 @@ struct tl_forward *tl_forward_create(const struct tl_model *m, int64_t max_tok, 
     f->k = alloc_matrix(n, kv_dim);
     f->v = alloc_matrix(n, kv_dim);
     f->att = alloc_matrix(n, q_dim);
-    size_t ff = (size_t)(hp->n_ff > hp->n_ff_exp ? hp->n_ff : hp->n_ff_exp);
+    size_t ff = 0; // the widest FFN hidden layer: n_ff (dense) or n_ff_exp (experts)
+    for (int il = 0; il < hp->n_layer; il++)
+        ff = max_size(ff, (size_t)(m->layers[il].n_expert > 0 ? hp->n_ff_exp : hp->n_ff));
     f->h1 = alloc_matrix(n, ff);
     f->h2 = alloc_matrix(n, ff);
     bool moe_ok = true;

@@ -1,6 +1,6 @@
 #!/bin/sh
-# One of the model-family tests (tests/models/test_NAME.py: families, bad_files) as a TAP program
-# for tests/run.sh, with a python3 that has NumPy (Debian's python3-numpy).
+# One of the model-family tests (tests/models/test_NAME.py: families, bad_files, engine_families)
+# as a TAP program for tests/run.sh, with a python3 that has NumPy (Debian's python3-numpy).
 cd "$(dirname "$0")/../.." || exit 1
 py=""
 for c in python3 /usr/bin/python3; do

@@ -2,9 +2,11 @@
 """Bad model files of the new families: each edit of a good `tokenloom mkmodel --arch` file
 (written back by gguf_reader.write_gguf, which copies everything else byte for byte) must make
 `tokenloom generate` exit 1 with exactly one stderr line that names the file and the key or
-tensor at fault, never a crash. And `tokenloom info` shows each family's own hyperparameters
+tensor at fault, never a crash; 80 seeded random edits (keys set to odd values, keys and tensors
+dropped, tensors re-shaped) must never crash either. And `tokenloom info` shows each family's own hyperparameters
 (head size, granite's multipliers) as the file holds them. Prints TAP."""
 import os
+import random
 import subprocess
 import sys
 import tempfile
@@ -120,6 +122,38 @@ def main():
             ok = (p.returncode == 1 and len(lines) == 1 and f"{path}: " in lines[0]
                   and needle in lines[0])
             result(ok, f"{name}: one clear error", f"exit {p.returncode}: {p.stderr.strip()}")
+        # Random edits of the qwen3moe file (seeded): every hyperparameter key set to a random
+        # u32 (0, 1, small, huge), keys and tensors dropped, tensors re-shaped. Each run must
+        # end with exit 0, or exit 1 and one error line (log lines aside), never a signal.
+        rng = random.Random(20)
+        src = base["qwen3moe"]
+        keys = [k for k, (vt, _) in src.raw_kv.items() if k.startswith("qwen3moe.") and vt == 4]
+        names = list(src.tensors)
+        crashes = []
+        for i in range(80):
+            kind = rng.randrange(4)
+            edits = {}
+            if kind == 0:
+                v = rng.choice([0, 1, 2, 3, 7, 33, 4097, 65536, 2**31 - 1, 2**32 - 1])
+                edits["set_keys"] = {rng.choice(keys): ("u32", v)}
+            elif kind == 1:
+                edits["drop_keys"] = rng.sample(keys, rng.randint(1, 3))
+            elif kind == 2:
+                edits["drop_tensors"] = rng.sample(names, rng.randint(1, 3))
+            else:
+                name = rng.choice(names)
+                ne = list(src.tensors[name][0])
+                ne[rng.randrange(len(ne))] = rng.choice([1, 2, 7, 16, 33, 64])
+                edits["reshape"] = {name: ne}
+            path = os.path.join(tmp, "fuzz.gguf")
+            write_gguf(path, src, **edits)
+            p = subprocess.run([BIN, "generate", "-m", path, "-p", "Once", "-n", "2"],
+                               capture_output=True, text=True)
+            errors = [ln for ln in p.stderr.splitlines() if ln.startswith("tokenloom generate:")]
+            if p.returncode not in (0, 1) or (p.returncode == 1 and len(errors) != 1):
+                crashes.append(f"{edits}: exit {p.returncode}: {p.stderr.strip()[-200:]}")
+        result(not crashes, "80 random edits of a qwen3moe file: exit 0 or one error line, "
+               "never a crash", "; ".join(crashes[:3]))
     print(f"1..{n}")
     return 1 if failed else 0
 
