@@ -108,8 +108,9 @@ static void usage(FILE *f)
            "                                (--heads without --kv-heads sets both)\n"
            "  --head-dim N                  head size (default dim / heads), written as\n"
            "                                attention.key_length / value_length\n"
-           "  --experts N --experts-used K --expert-ff F   qwen3moe: experts per layer (8),\n"
-           "                                experts per token (2), expert hidden size (--ff)\n"
+           "  --experts N --experts-used K --expert-ff F   experts per layer (qwen3moe: 8;\n"
+           "                                llama: a Mixtral-style MoE, experts --ff wide),\n"
+           "                                experts per token (2), qwen3moe's expert width (--ff)\n"
            "  --name NAME                   general.name\n");
 }
 
@@ -280,7 +281,7 @@ int tl_cmd_mkmodel(int argc, char **argv)
     uint64_t seed = 42;
     double weight_std = WEIGHT_STD;
     int ctx = 0, dim = 0, layers = 0, heads = 0, kv_heads = 0, ff = 0, head_dim = 0;
-    int experts = 8, experts_used = 2, expert_ff = 0;
+    int experts = 0, experts_used = 2, expert_ff = 0;
     for (int i = 1; i < argc; i += 2) { // every option takes one value
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -400,8 +401,16 @@ int tl_cmd_mkmodel(int argc, char **argv)
         return 2;
     }
     int64_t q_dim = (int64_t)heads * head_dim, kv_dim = (int64_t)kv_heads * head_dim;
-    if (!expert_ff) expert_ff = ff;
-    if (fam->moe && experts_used > experts) {
+    // qwen3moe always has experts (8 by default); llama when --experts is given (Mixtral-style,
+    // each expert --ff wide, as llama.cpp reads llama experts).
+    bool moe = fam->moe || (experts && !strcmp(fam->name, "llama"));
+    if (fam->moe && !experts) experts = 8;
+    if (!expert_ff || !fam->moe) expert_ff = ff;
+    if (experts && !moe) {
+        fprintf(stderr, "tokenloom mkmodel: --experts applies to --arch llama and qwen3moe\n");
+        return 2;
+    }
+    if (moe && experts_used > experts) {
         fprintf(stderr, "tokenloom mkmodel: --experts-used %d is more than --experts %d\n",
                 experts_used, experts);
         return 2;
@@ -436,7 +445,7 @@ int tl_cmd_mkmodel(int argc, char **argv)
     int rc = 1;
     struct tl_gguf_writer *w = tl_gguf_writer_create();
     enum { MAX_BLK = 15 };
-    int64_t n_blk = (fam->moe ? 10 : 9) + (fam->attn_bias ? 3 : 0) + (fam->qk_norm ? 2 : 0);
+    int64_t n_blk = (moe ? 10 : 9) + (fam->attn_bias ? 3 : 0) + (fam->qk_norm ? 2 : 0);
     int64_t n_jobs = 3 + n_blk * (int64_t)layers;
     struct tensor_job *jobs = tl_calloc_array((size_t)n_jobs, sizeof(*jobs));
     int64_t max_row = dim > ff ? dim : ff;
@@ -482,8 +491,8 @@ int tl_cmd_mkmodel(int argc, char **argv)
         st = tl_gguf_writer_set_f32(w, KEY("attention.scale"), GRANITE_ATTENTION_SCALE);
     if (!st && fam->multipliers)
         st = tl_gguf_writer_set_f32(w, KEY("logit_scale"), GRANITE_LOGIT_SCALE);
-    if (!st && fam->moe) st = tl_gguf_writer_set_u32(w, KEY("expert_count"), (uint32_t)experts);
-    if (!st && fam->moe)
+    if (!st && moe) st = tl_gguf_writer_set_u32(w, KEY("expert_count"), (uint32_t)experts);
+    if (!st && moe)
         st = tl_gguf_writer_set_u32(w, KEY("expert_used_count"), (uint32_t)experts_used);
     if (!st && fam->moe)
         st = tl_gguf_writer_set_u32(w, KEY("expert_feed_forward_length"), (uint32_t)expert_ff);
@@ -521,7 +530,7 @@ int tl_cmd_mkmodel(int argc, char **argv)
         {"ffn_norm", "weight", dim, 0, FILL_ONES, 0, false},
     };
     int nb = 6;
-    if (fam->moe) {
+    if (moe) {
         blk[nb++] =
             (struct blk_tensor){"ffn_gate_inp", "weight", dim, experts, FILL_NORMAL, 0, true};
         blk[nb++] = (struct blk_tensor){"ffn_gate_exps", "weight", dim,  expert_ff,

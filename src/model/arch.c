@@ -83,3 +83,26 @@ void tl__arch_bool_opt(const struct tl_arch_keys *k, const char *suffix, bool *o
     key_name(k, suffix, key, sizeof(key));
     tl_gguf_get_bool(k->gguf, key, out);
 }
+
+// ---- experts ------------------------------------------------------------------------------------
+
+tl_status tl__arch_read_experts(const struct tl_arch_keys *k, enum tl_arch_experts experts,
+                                struct tl_hparams *hp)
+{
+    tl_status rc;
+    if (experts == TL_EXPERTS_REQUIRED) {
+        if ((rc = tl__arch_u32_req(k, "expert_count", &hp->n_expert))) return rc;
+    } else {
+        tl__arch_u32_opt(k, "expert_count", &hp->n_expert);
+        if (hp->n_expert == 0) return TL_OK;
+    }
+    if ((rc = tl__arch_u32_req(k, "expert_used_count", &hp->n_expert_used))) return rc;
+    if (hp->n_expert <= 0 || hp->n_expert > 4096)
+        return tl__errorf(TL_ERR_FORMAT, "%s: key %s.expert_count is %d, expected 1..4096", k->path,
+                          k->prefix, hp->n_expert);
+    if (hp->n_expert_used <= 0 || hp->n_expert_used > hp->n_expert)
+        return tl__errorf(TL_ERR_FORMAT,
+                          "%s: key %s.expert_used_count is %d, expected 1..expert_count (%d)",
+                          k->path, k->prefix, hp->n_expert_used, hp->n_expert);
+    return TL_OK;
+}

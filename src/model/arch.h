@@ -28,14 +28,26 @@ tl_status tl__arch_f32_req(const struct tl_arch_keys *k, const char *suffix,
 void tl__arch_f32_opt(const struct tl_arch_keys *k, const char *suffix, float *out);
 void tl__arch_bool_opt(const struct tl_arch_keys *k, const char *suffix, bool *out);
 
+enum tl_arch_experts {
+    TL_EXPERTS_NONE = 0, // dense; an <arch>.expert_count > 0 is refused
+    TL_EXPERTS_OPTIONAL, // MoE when <arch>.expert_count > 0 (llama: Mixtral)
+    TL_EXPERTS_REQUIRED, // always MoE (qwen3moe)
+};
+
+// Reads expert_count (required or optional per `experts`), then expert_used_count (required
+// when there are experts) into hp, checking 1 <= used <= count <= 4096; n_ff_exp is set to
+// ff_exp. For the families' hparam hooks.
+tl_status tl__arch_read_experts(const struct tl_arch_keys *k, enum tl_arch_experts experts,
+                                struct tl_hparams *hp) TL_WARN_UNUSED;
+
 struct tl_arch_desc {
     enum tl_arch arch;
-    const char *name;            // general.architecture, also the prefix of its keys
-    enum tl_rope_mode rope_mode; // llama.cpp's llama_model_rope_type for the family
-    float rms_eps;               // RMSNorm epsilon when the file has no key
-    bool attn_bias;              // blk.N.attn_{q,k,v}.bias required (optional otherwise)
-    bool qk_norm;                // blk.N.attn_{q,k}_norm.weight required (absent otherwise)
-    bool moe;                    // every FFN is a mixture of experts (ffn_gate_inp, ffn_*_exps)
+    const char *name;             // general.architecture, also the prefix of its keys
+    enum tl_rope_mode rope_mode;  // llama.cpp's llama_model_rope_type for the family
+    float rms_eps;                // RMSNorm epsilon when the file has no key
+    bool attn_bias;               // blk.N.attn_{q,k,v}.bias required (optional otherwise)
+    bool qk_norm;                 // blk.N.attn_{q,k}_norm.weight required (absent otherwise)
+    enum tl_arch_experts experts; // whether its FFNs are mixtures of experts
     // The family's own keys, after the shared ones are in hp; NULL when it has none.
     tl_status (*read_hparams)(const struct tl_arch_keys *k, struct tl_hparams *hp);
 };

@@ -17,8 +17,6 @@
  */
 #include "model/arch.h"
 
-#include "core/error.h"
-
 const struct tl_arch_desc tl__arch_qwen2 = {
     .arch = TL_ARCH_QWEN2,
     .name = "qwen2",
@@ -37,17 +35,8 @@ const struct tl_arch_desc tl__arch_qwen3 = {
 
 static tl_status qwen3moe_hparams(const struct tl_arch_keys *k, struct tl_hparams *hp)
 {
-    tl_status rc;
-    if ((rc = tl__arch_u32_req(k, "expert_count", &hp->n_expert)) ||
-        (rc = tl__arch_u32_req(k, "expert_used_count", &hp->n_expert_used)))
-        return rc;
-    if (hp->n_expert <= 0 || hp->n_expert > 4096)
-        return tl__errorf(TL_ERR_FORMAT, "%s: key %s.expert_count is %d, expected 1..4096", k->path,
-                          k->prefix, hp->n_expert);
-    if (hp->n_expert_used <= 0 || hp->n_expert_used > hp->n_expert)
-        return tl__errorf(TL_ERR_FORMAT,
-                          "%s: key %s.expert_used_count is %d, expected 1..expert_count (%d)",
-                          k->path, k->prefix, hp->n_expert_used, hp->n_expert);
+    tl_status rc = tl__arch_read_experts(k, TL_EXPERTS_REQUIRED, hp);
+    if (rc) return rc;
     hp->n_ff_exp = hp->n_ff / hp->n_expert_used;
     tl__arch_u32_opt(k, "expert_feed_forward_length", &hp->n_ff_exp);
     return TL_OK;
@@ -59,6 +48,6 @@ const struct tl_arch_desc tl__arch_qwen3moe = {
     .rope_mode = TL_ROPE_NEOX,
     .rms_eps = 1e-6f,
     .qk_norm = true,
-    .moe = true,
+    .experts = TL_EXPERTS_REQUIRED,
     .read_hparams = qwen3moe_hparams,
 };

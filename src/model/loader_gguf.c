@@ -108,7 +108,7 @@ static tl_status load_experts(struct ctx *c, const char *name, int32_t n_expert,
     return TL_OK;
 }
 
-// A mixture-of-experts FFN: the router and the stacked experts (arch_qwen.c, qwen3moe).
+// A mixture-of-experts FFN: the router and the stacked experts (qwen3moe, Mixtral-style llama).
 static tl_status load_moe(struct ctx *c, int il, struct tl_layer *L)
 {
     char name[96];
@@ -140,7 +140,8 @@ static tl_status load_layer(struct ctx *c, int il, struct tl_layer *L)
     int64_t kv_dim = (int64_t)hp->n_head_kv * hp->head_dim;
 #define NAME(suffix) (snprintf(name, sizeof(name), "blk.%d.%s", il, suffix), name)
     size_t n_unsupported = sizeof(unsupported_layer_tensors) / sizeof(char *);
-    if (c->desc->moe) n_unsupported--; // ffn_gate_inp, the last, is its router
+    bool moe = hp->n_expert > 0;
+    if (moe) n_unsupported--; // ffn_gate_inp, the last, is its router
     for (size_t i = 0; i < n_unsupported; i++)
         if (tl_gguf_find_tensor(c->m->gguf, NAME(unsupported_layer_tensors[i])))
             return tl__errorf(TL_ERR_UNSUPPORTED,
@@ -153,7 +154,7 @@ static tl_status load_layer(struct ctx *c, int il, struct tl_layer *L)
         (rc = load_mat(c, NAME("attn_v.weight"), true, &L->wv)) ||
         (rc = load_mat(c, NAME("attn_output.weight"), true, &L->wo)))
         return rc;
-    if (c->desc->moe) {
+    if (moe) {
         if ((rc = load_moe(c, il, L))) return rc;
     } else if ((rc = load_mat(c, NAME("ffn_gate.weight"), true, &L->w_gate)) ||
                (rc = load_mat(c, NAME("ffn_up.weight"), true, &L->w_up)) ||
@@ -189,7 +190,7 @@ static tl_status load_hparams(struct ctx *c)
                           c->m->path, hp->n_layer, hp->n_head);
     int32_t n_expert = 0;
     tl__arch_u32_opt(&c->keys, "expert_count", &n_expert);
-    if (n_expert > 0 && !c->desc->moe)
+    if (n_expert > 0 && c->desc->experts == TL_EXPERTS_NONE)
         return tl__errorf(TL_ERR_UNSUPPORTED,
                           "%s: mixture-of-experts models (%s.expert_count %d) are not supported "
                           "yet",

@@ -10,6 +10,8 @@ model definitions (the spec), in float64, reading the GGUF file itself (gguf_rea
                              sublayers); logits / logits_scaling
   smollm3  modeling_smollm3: llama, rotary only where no_rope_layers[i] is 1; the config's default
                              is int((i + 1) % no_rope_layer_interval != 0), interval 4
+  llama with experts, modeling_mixtral: MixtralSparseMoeBlock routes as qwen3moe does (softmax,
+                             topk, divided by their sum), experts intermediate_size wide
   qwen3moe modeling_qwen3_moe: qwen3 attention; Qwen3MoeSparseMoeBlock: router_logits =
                              gate(x), softmax over all experts, torch.topk(top_k), divided by
                              their sum (norm_topk_prob), sum of weight * expert(x), each expert a
@@ -21,7 +23,7 @@ rather than sharing the engine's reading of the file:
     adjacent-pair RoPE: permute(w, n_head) = w.reshape(n_head, 2, hd / 2, n_in).swapaxes(1, 2).
     The reference inverts it to get HF's rows and applies HF's rotate_half rotary. Qwen2Model and
     Qwen3Model do not permute (their rope is NEOX, rotate_half itself).
-  - Qwen3MoE's experts (mlp.experts.E.{gate,up,down}_proj) are stacked into one tensor per
+  - Qwen3MoE's (and Mixtral's w1/w3/w2) experts (mlp.experts.E.{gate,up,down}_proj) are stacked into one tensor per
     projection, blk.N.ffn_{gate,up,down}_exps [n_in, n_out, n_expert] (numpy: (E, out, in)),
     the router mlp.gate into ffn_gate_inp; num_experts -> expert_count, num_experts_per_tok ->
     expert_used_count, moe_intermediate_size -> expert_feed_forward_length.
@@ -146,7 +148,7 @@ def forward(path, tokens, knobs=(), ties=None):
         o = np.einsum("hts,shd->thd", p, v).reshape(T, n_head * hd)
         h = h + (o @ t("attn_output.weight").T) * res_mult
         m = rms_norm(h, t("ffn_norm.weight"), eps)
-        if arch == "qwen3moe":
+        if key("expert_count", 0) > 0:  # qwen3moe, or llama with experts (Mixtral)
             f = moe_mlp(m, g, il, key("expert_used_count"), knobs, ties)
         else:
             f = (silu(m @ t("ffn_gate.weight").T) * (m @ t("ffn_up.weight").T)) @ \

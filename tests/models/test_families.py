@@ -50,6 +50,9 @@ CASES = [
       "no_attention_multiplier", "no_logits_scaling"]),
     ("smollm3", ["--arch", "smollm3"] + SHAPE[:-1] + ["8"], ["wrong_permutation",
                                                          "rope_every_layer"]),
+    # Mixtral-style: llama with llama.expert_count (2 of 8 experts, as Mixtral 8x7B)
+    ("llama-moe", ["--arch", "llama", "--experts", "8", "--experts-used", "2"] + SHAPE,
+     ["wrong_permutation", "no_topk_renorm"]),
     # Qwen3-30B-A3B's routing (8 of 128 experts) scaled down: 4 of 16, expert width 32
     ("qwen3moe", ["--arch", "qwen3moe", "--experts", "16", "--experts-used", "4",
                   "--expert-ff", "32"] + SHAPE, ["no_qk_norm", "no_topk_renorm"]),
