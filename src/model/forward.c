@@ -6,7 +6,8 @@
  * max_tok tokens. Each layer runs: RMSNorm -> Q/K/V matmuls (+bias) -> per-head Q/K RMSNorm
  * (qwen3) -> RoPE (unless the layer is a NoPE layer) -> store K/V of every batch token into the
  * paged cache -> attention of every token over its own sequence's blocks -> output matmul +
- * residual -> RMSNorm -> gate/up matmuls -> SwiGLU -> down matmul + residual. The families'
+ * residual -> RMSNorm -> gate/up matmuls -> SwiGLU -> down matmul (or the mixture of experts of
+ * moe.c) + residual. The families'
  * multipliers (granite: embeddings, residual branches, attention scale, logits) are applied
  * only when the model has them, so a llama model runs exactly the ops it always ran.
  * Every weight matrix is multiplied with all tokens of the step at once (tl_matmul tiles them),
@@ -23,6 +24,8 @@
  * pool it was created with.
  */
 #include "model/model.h"
+
+#include "model/moe.h"
 
 #include "core/alloc.h"
 #include "core/error.h"
@@ -48,15 +51,7 @@ struct tl_forward {
     void *work; // matmul / attention work buffer
     size_t work_bytes;
     struct tl_attn_query *queries; // (max_tok)
-    // Mixture-of-experts scratch (NULL for dense models); K = n_expert_used.
-    float *router;  // (max_tok, n_expert) router logits, then probabilities
-    int32_t *sel;   // (max_tok, K) chosen experts of each token, best first
-    float *sel_w;   // (max_tok, K) their renormalized weights
-    int32_t *order; // (max_tok * K) token slots t * K + k grouped by expert
-    int32_t *n_per; // (n_expert + 1) slot counts, then group starts
-    float *ex_x;    // (max_tok, n_embd) the rows routed to one expert
-    float *ex_y;    // (max_tok, n_embd) that expert's outputs
-    float *slot_y;  // (max_tok * K, n_embd) each token's expert outputs, by slot
+    struct tl_moe *moe;            // mixture-of-experts scratch (moe.c); NULL for dense models
 };
 
 static size_t max_size(size_t a, size_t b)
@@ -98,20 +93,7 @@ struct tl_forward *tl_forward_create(const struct tl_model *m, int64_t max_tok, 
         ff = max_size(ff, (size_t)(m->layers[il].n_expert > 0 ? hp->n_ff_exp : hp->n_ff));
     f->h1 = alloc_matrix(n, ff);
     f->h2 = alloc_matrix(n, ff);
-    bool moe_ok = true;
-    if (hp->n_expert > 0) {
-        size_t k = (size_t)hp->n_expert_used, nk;
-        f->router = alloc_matrix(n, (size_t)hp->n_expert);
-        f->sel = tl_calloc_array(n * k, sizeof(*f->sel)); // n * k < n * n_expert: allocated
-        f->sel_w = alloc_matrix(n, k);
-        f->order = tl_calloc_array(n * k, sizeof(*f->order));
-        f->n_per = tl_calloc_array((size_t)hp->n_expert + 1, sizeof(*f->n_per));
-        f->ex_x = alloc_matrix(n, (size_t)hp->n_embd);
-        f->ex_y = alloc_matrix(n, (size_t)hp->n_embd);
-        f->slot_y = tl_mul_size(n, k, &nk) ? alloc_matrix(nk, (size_t)hp->n_embd) : NULL;
-        moe_ok = f->router && f->sel && f->sel_w && f->order && f->n_per && f->ex_x && f->ex_y &&
-                 f->slot_y;
-    }
+    bool moe_ok = hp->n_expert == 0 || (f->moe = tl__moe_create(m, max_tok, pool)) != NULL;
     f->queries = tl_calloc_array(n, sizeof(*f->queries));
     size_t wb = tl_attention_work_bytes(tl_pool_size(pool), max_ctx, hp->head_dim);
     const struct tl_weight *all[] = {&m->tok_embd, &m->output};
@@ -149,14 +131,7 @@ void tl_forward_destroy(struct tl_forward *f)
     tl_aligned_free(f->h2);
     tl_aligned_free(f->work);
     free(f->queries);
-    tl_aligned_free(f->router);
-    free(f->sel);
-    tl_aligned_free(f->sel_w);
-    free(f->order);
-    free(f->n_per);
-    tl_aligned_free(f->ex_x);
-    tl_aligned_free(f->ex_y);
-    tl_aligned_free(f->slot_y);
+    tl__moe_destroy(f->moe);
     free(f);
 }
 
@@ -311,90 +286,6 @@ static void prof_mark(struct prof_clock *c, enum tl_fwd_phase ph)
     c->cpu = cpu;
 }
 
-// ---- mixture of experts ------------------------------------------------------------------------
-
-// Routes each token: softmax of the router logits, the K most probable experts (ties to the
-// lower index), their probabilities renormalized to sum 1. Row-wise, so batch-invariant.
-static void route(struct tl_forward *f, int64_t n)
-{
-    const struct tl_hparams *hp = &f->model->hp;
-    int E = hp->n_expert, K = hp->n_expert_used;
-    for (int64_t t = 0; t < n; t++) {
-        float *p = f->router + t * E;
-        int32_t *sel = f->sel + t * K;
-        float *w = f->sel_w + t * K;
-        tl_softmax(p, E);
-        float sum = 0;
-        for (int k = 0; k < K; k++) {
-            int best = -1;
-            for (int e = 0; e < E; e++) {
-                bool taken = false;
-                for (int j = 0; j < k && !taken; j++)
-                    taken = sel[j] == e;
-                if (!taken && (best < 0 || p[e] > p[best])) best = e;
-            }
-            sel[k] = best;
-            w[k] = p[best];
-            sum += p[best];
-        }
-        for (int k = 0; k < K; k++)
-            w[k] /= sum;
-    }
-}
-
-// The MoE FFN of layer L over the step's n tokens (input f->xb, output f->tmp): the tokens are
-// grouped by expert, so each chosen expert's matrices are read once per step and multiplied with
-// all the tokens routed to it; the matmul kernels give each row the same bits whatever the
-// group, and each token sums its K expert outputs in its own slot order (best first), so the
-// result does not depend on the batch.
-static void moe_ffn(struct tl_forward *f, const struct tl_layer *L, int64_t n,
-                    struct prof_clock *pc)
-{
-    const struct tl_hparams *hp = &f->model->hp;
-    int E = hp->n_expert, K = hp->n_expert_used;
-    int64_t D = hp->n_embd, F = hp->n_ff_exp;
-    tl_matmul(f->pool, &L->router, f->xb, n, f->router, f->work);
-    route(f, n);
-    // Counting sort of the n * K slots by expert (stable: by token within a group).
-    memset(f->n_per, 0, sizeof(*f->n_per) * ((size_t)E + 1));
-    for (int64_t i = 0; i < n * K; i++)
-        f->n_per[f->sel[i] + 1]++;
-    for (int e = 0; e < E; e++)
-        f->n_per[e + 1] += f->n_per[e];
-    for (int64_t i = 0; i < n * K; i++)
-        f->order[f->n_per[f->sel[i]]++] = (int32_t)i;
-    for (int e = E; e > 0; e--) // n_per[e] is now the start of group e
-        f->n_per[e] = f->n_per[e - 1];
-    f->n_per[0] = 0;
-    prof_mark(pc, TL_FWD_GATE_UP);
-    for (int e = 0; e < E; e++) {
-        const int32_t *slots = f->order + f->n_per[e];
-        int64_t m = f->n_per[e + 1] - f->n_per[e];
-        if (m == 0) continue;
-        for (int64_t i = 0; i < m; i++)
-            memcpy(f->ex_x + i * D, f->xb + (int64_t)(slots[i] / K) * D, sizeof(float) * D);
-        const struct tl_weight *gu_w[] = {&L->exp_gate[e], &L->exp_up[e]};
-        float *gu_y[] = {f->h1, f->h2};
-        tl_matmul_multi(f->pool, 2, gu_w, f->ex_x, m, gu_y, f->work);
-        for (int64_t i = 0; i < m; i++)
-            tl_swiglu(f->h1 + i * F, f->h2 + i * F, f->h1 + i * F, F);
-        tl_matmul(f->pool, &L->exp_down[e], f->h1, m, f->ex_y, f->work);
-        for (int64_t i = 0; i < m; i++)
-            memcpy(f->slot_y + (int64_t)slots[i] * D, f->ex_y + i * D, sizeof(float) * D);
-    }
-    prof_mark(pc, TL_FWD_DOWN);
-    for (int64_t t = 0; t < n; t++) {
-        float *out = f->tmp + t * D;
-        for (int k = 0; k < K; k++) {
-            const float *y = f->slot_y + (t * K + k) * D;
-            float w = f->sel_w[t * K + k];
-            for (int64_t i = 0; i < D; i++)
-                out[i] = k == 0 ? w * y[i] : out[i] + w * y[i];
-        }
-    }
-    prof_mark(pc, TL_FWD_SWIGLU);
-}
-
 // ---- the pass -----------------------------------------------------------------------------------
 
 static tl_status check_batch(const struct tl_forward *f, const struct tl_batch *b)
@@ -469,7 +360,8 @@ tl_status tl_forward_run(struct tl_forward *f, const struct tl_batch *b,
         run_phase(&pa, PHASE_NORM, n);
         prof_mark(&pc, TL_FWD_NORM);
         if (L->n_expert > 0) {
-            moe_ffn(f, L, n, &pc);
+            tl__moe_ffn(f->moe, L, f->xb, n, f->tmp);
+            prof_mark(&pc, TL_FWD_DOWN); // the whole MoE FFN: router, experts, sum
         } else {
             const struct tl_weight *ffn_w[] = {&L->w_gate, &L->w_up};
             float *ffn_y[] = {f->h1, f->h2};

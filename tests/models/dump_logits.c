@@ -10,7 +10,8 @@
  * and run 1 against the reference.
  *
  * usage: dump_logits MODEL OUT.f32 ISA TOKEN...   (ISA: scalar, avx2, avx512 or "default";
- * exit 3 when this CPU lacks it). Exit 1 with one line on stderr on any error.
+ * exit 3 when this CPU lacks it). Exit 1 with one line on stderr on any error. The pool has 2
+ * threads, or $TL_DUMP_THREADS.
  */
 #include "core/alloc.h"
 #include "core/error.h"
@@ -91,7 +92,8 @@ int main(int argc, char **argv)
     struct tl_model *m = NULL;
     if (tl_model_load(argv[1], NULL, &m)) return fail(argv[1]);
     int64_t n_vocab = m->hp.n_vocab;
-    struct tl_pool *pool = tl_pool_create(2);
+    const char *thr = getenv("TL_DUMP_THREADS");
+    struct tl_pool *pool = tl_pool_create(thr ? atoi(thr) : 2);
     struct tl_forward *f = pool ? tl_forward_create(m, MAX_TOK, MAX_TOK, pool) : NULL;
     float *logits = malloc(sizeof(float) * 2 * (size_t)n * (size_t)n_vocab);
     float *step = malloc(sizeof(float) * 2 * (size_t)n_vocab);
