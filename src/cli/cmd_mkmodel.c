@@ -1,18 +1,22 @@
 /*
  * tokenloom mkmodel: writes a GGUF model with random weights, for tests and benchmarks of shapes
  * we have no trained weights for (up to a TinyLlama-sized 1B model), in any family the loader
- * reads (--arch llama, qwen2, qwen3, granite, smollm3).
+ * reads (--arch llama, qwen2, qwen3, qwen3moe, granite, smollm3; llama with --experts is a
+ * Mixtral-style MoE).
  *
  * The file follows llama.cpp's conventions so llama.cpp could load it: tensor names
  * token_embd / output_norm / output / blk.N.{attn_norm, attn_q, attn_k, attn_v, attn_output,
  * ffn_norm, ffn_gate, ffn_up, ffn_down}.weight, plus the family's own (qwen2: attn_{q,k,v}.bias;
- * qwen3: attn_q_norm / attn_k_norm.weight of head_dim values), 2-D weights with
- * ne = [n_in, n_out], norms and biases in F32, the <arch>.* hyperparameter keys (granite: its
- * four multipliers; qwen3 and --head-dim: attention.key_length / value_length; smollm3 has no key
- * of its own: llama.cpp hard-codes its NoPE interval), and every tokenizer.* key copied from a
- * donor GGUF (the vocab size is its token count). Weights and biases are N(0, 0.02^2) (Box-Muller
- * over splitmix64), norms 1.0, except qwen3's q/k norms: 1 + N(0, 0.1^2), so that a reference
- * can tell whether their weights are applied.
+ * qwen3: attn_q_norm / attn_k_norm.weight of head_dim values; experts: ffn_gate_inp.weight
+ * (kept F32) and ffn_{gate,up,down}_exps.weight 3-D, [n_in, n_out, n_expert], instead of the
+ * dense ffn_{gate,up,down}), 2-D weights with ne = [n_in, n_out], norms and biases in F32, the
+ * <arch>.* hyperparameter keys (granite: its four multipliers; qwen3 and --head-dim:
+ * attention.key_length / value_length; experts: expert_count, expert_used_count, qwen3moe's
+ * expert_feed_forward_length; smollm3 has no key of its own: llama.cpp hard-codes its NoPE
+ * interval), and every tokenizer.* key copied from a donor GGUF (the vocab size is its token
+ * count). Weights and biases are N(0, 0.02^2) (Box-Muller over splitmix64), norms 1.0, except
+ * qwen3's q/k norms: 1 + N(0, 0.1^2), so that a reference can tell whether their weights are
+ * applied.
  *
  * Design: each tensor gets its own RNG stream seeded from (--seed, tensor name), so the bytes of
  * a tensor do not depend on the order tensors are written, and a fixed seed gives an identical

@@ -1,6 +1,6 @@
 /*
- * The batched forward pass of the Llama-shaped families (llama, qwen2, qwen3, granite, smollm3:
- * see arch.h) over a flat batch.
+ * The batched forward pass of the Llama-shaped families (llama, qwen2, qwen3, qwen3moe, granite,
+ * smollm3: see arch.h) over a flat batch.
  *
  * Design: activations are (n_tok, width) row-major matrices in scratch allocated once for
  * max_tok tokens. Each layer runs: RMSNorm -> Q/K/V matmuls (+bias) -> per-head Q/K RMSNorm
