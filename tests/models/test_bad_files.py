@@ -122,6 +122,22 @@ def main():
             ok = (p.returncode == 1 and len(lines) == 1 and f"{path}: " in lines[0]
                   and needle in lines[0])
             result(ok, f"{name}: one clear error", f"exit {p.returncode}: {p.stderr.strip()}")
+        # mkmodel's own refusals: exit 2 and one line saying what is wrong.
+        for args, needle in [
+            (["--arch", "gemma3"], "unknown --arch 'gemma3' (llama, qwen2, qwen3, qwen3moe"),
+            (["--arch", "qwen2", "--experts", "4"], "--experts applies to --arch llama and "
+             "qwen3moe"),
+            (["--arch", "qwen3moe", "--experts", "2", "--experts-used", "3"],
+             "--experts-used 3 is more than --experts 2"),
+            (["--arch", "qwen3", "--dim", "64", "--heads", "4", "--head-dim", "15"],
+             "the head size even"),
+        ]:
+            p = subprocess.run([BIN, "mkmodel", "-o", os.path.join(tmp, "x.gguf"),
+                                "--tokenizer-from", tok] + args, capture_output=True, text=True)
+            lines = p.stderr.strip().splitlines()
+            result(p.returncode == 2 and len(lines) == 1 and needle in lines[0],
+                   f"mkmodel {' '.join(args)}: exit 2, one line", f"exit {p.returncode}: "
+                   f"{p.stderr.strip()}")
         # Random edits of the qwen3moe file (seeded): every hyperparameter key set to a random
         # u32 (0, 1, small, huge), keys and tensors dropped, tensors re-shaped. Each run must
         # end with exit 0, or exit 1 and one error line (log lines aside), never a signal.

@@ -103,6 +103,9 @@ def check_case(tokenloom, tmp, name, args):
     result(gap > GAP, f"{name}: the reference's greedy choices are clear (no near-ties)",
            f"smallest top-2 gap {gap:.2e} of the largest logit")
     model = tokenloom.Model(path)
+    want = name.split("-")[0]
+    result(model.info["arch"] == want, f"{name}: the model's info says arch {want}",
+           f"got {model.info['arch']}")
     with tokenloom.Engine(model, kv_type="f32", n_threads=2) as e:
         got = run(e, [greedy()])[0][0]
     result(got == ref, f"{name}: engine greedy (F32 KV) == reference, {N_GEN} tokens",
