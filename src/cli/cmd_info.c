@@ -174,7 +174,8 @@ static void print_summary(const struct tl_gguf *g)
                   " (absent: 10000 is the usual default)");
         arch_line(g, arch, "attention.layer_norm_rms_epsilon", "rms eps", "");
         arch_line(g, arch, "vocab_size", "vocab size", " (absent: the token count applies)");
-        // Family hyperparameters: head size, granite's multipliers, experts, sliding window.
+        // Family hyperparameters: head size, granite's multipliers, experts, sliding window,
+        // soft-capping (gemma2), granite's RoPE switch.
         arch_line_opt(g, arch, "attention.key_length", "key length");
         arch_line_opt(g, arch, "attention.value_length", "value length");
         arch_line_opt(g, arch, "embedding_scale", "embedding scale");
@@ -184,6 +185,9 @@ static void print_summary(const struct tl_gguf *g)
         arch_line_opt(g, arch, "expert_count", "expert count");
         arch_line_opt(g, arch, "expert_used_count", "experts used");
         arch_line_opt(g, arch, "attention.sliding_window", "sliding window");
+        arch_line_opt(g, arch, "attn_logit_softcapping", "attention soft-cap");
+        arch_line_opt(g, arch, "final_logit_softcapping", "final soft-cap");
+        arch_line_opt(g, arch, "rope.scaling.finetuned", "rope finetuned");
     }
 
     // Tensors: count, type histogram, parameters.

@@ -118,6 +118,10 @@ def forward(path, tokens, knobs=(), ties=None):
     use_rope = [True] * n_layer
     if arch == "smollm3" and "rope_every_layer" not in knobs:
         use_rope = [(i + 1) % 4 != 0 for i in range(n_layer)]
+    # llama.cpp's switch for NoPE Granite variants (HF: position_embedding_type "nope")
+    if arch == "granite" and not key("rope.scaling.finetuned", True) and \
+            "rope_every_layer" not in knobs:
+        use_rope = [False] * n_layer
     unperm = (arch in LLAMA_PERMUTED) != ("wrong_permutation" in knobs)
 
     T = len(tokens)

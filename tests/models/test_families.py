@@ -27,6 +27,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import reference  # noqa: E402
+from gguf_reader import GGUF, write_gguf  # noqa: E402
 
 BUILD = os.environ.get("BUILD", "build")
 BIN = os.environ.get("TL_BIN", f"{BUILD}/tokenloom")
@@ -51,6 +52,8 @@ CASES = [
       "no_attention_multiplier", "no_logits_scaling"]),
     ("smollm3", ["--arch", "smollm3"] + SHAPE[:-1] + ["8"], ["wrong_permutation",
                                                          "rope_every_layer"]),
+    # granite with rope.scaling.finetuned = false (set by rewriting the file): no RoPE at all
+    ("granite-nope", ["--arch", "granite", "--weight-std", "0.3"] + SHAPE, ["rope_every_layer"]),
     # Mixtral-style: llama with llama.expert_count (2 of 8 experts, as Mixtral 8x7B)
     ("llama-moe", ["--arch", "llama", "--experts", "8", "--experts-used", "2"] + SHAPE,
      ["wrong_permutation", "no_topk_renorm"]),
@@ -105,6 +108,9 @@ def run_case(tmp, name, args, controls):
     result(p.returncode == 0, f"{name}: mkmodel {' '.join(args)}", p.stderr.strip())
     if p.returncode:
         return
+    if name == "granite-nope":
+        g = GGUF(path)
+        write_gguf(path, g, set_keys={"granite.rope.scaling.finetuned": ("bool", False)})
     tol = TOL_Q8 if "q8_0" in args else TOL
     ties = []
     ref = reference.forward(path, TOKENS, ties=ties)
