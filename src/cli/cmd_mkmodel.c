@@ -107,6 +107,9 @@ static void usage(FILE *f)
            "                                otherwise)\n"
            "  --seed N                      RNG seed (default 42)\n"
            "  --weight-std X                std of the random weights (default 0.02)\n"
+           "  --rope-llama3 F[,CTX]         Llama 3.1's RoPE scaling (factor F, low/high freq\n"
+           "                                factors 1/4, original context CTX, default 8192),\n"
+           "                                written as rope_freqs.weight as llama.cpp does\n"
            "  --ctx N                       llama.context_length\n"
            "  --dim N --layers N --heads N --kv-heads N --ff N   override the preset\n"
            "                                (--heads without --kv-heads sets both)\n"
@@ -139,10 +142,11 @@ struct tensor_job {
     enum tl_dtype type;
     int n_dims;
     int64_t ne[3];
-    enum fill { FILL_NORMAL, FILL_ONES, FILL_NEAR_ONE } fill;
-    uint64_t seed;     // stream seed for this tensor
-    double weight_std; // of FILL_NORMAL
-    float *row;        // borrowed: shared row buffer of at least ne[0] floats
+    enum fill { FILL_NORMAL, FILL_ONES, FILL_NEAR_ONE, FILL_VALUES } fill;
+    const float *values; // FILL_VALUES: ne[0] values (borrowed)
+    uint64_t seed;       // stream seed for this tensor
+    double weight_std;   // of FILL_NORMAL
+    float *row;          // borrowed: shared row buffer of at least ne[0] floats
 };
 
 static int fill_tensor(void *ctx, const char *name, void *dst, size_t n_bytes)
@@ -157,6 +161,8 @@ static int fill_tensor(void *ctx, const char *name, void *dst, size_t n_bytes)
         if (j->fill == FILL_ONES) {
             for (int64_t i = 0; i < j->ne[0]; i++)
                 j->row[i] = 1.0f;
+        } else if (j->fill == FILL_VALUES) {
+            memcpy(j->row, j->values, sizeof(float) * (size_t)j->ne[0]);
         } else if (j->fill == FILL_NEAR_ONE) {
             fill_normal(&state, j->row, j->ne[0], HEAD_NORM_STD);
             for (int64_t i = 0; i < j->ne[0]; i++)
@@ -284,6 +290,8 @@ int tl_cmd_mkmodel(int argc, char **argv)
     const char *arch = "llama";
     uint64_t seed = 42;
     double weight_std = WEIGHT_STD;
+    double rope_factor = 0; // --rope-llama3: Llama 3.1's "llama3" RoPE scaling
+    int rope_orig_ctx = 8192;
     int ctx = 0, dim = 0, layers = 0, heads = 0, kv_heads = 0, ff = 0, head_dim = 0;
     int experts = 0, experts_used = 2, expert_ff = 0;
     for (int i = 1; i < argc; i += 2) { // every option takes one value
@@ -294,12 +302,28 @@ int tl_cmd_mkmodel(int argc, char **argv)
             usage(stdout);
             return 0;
         }
-        static const char *const known[] = {
-            "--out",      "-o",           "--size",    "--type",         "--tokenizer-from",
-            "--name",     "--seed",       "--ctx",     "--dim",          "--layers",
-            "--heads",    "--kv-heads",   "--ff",      "--help",         "--arch",
-            "--head-dim", "--weight-std", "--experts", "--experts-used", "--expert-ff",
-            NULL};
+        static const char *const known[] = {"--out",
+                                            "-o",
+                                            "--size",
+                                            "--type",
+                                            "--tokenizer-from",
+                                            "--name",
+                                            "--seed",
+                                            "--ctx",
+                                            "--dim",
+                                            "--layers",
+                                            "--heads",
+                                            "--kv-heads",
+                                            "--ff",
+                                            "--help",
+                                            "--arch",
+                                            "--head-dim",
+                                            "--weight-std",
+                                            "--experts",
+                                            "--experts-used",
+                                            "--expert-ff",
+                                            "--rope-llama3",
+                                            NULL};
         if (!v) {
             size_t d;
             if (!tl_cli_closest(a, known, &d) || d)
@@ -343,7 +367,15 @@ int tl_cmd_mkmodel(int argc, char **argv)
             ok = parse_int(v, 4096, &experts);
         else if (!strcmp(a, "--experts-used"))
             ok = parse_int(v, 4096, &experts_used);
-        else if (!strcmp(a, "--expert-ff"))
+        else if (!strcmp(a, "--rope-llama3")) {
+            char *end;
+            rope_factor = strtod(v, &end);
+            if (*end == ',')
+                ok = parse_int(end + 1, 1 << 24, &rope_orig_ctx);
+            else
+                ok = !*end;
+            ok = ok && rope_factor >= 1 && rope_factor <= 1024;
+        } else if (!strcmp(a, "--expert-ff"))
             ok = parse_int(v, 1 << 18, &expert_ff);
         else if (!strcmp(a, "--head-dim"))
             ok = parse_int(v, 1 << 12, &head_dim);
@@ -451,7 +483,7 @@ int tl_cmd_mkmodel(int argc, char **argv)
     enum { MAX_BLK = 15 };
     int64_t n_blk = (moe ? 10 : 9) + (fam->attn_bias ? 3 : 0) + (fam->qk_norm ? 2 : 0);
     int64_t n_jobs = 3 + n_blk * (int64_t)layers;
-    struct tensor_job *jobs = tl_calloc_array((size_t)n_jobs, sizeof(*jobs));
+    struct tensor_job *jobs = tl_calloc_array((size_t)n_jobs + 1, sizeof(*jobs)); // + rope_freqs
     int64_t max_row = dim > ff ? dim : ff;
     if (q_dim > max_row) max_row = q_dim;
     if (expert_ff > max_row) max_row = expert_ff;
@@ -599,6 +631,39 @@ int tl_cmd_mkmodel(int argc, char **argv)
         j->row = row;
         n_params += j->ne[0] * j->ne[1] * j->ne[2];
         st = tl_gguf_writer_add_tensor_fill(w, j->name, j->type, j->n_dims, j->ne, fill_tensor, j);
+        if (st) {
+            fprintf(stderr, "tokenloom mkmodel: %s\n", tl_last_error());
+            goto out;
+        }
+    }
+
+    // Llama 3.1's "llama3" RoPE scaling, as llama.cpp's converter writes it: a divisor per
+    // rotated pair, 1 for wavelengths under CTX / high_freq_factor, the factor over
+    // CTX / low_freq_factor, and 1 / ((1 - smooth) / factor + smooth) between.
+    float rope_values[1024];
+    if (rope_factor > 0) {
+        const double low = 1.0, high = 4.0;
+        int half = head_dim / 2;
+        if (half > 1024) {
+            fprintf(stderr, "tokenloom mkmodel: --rope-llama3 needs a head size <= 2048\n");
+            goto out;
+        }
+        for (int i = 0; i < half; i++) {
+            double freq = pow(fam->rope_base, -2.0 * i / head_dim);
+            double wavelen = 2 * M_PI / freq;
+            double smooth = (rope_orig_ctx / wavelen - low) / (high - low);
+            rope_values[i] = wavelen < rope_orig_ctx / high ? 1.0f
+                             : wavelen > rope_orig_ctx / low
+                                 ? (float)rope_factor
+                                 : (float)(1.0 / ((1 - smooth) / rope_factor + smooth));
+        }
+        struct tensor_job *j = &jobs[nj++];
+        snprintf(j->name, sizeof(j->name), "rope_freqs.weight");
+        j->fill = FILL_VALUES, j->values = rope_values, j->n_dims = 1;
+        j->ne[0] = half, j->ne[1] = 1, j->ne[2] = 1;
+        j->type = TL_DTYPE_F32, j->row = row;
+        n_params += half;
+        st = tl_gguf_writer_add_tensor_fill(w, j->name, j->type, 1, j->ne, fill_tensor, j);
         if (st) {
             fprintf(stderr, "tokenloom mkmodel: %s\n", tl_last_error());
             goto out;

@@ -52,6 +52,7 @@ struct tl_forward {
     size_t work_bytes;
     struct tl_attn_query *queries; // (max_tok)
     struct tl_moe *moe;            // mixture-of-experts scratch (moe.c); NULL for dense models
+    double *rope_freq; // (head_dim / 2) base^(-2i/d) / rope_freqs[i]; NULL without rope_freqs
 };
 
 static size_t max_size(size_t a, size_t b)
@@ -93,6 +94,12 @@ struct tl_forward *tl_forward_create(const struct tl_model *m, int64_t max_tok, 
         ff = max_size(ff, (size_t)(m->layers[il].n_expert > 0 ? hp->n_ff_exp : hp->n_ff));
     f->h1 = alloc_matrix(n, ff);
     f->h2 = alloc_matrix(n, ff);
+    if (m->rope_freqs) { // head_dim / 2 <= TL_ROPE_FREQS_MAX_HALF (validated)
+        f->rope_freq = tl_calloc_array((size_t)hp->head_dim / 2, sizeof(double));
+        if (!f->rope_freq) goto out_destroy;
+        for (int i = 0; i < hp->head_dim / 2; i++)
+            f->rope_freq[i] = pow(hp->rope_freq_base, -2.0 * i / hp->head_dim) / m->rope_freqs[i];
+    }
     bool moe_ok = hp->n_expert == 0 || (f->moe = tl__moe_create(m, max_tok, pool)) != NULL;
     f->queries = tl_calloc_array(n, sizeof(*f->queries));
     size_t wb = tl_attention_work_bytes(tl_pool_size(pool), max_ctx, hp->head_dim);
@@ -132,6 +139,7 @@ void tl_forward_destroy(struct tl_forward *f)
     tl_aligned_free(f->work);
     free(f->queries);
     tl__moe_destroy(f->moe);
+    free(f->rope_freq);
     free(f);
 }
 
@@ -168,6 +176,30 @@ static bool has_scale(float s)
     return s != 0.0f && s != 1.0f;
 }
 
+// RoPE with per-pair frequencies freq[i] (already divided by the file's rope_freqs): theta =
+// pos * freq_scale * freq[i], the pairs of `mode`, in the arithmetic of the kernels' tl_rope.
+static void rope_freqs(float *x, int n_heads, int head_dim, int64_t pos, float freq_scale,
+                       const double *freq, enum tl_rope_mode mode)
+{
+    int half = head_dim / 2;
+    float c[TL_ROPE_FREQS_MAX_HALF], s[TL_ROPE_FREQS_MAX_HALF];
+    double p = (double)pos * freq_scale;
+    for (int i = 0; i < half; i++) {
+        c[i] = (float)cos(p * freq[i]);
+        s[i] = (float)sin(p * freq[i]);
+    }
+    for (int h = 0; h < n_heads; h++) {
+        float *v = x + (size_t)h * head_dim;
+        for (int i = 0; i < half; i++) {
+            int i0 = mode == TL_ROPE_NEOX ? i : 2 * i,
+                i1 = mode == TL_ROPE_NEOX ? i + half : i0 + 1;
+            float a = v[i0], b = v[i1];
+            v[i0] = a * c[i] - b * s[i];
+            v[i1] = a * s[i] + b * c[i];
+        }
+    }
+}
+
 // RMSNorm of each of n_heads heads of head_dim values, in place, with one shared weight.
 static void head_norm(float *x, const float *w, int n_heads, int head_dim, float eps)
 {
@@ -199,7 +231,12 @@ static void phase_fn(void *p, int ith, int nth)
             if (a->layer->k_norm)
                 head_norm(k, a->layer->k_norm, hp->n_head_kv, hp->head_dim, hp->rms_eps);
             int32_t pos = a->b->pos[t];
-            if (!a->layer->no_rope) {
+            if (!a->layer->no_rope && f->rope_freq) {
+                rope_freqs(q, hp->n_head, hp->head_dim, pos, hp->rope_freq_scale, f->rope_freq,
+                           hp->rope_mode);
+                rope_freqs(k, hp->n_head_kv, hp->head_dim, pos, hp->rope_freq_scale, f->rope_freq,
+                           hp->rope_mode);
+            } else if (!a->layer->no_rope) {
                 tl_rope(q, hp->n_head, hp->head_dim, pos, hp->rope_freq_base, hp->rope_freq_scale,
                         hp->rope_mode);
                 tl_rope(k, hp->n_head_kv, hp->head_dim, pos, hp->rope_freq_base,

@@ -283,6 +283,15 @@ tl_status tl__model_load_gguf(struct tl_model *m)
     m->hp.n_vocab = (int32_t)m->tok_embd.n_out;
     if ((rc = load_vec(&c, "output_norm.weight", m->hp.n_embd, true, &m->output_norm))) return rc;
     if ((rc = load_mat(&c, "output.weight", false, &m->output))) return rc;
+    // llama.cpp's converter writes Llama 3.1+'s "llama3" RoPE scaling as per-pair frequency
+    // divisors; Phi-3's LongRoPE factors have no place here yet and are refused.
+    if ((rc = load_vec(&c, "rope_freqs.weight", m->hp.head_dim / 2, false, &m->rope_freqs)))
+        return rc;
+    static const char *const longrope[] = {"rope_factors_long.weight", "rope_factors_short.weight"};
+    for (int i = 0; i < 2; i++)
+        if (tl_gguf_find_tensor(m->gguf, longrope[i]))
+            return tl__errorf(TL_ERR_UNSUPPORTED, "%s: tensor %s (LongRoPE) is not supported",
+                              m->path, longrope[i]);
     if (!m->output.data) m->output = m->tok_embd; // tied embeddings
     if (m->hp.n_layer <= 0) return tl__errorf(TL_ERR_FORMAT, "%s: block count is 0", m->path);
     m->layers = tl_calloc_array((size_t)m->hp.n_layer, sizeof(*m->layers));

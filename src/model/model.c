@@ -13,6 +13,7 @@
 #include "core/log.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -227,6 +228,14 @@ tl_status tl__model_validate(const struct tl_model *m)
     if ((rc = check_weight(m, "output.weight", -1, &m->output, hp->n_embd, hp->n_vocab))) return rc;
     if (!m->output_norm)
         return tl__errorf(TL_ERR_FORMAT, "%s: missing tensor output_norm.weight", m->path);
+    if (m->rope_freqs && hp->head_dim / 2 > TL_ROPE_FREQS_MAX_HALF)
+        return tl__errorf(TL_ERR_UNSUPPORTED,
+                          "%s: rope_freqs.weight with head size %d (at most %d)", m->path,
+                          hp->head_dim, 2 * TL_ROPE_FREQS_MAX_HALF);
+    for (int i = 0; m->rope_freqs && i < hp->head_dim / 2; i++)
+        if (!(m->rope_freqs[i] > 0) || !isfinite(m->rope_freqs[i]))
+            return tl__errorf(TL_ERR_FORMAT, "%s: rope_freqs.weight[%d] is %g, expected > 0",
+                              m->path, i, (double)m->rope_freqs[i]);
     for (int il = 0; il < hp->n_layer; il++) {
         const struct tl_layer *L = &m->layers[il];
         if (!L->attn_norm || !L->ffn_norm)

@@ -79,6 +79,9 @@ struct tl_layer {
 int64_t tl_layer_n_weights(const struct tl_layer *L);
 struct tl_weight *tl_layer_weight(struct tl_layer *L, int64_t i);
 
+// The largest head_dim / 2 of a model with rope_freqs (the forward pass keeps one table).
+#define TL_ROPE_FREQS_MAX_HALF 256
+
 struct tl_model {
     char *path; // owned
     char *name; // owned
@@ -90,6 +93,8 @@ struct tl_model {
     char *chat_template;       // owned, NULL if absent
     struct tl_weight tok_embd; // (n_vocab rows, n_embd)
     const float *output_norm;  // (n_embd)
+    const float *rope_freqs;   // (head_dim / 2) RoPE frequency divisors ("rope_freqs.weight",
+                               // Llama 3.1+ "llama3" scaling), NULL when the file has none
     struct tl_weight output;   // (n_vocab rows, n_embd); equals tok_embd when tied
     struct tl_layer *layers;   // owned, (n_layer)
     void **owned;              // owned buffers (converted weights), freed with the model

@@ -92,11 +92,12 @@ _TYPE_BYTES = {_F32: 4, _F16: 2, _BF16: 2}
 
 
 def write_gguf(path, src, drop_keys=(), set_keys=None, drop_tensors=(), reshape=None,
-               rename=None):
+               rename=None, add_zeros=None):
     """Writes a copy of the GGUF `src` (a GGUF object) with edits, for the bad-file tests:
     drop_keys, set_keys {key: ("u32" | "f32" | "bool" | "str", value)}, drop_tensors,
     reshape {name: new ne} (the data is cut or zero-padded to the new size) and rename
-    {old name: new name}. Tensors must be F32, F16 or BF16."""
+    {old name: new name}, add_zeros {name: ne} (new F32 tensors of zeros). Tensors must be F32,
+    F16 or BF16."""
     set_keys = set_keys or {}
     reshape = reshape or {}
     rename = rename or {}
@@ -120,6 +121,8 @@ def write_gguf(path, src, drop_keys=(), set_keys=None, drop_tensors=(), reshape=
             want = int(np.prod(ne)) * _TYPE_BYTES[ttype]
             data = data[:want] + bytes(max(0, want - len(data)))
         tensors.append((rename.get(name, name), ne, ttype, data))
+    for name, ne in (add_zeros or {}).items():
+        tensors.append((name, ne, _F32, bytes(4 * int(np.prod(ne)))))
     out = bytearray(b"GGUF" + struct.pack("<IQQ", 3, len(tensors), len(kvs)))
     for k, (vtype, raw) in kvs:
         kb = k.encode()

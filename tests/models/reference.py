@@ -27,6 +27,9 @@ rather than sharing the engine's reading of the file:
     projection, blk.N.ffn_{gate,up,down}_exps [n_in, n_out, n_expert] (numpy: (E, out, in)),
     the router mlp.gate into ffn_gate_inp; num_experts -> expert_count, num_experts_per_tok ->
     expert_used_count, moe_intermediate_size -> expert_feed_forward_length.
+  - Llama 3.1's rope_scaling {"rope_type": "llama3", ...} becomes rope_freqs.weight, one
+    divisor of each rotary frequency; the reference computes HF's scaled frequencies from the
+    config values instead of reading that tensor.
   - config keys become <arch>.* keys: hidden_size -> embedding_length, num_hidden_layers ->
     block_count, intermediate_size -> feed_forward_length, num_attention_heads ->
     attention.head_count, num_key_value_heads -> attention.head_count_kv, head_dim ->
@@ -53,10 +56,25 @@ def rms_norm(x, w, eps):
     return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps) * w
 
 
-def rotary(x, pos, theta):
+def llama3_inv_freq(inv_freq, factor, low_freq_factor, high_freq_factor, old_context_len):
+    """HF's _compute_llama3_parameters (rope_type "llama3", Llama 3.1+): low frequencies divided
+    by factor, high ones kept, a smooth blend between."""
+    low_freq_wavelen = old_context_len / low_freq_factor
+    high_freq_wavelen = old_context_len / high_freq_factor
+    wavelen = 2 * np.pi / inv_freq
+    scaled = np.where(wavelen > low_freq_wavelen, inv_freq / factor, inv_freq)
+    smooth = (old_context_len / wavelen - low_freq_factor) / (high_freq_factor - low_freq_factor)
+    smoothed = (1 - smooth) * scaled / factor + smooth * scaled
+    medium = (wavelen >= high_freq_wavelen) & (wavelen <= low_freq_wavelen)
+    return np.where(medium, smoothed, scaled)
+
+
+def rotary(x, pos, theta, rope_scaling=None):
     """HF apply_rotary_pos_emb on x (T, H, d) with rotate_half."""
     d = x.shape[-1]
     inv_freq = 1.0 / theta ** (np.arange(0, d, 2, dtype=np.float64) / d)
+    if rope_scaling is not None:
+        inv_freq = llama3_inv_freq(inv_freq, **rope_scaling)
     freqs = np.outer(pos, inv_freq)
     emb = np.concatenate([freqs, freqs], axis=-1)[:, None, :]
     rot = np.concatenate([-x[..., d // 2:], x[..., :d // 2]], axis=-1)
@@ -88,8 +106,10 @@ def moe_mlp(m, g, il, n_used, knobs, ties):
     return out
 
 
-def forward(path, tokens, knobs=(), ties=None):
-    """Logits (T, n_vocab) of every position of `tokens`, one sequence from position 0. For a
+def forward(path, tokens, knobs=(), ties=None, rope_scaling=None):
+    """Logits (T, n_vocab) of every position of `tokens`, one sequence from position 0.
+    rope_scaling: HF's rope_scaling of a "llama3" config (factor, low_freq_factor,
+    high_freq_factor, old_context_len), which the GGUF holds only as rope_freqs.weight. For a
     MoE model, `ties` (a list) collects each routing's gap between the last chosen and the first
     unchosen expert's probability, so a test can tell a near-tie from a bug."""
     ties = [] if ties is None else ties
@@ -143,7 +163,8 @@ def forward(path, tokens, knobs=(), ties=None):
             q = rms_norm(q, 1.0 if ones else t("attn_q_norm.weight"), eps)
             k = rms_norm(k, 1.0 if ones else t("attn_k_norm.weight"), eps)
         if use_rope[il]:
-            q, k = rotary(q, pos, theta), rotary(k, pos, theta)
+            rs = None if "no_rope_scaling" in knobs else rope_scaling
+            q, k = rotary(q, pos, theta, rs), rotary(k, pos, theta, rs)
         rep = n_head // n_kv  # repeat_kv: query head i uses kv head i // rep
         k, v = np.repeat(k, rep, axis=1), np.repeat(v, rep, axis=1)
         s = np.einsum("thd,shd->hts", q, k) * scaling + causal

@@ -62,6 +62,14 @@ CASES = [
     ("a router in a dense model", "smollm3",
      dict(rename={"blk.1.attn_q.weight": "blk.1.ffn_gate_inp.weight"}),
      "tensor blk.1.ffn_gate_inp.weight is not supported for architecture smollm3"),
+    ("rope_freqs of the wrong size", "llama-rope3", dict(reshape={"rope_freqs.weight": [4]}),
+     "tensor rope_freqs.weight has 4 elements, expected 8"),
+    ("a rope_freqs divisor of 0", "llama-rope3",
+     dict(rename={"rope_freqs.weight": "x"}, add_zeros={"rope_freqs.weight": [8]}),
+     "rope_freqs.weight[0] is 0, expected > 0"),
+    ("LongRoPE factors", "llama-rope3",
+     dict(rename={"rope_freqs.weight": "rope_factors_long.weight"}),
+     "tensor rope_factors_long.weight (LongRoPE) is not supported"),
     ("an unsupported architecture", "qwen3",
      dict(set_keys={"general.architecture": ("str", "gemma3")}),
      f"architecture 'gemma3' is not supported {SUPPORTED}"),
@@ -96,10 +104,11 @@ def main():
     tok = os.path.join(SHARED, "models", "stories260K.gguf")
     with tempfile.TemporaryDirectory() as tmp:
         base = {}
-        for arch in ("qwen3", "granite", "smollm3", "qwen3moe"):
+        for arch in ("qwen3", "granite", "smollm3", "qwen3moe", "llama-rope3"):
             path = os.path.join(tmp, f"{arch}.gguf")
-            p = subprocess.run([BIN, "mkmodel", "-o", path, "--arch", arch, "--tokenizer-from",
-                                tok] + SHAPE + (MOE if arch == "qwen3moe" else []),
+            extra = {"qwen3moe": MOE, "llama-rope3": ["--rope-llama3", "8"]}.get(arch, [])
+            p = subprocess.run([BIN, "mkmodel", "-o", path, "--arch", arch.split("-")[0],
+                                "--tokenizer-from", tok] + SHAPE + extra,
                                capture_output=True, text=True)
             result(p.returncode == 0, f"mkmodel --arch {arch}", p.stderr.strip())
             base[arch] = GGUF(path)

@@ -54,6 +54,9 @@ CASES = [
                                                          "rope_every_layer"]),
     # granite with rope.scaling.finetuned = false (set by rewriting the file): no RoPE at all
     ("granite-nope", ["--arch", "granite", "--weight-std", "0.3"] + SHAPE, ["rope_every_layer"]),
+    # Llama 3.1's "llama3" RoPE scaling (rope_freqs.weight), factor 8 over an original context
+    # of 16 so that most of the 16-wide heads' frequencies are scaled at these positions
+    ("llama-rope3", ["--arch", "llama", "--rope-llama3", "8,16"] + SHAPE, ["no_rope_scaling"]),
     # Mixtral-style: llama with llama.expert_count (2 of 8 experts, as Mixtral 8x7B)
     ("llama-moe", ["--arch", "llama", "--experts", "8", "--experts-used", "2"] + SHAPE,
      ["wrong_permutation", "no_topk_renorm"]),
@@ -66,6 +69,9 @@ CASES = [
                        "--experts-used", "4", "--expert-ff", "32"] + SHAPE, ["no_topk_renorm"]),
 ]
 TOL_Q8 = 5e-2
+# What the reference is told that the GGUF does not say (HF config values).
+REF_ARGS = {"llama-rope3": dict(rope_scaling=dict(factor=8.0, low_freq_factor=1.0,
+                                                  high_freq_factor=4.0, old_context_len=16))}
 
 n = 0
 failures = 0
@@ -113,7 +119,8 @@ def run_case(tmp, name, args, controls):
         write_gguf(path, g, set_keys={"granite.rope.scaling.finetuned": ("bool", False)})
     tol = TOL_Q8 if "q8_0" in args else TOL
     ties = []
-    ref = reference.forward(path, TOKENS, ties=ties)
+    ref_args = REF_ARGS.get(name, {})
+    ref = reference.forward(path, TOKENS, ties=ties, **ref_args)
     if ties and tol == TOL:
         gap = min(ties)
         result(gap > 1e-4, f"{name}: no near-tie in the routing (an f32/f64 difference could "
@@ -145,7 +152,7 @@ def run_case(tmp, name, args, controls):
     result(err is None and np.array_equal(chunk8, chunk_any) and np.array_equal(single8, chunk_any),
            f"{name}: 8 threads == 2 threads, bit for bit", err or "")
     for knob in controls:
-        miss = rel_err(chunk_any, reference.forward(path, TOKENS, knobs=(knob,)))
+        miss = rel_err(chunk_any, reference.forward(path, TOKENS, knobs=(knob,), **ref_args))
         result(miss >= CONTROL_MIN, f"{name}: control '{knob}' misses the engine",
                f"by {miss:.2e}")
 
