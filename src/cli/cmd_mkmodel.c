@@ -1,16 +1,17 @@
 /*
  * tokenloom mkmodel: writes a GGUF model with random weights, for tests and benchmarks of shapes
  * we have no trained weights for (up to a TinyLlama-sized 1B model), in any family the loader
- * reads (--arch llama, qwen2, qwen3, qwen3moe, granite, smollm3; llama with --experts is a
- * Mixtral-style MoE).
+ * reads (--arch llama, qwen2, qwen3, qwen3moe, granite, smollm3, phi3; llama with --experts is
+ * a Mixtral-style MoE).
  *
  * The file follows llama.cpp's conventions so llama.cpp could load it: tensor names
  * token_embd / output_norm / output / blk.N.{attn_norm, attn_q, attn_k, attn_v, attn_output,
  * ffn_norm, ffn_gate, ffn_up, ffn_down}.weight, plus the family's own (qwen2: attn_{q,k,v}.bias;
  * qwen3: attn_q_norm / attn_k_norm.weight of head_dim values; experts: ffn_gate_inp.weight
  * (kept F32) and ffn_{gate,up,down}_exps.weight 3-D, [n_in, n_out, n_expert], instead of the
- * dense ffn_{gate,up,down}), 2-D weights with ne = [n_in, n_out], norms and biases in F32, the
- * <arch>.* hyperparameter keys (granite: its four multipliers; qwen3 and --head-dim:
+ * dense ffn_{gate,up,down}; phi3: attn_qkv instead of attn_q/k/v and one ffn_up of 2 * ff rows,
+ * gate then up, instead of ffn_gate/ffn_up), 2-D weights with ne = [n_in, n_out], norms and biases
+ * in F32, the <arch>.* hyperparameter keys (granite: its four multipliers; qwen3 and --head-dim:
  * attention.key_length / value_length; experts: expert_count, expert_used_count, qwen3moe's
  * expert_feed_forward_length; smollm3 has no key of its own: llama.cpp hard-codes its NoPE
  * interval), and every tokenizer.* key copied from a donor GGUF (the vocab size is its token
@@ -78,14 +79,16 @@ struct family {
     const char *name;
     float rms_eps, rope_base;
     bool attn_bias, qk_norm, multipliers, key_length, moe;
+    bool fused; // phi3: attn_qkv and a gate+up ffn_up of 2 * ff rows
 };
 static const struct family families[] = {
-    {"llama", 1e-5f, 10000.0f, false, false, false, false, false},
-    {"qwen2", 1e-6f, 1000000.0f, true, false, false, false, false},
-    {"qwen3", 1e-6f, 1000000.0f, false, true, false, true, false},
-    {"qwen3moe", 1e-6f, 1000000.0f, false, true, false, true, true},
-    {"granite", 1e-5f, 10000.0f, false, false, true, false, false},
-    {"smollm3", 1e-6f, 5000000.0f, false, false, false, false, false},
+    {"llama", 1e-5f, 10000.0f, false, false, false, false, false, false},
+    {"qwen2", 1e-6f, 1000000.0f, true, false, false, false, false, false},
+    {"qwen3", 1e-6f, 1000000.0f, false, true, false, true, false, false},
+    {"qwen3moe", 1e-6f, 1000000.0f, false, true, false, true, true, false},
+    {"granite", 1e-5f, 10000.0f, false, false, true, false, false, false},
+    {"smollm3", 1e-6f, 5000000.0f, false, false, false, false, false, false},
+    {"phi3", 1e-5f, 10000.0f, false, false, false, false, false, true},
 };
 #define GRANITE_EMBEDDING_SCALE 12.0f
 #define GRANITE_RESIDUAL_SCALE 0.22f
@@ -97,7 +100,7 @@ static void usage(FILE *f)
     fprintf(
         f, "usage: tokenloom mkmodel -o OUT.gguf [options]\n"
            "  --arch ARCH                   llama (default), qwen2, qwen3, qwen3moe, granite,\n"
-           "                                smollm3\n"
+           "                                smollm3, phi3\n"
            "  --size 260K|15M|42M|110M|1B   shape preset (default 260K)\n"
            "  --type TYPE                   weight type (default f32; norms stay f32): f32, f16,\n"
            "                                bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q2_k, q3_k, q4_k,\n"
@@ -405,7 +408,7 @@ int tl_cmd_mkmodel(int argc, char **argv)
     if (!fam) {
         fprintf(stderr,
                 "tokenloom mkmodel: unknown --arch '%s' (llama, qwen2, qwen3, qwen3moe, granite, "
-                "smollm3)\n",
+                "smollm3, phi3)\n",
                 arch);
         return 2;
     }
@@ -481,12 +484,16 @@ int tl_cmd_mkmodel(int argc, char **argv)
     int rc = 1;
     struct tl_gguf_writer *w = tl_gguf_writer_create();
     enum { MAX_BLK = 15 };
-    int64_t n_blk = (moe ? 10 : 9) + (fam->attn_bias ? 3 : 0) + (fam->qk_norm ? 2 : 0);
+    int64_t n_blk = (fam->fused ? 6
+                     : moe      ? 10
+                                : 9) +
+                    (fam->attn_bias ? 3 : 0) + (fam->qk_norm ? 2 : 0);
     int64_t n_jobs = 3 + n_blk * (int64_t)layers;
     struct tensor_job *jobs = tl_calloc_array((size_t)n_jobs + 1, sizeof(*jobs)); // + rope_freqs
     int64_t max_row = dim > ff ? dim : ff;
     if (q_dim > max_row) max_row = q_dim;
     if (expert_ff > max_row) max_row = expert_ff;
+    if (q_dim + 2 * kv_dim > max_row) max_row = q_dim + 2 * kv_dim;
     float *row = tl_malloc_array((size_t)max_row + 1, sizeof(float));
     if (!w || !jobs || !row) {
         fprintf(stderr, "tokenloom mkmodel: out of memory\n");
@@ -566,7 +573,17 @@ int tl_cmd_mkmodel(int argc, char **argv)
         {"ffn_norm", "weight", dim, 0, FILL_ONES, 0, false},
     };
     int nb = 6;
-    if (moe) {
+    if (fam->fused) { // attn_norm, attn_qkv, attn_output, ffn_norm
+        blk[1] = (struct blk_tensor){"attn_qkv",  "weight", dim,  q_dim + 2 * kv_dim,
+                                     FILL_NORMAL, 0,        false};
+        blk[2] = blk[4], blk[3] = blk[5];
+        nb = 4;
+    }
+    if (fam->fused) {
+        blk[nb++] =
+            (struct blk_tensor){"ffn_up", "weight", dim, 2 * (int64_t)ff, FILL_NORMAL, 0, false};
+        blk[nb++] = (struct blk_tensor){"ffn_down", "weight", ff, dim, FILL_NORMAL, 0, false};
+    } else if (moe) {
         blk[nb++] =
             (struct blk_tensor){"ffn_gate_inp", "weight", dim, experts, FILL_NORMAL, 0, true};
         blk[nb++] = (struct blk_tensor){"ffn_gate_exps", "weight", dim,  expert_ff,

@@ -76,6 +76,27 @@ static tl_status load_mat(struct ctx *c, const char *name, bool required, struct
     return TL_OK;
 }
 
+// A matrix whose rows are several matrices stacked (phi3's attn_qkv, its gate+up ffn_up) as
+// n views of rows[i] rows each, in order; the row counts must add up to the matrix's.
+static tl_status split_rows(struct ctx *c, const char *name, const struct tl_weight *w,
+                            const int64_t *rows, struct tl_weight *const *out, int n)
+{
+    int64_t total = 0;
+    for (int i = 0; i < n; i++)
+        total += rows[i];
+    if (w->n_out != total)
+        return tl__errorf(TL_ERR_FORMAT, "%s: tensor %s has %lld rows, expected %lld", c->m->path,
+                          name, (long long)w->n_out, (long long)total);
+    int64_t r0 = 0;
+    for (int i = 0; i < n; i++) {
+        *out[i] = *w;
+        out[i]->data = (const char *)w->data + (size_t)r0 * w->row_bytes;
+        out[i]->n_out = rows[i];
+        r0 += rows[i];
+    }
+    return TL_OK;
+}
+
 // Tensors that exist in some files of these families but that the forward pass has no place
 // for: refused by name rather than silently ignored.
 static const char *const unsupported_layer_tensors[] = {
@@ -149,13 +170,28 @@ static tl_status load_layer(struct ctx *c, int il, struct tl_layer *L)
                               name, c->desc->name);
     if ((rc = load_vec(c, NAME("attn_norm.weight"), hp->n_embd, true, &L->attn_norm)) ||
         (rc = load_vec(c, NAME("ffn_norm.weight"), hp->n_embd, true, &L->ffn_norm)) ||
-        (rc = load_mat(c, NAME("attn_q.weight"), true, &L->wq)) ||
-        (rc = load_mat(c, NAME("attn_k.weight"), true, &L->wk)) ||
-        (rc = load_mat(c, NAME("attn_v.weight"), true, &L->wv)) ||
         (rc = load_mat(c, NAME("attn_output.weight"), true, &L->wo)))
         return rc;
+    if (c->desc->fused && tl_gguf_find_tensor(c->m->gguf, NAME("attn_qkv.weight"))) {
+        struct tl_weight qkv;
+        if ((rc = load_mat(c, name, true, &qkv)) ||
+            (rc = split_rows(c, name, &qkv, (int64_t[]){q_dim, kv_dim, kv_dim},
+                             (struct tl_weight *[]){&L->wq, &L->wk, &L->wv}, 3)))
+            return rc;
+    } else if ((rc = load_mat(c, NAME("attn_q.weight"), true, &L->wq)) ||
+               (rc = load_mat(c, NAME("attn_k.weight"), true, &L->wk)) ||
+               (rc = load_mat(c, NAME("attn_v.weight"), true, &L->wv))) {
+        return rc;
+    }
     if (moe) {
         if ((rc = load_moe(c, il, L))) return rc;
+    } else if (c->desc->fused) {
+        struct tl_weight gate_up;
+        if ((rc = load_mat(c, NAME("ffn_up.weight"), true, &gate_up)) ||
+            (rc = split_rows(c, name, &gate_up, (int64_t[]){hp->n_ff, hp->n_ff},
+                             (struct tl_weight *[]){&L->w_gate, &L->w_up}, 2)) ||
+            (rc = load_mat(c, NAME("ffn_down.weight"), true, &L->w_down)))
+            return rc;
     } else if ((rc = load_mat(c, NAME("ffn_gate.weight"), true, &L->w_gate)) ||
                (rc = load_mat(c, NAME("ffn_up.weight"), true, &L->w_up)) ||
                (rc = load_mat(c, NAME("ffn_down.weight"), true, &L->w_down))) {

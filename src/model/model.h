@@ -22,6 +22,7 @@ enum tl_arch {
     TL_ARCH_GRANITE = 3,
     TL_ARCH_SMOLLM3 = 4,
     TL_ARCH_QWEN3MOE = 5,
+    TL_ARCH_PHI3 = 6,
 };
 
 struct tl_hparams {

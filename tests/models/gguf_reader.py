@@ -82,7 +82,8 @@ class GGUF:
             d = blocks[:, :2].copy().view(np.float16).astype(np.float64)
             a = (d * blocks[:, 2:].copy().view(np.int8).astype(np.float64)).reshape(-1)
         elif ttype == _BF16:
-            a = (np.frombuffer(self.buf, np.uint16, n, off).astype(np.uint32) << 16).view(np.float32)
+            bits = np.frombuffer(self.buf, np.uint16, n, off).astype(np.uint32) << 16
+            a = bits.view(np.float32)
         else:
             raise ValueError(f"{name}: tensor type {ttype} not handled by the reference")
         return a.astype(np.float64).reshape(shape)

@@ -10,6 +10,9 @@ model definitions (the spec), in float64, reading the GGUF file itself (gguf_rea
                              sublayers); logits / logits_scaling
   smollm3  modeling_smollm3: llama, rotary only where no_rope_layers[i] is 1; the config's default
                              is int((i + 1) % no_rope_layer_interval != 0), interval 4
+  phi3     modeling_phi3:    llama with qkv_proj (q, k, v rows in one matrix) and gate_up_proj
+                             (gate, up = chunk(2)); no sliding window (llama.cpp ignores
+                             Phi-3's; these sequences are shorter than any window anyway)
   llama with experts, modeling_mixtral: MixtralSparseMoeBlock routes as qwen3moe does (softmax,
                              topk, divided by their sum), experts intermediate_size wide
   qwen3moe modeling_qwen3_moe: qwen3 attention; Qwen3MoeSparseMoeBlock: router_logits =
@@ -23,8 +26,11 @@ rather than sharing the engine's reading of the file:
     adjacent-pair RoPE: permute(w, n_head) = w.reshape(n_head, 2, hd / 2, n_in).swapaxes(1, 2).
     The reference inverts it to get HF's rows and applies HF's rotate_half rotary. Qwen2Model and
     Qwen3Model do not permute (their rope is NEOX, rotate_half itself).
-  - Qwen3MoE's (and Mixtral's w1/w3/w2) experts (mlp.experts.E.{gate,up,down}_proj) are stacked into one tensor per
-    projection, blk.N.ffn_{gate,up,down}_exps [n_in, n_out, n_expert] (numpy: (E, out, in)),
+  - Phi-3's qkv_proj and gate_up_proj are written as they are, blk.N.attn_qkv and blk.N.ffn_up
+    (2 * intermediate_size rows), not permuted (NEOX rope).
+  - Qwen3MoE's (and Mixtral's w1/w3/w2) experts (mlp.experts.E.{gate,up,down}_proj) are stacked
+    into one tensor per projection, blk.N.ffn_{gate,up,down}_exps [n_in, n_out, n_expert]
+    (numpy: (E, out, in)),
     the router mlp.gate into ffn_gate_inp; num_experts -> expert_count, num_experts_per_tok ->
     expert_used_count, moe_intermediate_size -> expert_feed_forward_length.
   - Llama 3.1's rope_scaling {"rope_type": "llama3", ...} becomes rope_freqs.weight, one
@@ -150,11 +156,15 @@ def forward(path, tokens, knobs=(), ties=None, rope_scaling=None):
     causal = np.triu(np.full((T, T), -np.inf), k=1)
     for il in range(n_layer):
         t = lambda n: g.tensor(f"blk.{il}.{n}")  # noqa: E731
-        wq, wk = t("attn_q.weight"), t("attn_k.weight")
+        if g.has(f"blk.{il}.attn_qkv.weight"):  # phi3: HF's qkv_proj, sliced q | k | v
+            qkv = t("attn_qkv.weight")
+            wq, wk, wv = np.split(qkv, [n_head * hd, (n_head + n_kv) * hd])
+        else:
+            wq, wk, wv = t("attn_q.weight"), t("attn_k.weight"), t("attn_v.weight")
         if unperm:
             wq, wk = unpermute(wq, n_head), unpermute(wk, n_kv)
         a = rms_norm(h, t("attn_norm.weight"), eps)
-        q, k, v = a @ wq.T, a @ wk.T, a @ t("attn_v.weight").T
+        q, k, v = a @ wq.T, a @ wk.T, a @ wv.T
         if g.has(f"blk.{il}.attn_q.bias") and "no_bias" not in knobs:
             q, k, v = q + t("attn_q.bias"), k + t("attn_k.bias"), v + t("attn_v.bias")
         q, k, v = q.reshape(T, n_head, hd), k.reshape(T, n_kv, hd), v.reshape(T, n_kv, hd)
@@ -175,6 +185,11 @@ def forward(path, tokens, knobs=(), ties=None, rope_scaling=None):
         m = rms_norm(h, t("ffn_norm.weight"), eps)
         if key("expert_count", 0) > 0:  # qwen3moe, or llama with experts (Mixtral)
             f = moe_mlp(m, g, il, key("expert_used_count"), knobs, ties)
+        elif arch == "phi3":  # Phi3MLP: gate, up = gate_up_proj(x).chunk(2); up * silu(gate)
+            gate, up = np.split(m @ t("ffn_up.weight").T, 2, axis=-1)
+            if "swapped_gate_up" in knobs:
+                gate, up = up, gate
+            f = (up * silu(gate)) @ t("ffn_down.weight").T
         else:
             f = (silu(m @ t("ffn_gate.weight").T) * (m @ t("ffn_up.weight").T)) @ \
                 t("ffn_down.weight").T

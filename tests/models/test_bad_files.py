@@ -3,8 +3,8 @@
 (written back by gguf_reader.write_gguf, which copies everything else byte for byte) must make
 `tokenloom generate` exit 1 with exactly one stderr line that names the file and the key or
 tensor at fault, never a crash; 80 seeded random edits (keys set to odd values, keys and tensors
-dropped, tensors re-shaped) must never crash either. And `tokenloom info` shows each family's own hyperparameters
-(head size, granite's multipliers) as the file holds them. Prints TAP."""
+dropped, tensors re-shaped) must never crash either. And `tokenloom info` shows each family's
+own hyperparameters (head size, granite's multipliers) as the file holds them. Prints TAP."""
 import os
 import random
 import subprocess
@@ -18,7 +18,7 @@ BUILD = os.environ.get("BUILD", "build")
 BIN = os.environ.get("TL_BIN", f"{BUILD}/tokenloom")
 SHARED = os.environ.get("TL_SHARED", "../shared")
 SHAPE = ["--dim", "64", "--heads", "4", "--kv-heads", "2", "--ff", "96", "--layers", "2"]
-SUPPORTED = "(supported: llama, qwen2, qwen3, qwen3moe, granite, smollm3)"
+SUPPORTED = "(supported: llama, qwen2, qwen3, qwen3moe, granite, smollm3, phi3)"
 MOE = ["--experts", "8", "--experts-used", "2", "--expert-ff", "32"]
 
 # name, base arch, write_gguf edits, text the one error line must hold
@@ -70,6 +70,11 @@ CASES = [
     ("LongRoPE factors", "llama-rope3",
      dict(rename={"rope_freqs.weight": "rope_factors_long.weight"}),
      "tensor rope_factors_long.weight (LongRoPE) is not supported"),
+    ("phi3 attn_qkv of the wrong height", "phi3",
+     dict(reshape={"blk.1.attn_qkv.weight": [64, 96]}),
+     "tensor blk.1.attn_qkv.weight has 96 rows, expected 128"),
+    ("phi3 ffn_up of n_ff rows only", "phi3", dict(reshape={"blk.0.ffn_up.weight": [64, 96]}),
+     "tensor blk.0.ffn_up.weight has 96 rows, expected 192"),
     ("an unsupported architecture", "qwen3",
      dict(set_keys={"general.architecture": ("str", "gemma3")}),
      f"architecture 'gemma3' is not supported {SUPPORTED}"),
@@ -104,7 +109,7 @@ def main():
     tok = os.path.join(SHARED, "models", "stories260K.gguf")
     with tempfile.TemporaryDirectory() as tmp:
         base = {}
-        for arch in ("qwen3", "granite", "smollm3", "qwen3moe", "llama-rope3"):
+        for arch in ("qwen3", "granite", "smollm3", "qwen3moe", "llama-rope3", "phi3"):
             path = os.path.join(tmp, f"{arch}.gguf")
             extra = {"qwen3moe": MOE, "llama-rope3": ["--rope-llama3", "8"]}.get(arch, [])
             p = subprocess.run([BIN, "mkmodel", "-o", path, "--arch", arch.split("-")[0],

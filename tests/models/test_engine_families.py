@@ -5,8 +5,8 @@ requests, with any prefill chunk size, after a prefix-cache hit and after preemp
 recompute. Prints TAP.
 
 Models: `tokenloom mkmodel --arch` qwen3 (head_dim 32), granite, smollm3 (8 layers, so two NoPE
-layers), a Mixtral-style llama (2 of 8 experts) and qwen3moe (4 of 16 experts), F32 weights with std 0.1 (granite 0.3, see
-test_families.py). The engine runs with an F32 KV cache for the comparison with the reference;
+layers), phi3, a Mixtral-style llama (2 of 8 experts) and qwen3moe (4 of 16 experts), F32
+weights with std 0.1 (granite 0.3, see test_families.py). The engine runs with an F32 KV cache for the comparison with the reference;
 the invariance checks compare the engine with itself under the default F16 KV cache. Greedy
 tokens are compared only where the reference's top two logits are apart by more than GAP of the
 largest (an f32 engine and an f64 reference may order a near-tie differently); the test reports
@@ -33,6 +33,7 @@ CASES = [
     ("qwen3", ["--arch", "qwen3", "--head-dim", "32", "--weight-std", "0.1"] + SHAPE),
     ("granite", ["--arch", "granite", "--weight-std", "0.3"] + SHAPE),
     ("smollm3", ["--arch", "smollm3", "--weight-std", "0.1"] + SHAPE[:-3] + ["8", "--ctx", "256"]),
+    ("phi3", ["--arch", "phi3", "--weight-std", "0.1"] + SHAPE),
     ("llama-moe", ["--arch", "llama", "--weight-std", "0.1", "--experts", "8", "--experts-used",
                    "2"] + SHAPE),
     ("qwen3moe", ["--arch", "qwen3moe", "--weight-std", "0.1", "--experts", "16",

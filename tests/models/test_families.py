@@ -54,6 +54,8 @@ CASES = [
                                                          "rope_every_layer"]),
     # granite with rope.scaling.finetuned = false (set by rewriting the file): no RoPE at all
     ("granite-nope", ["--arch", "granite", "--weight-std", "0.3"] + SHAPE, ["rope_every_layer"]),
+    # Phi-3: fused qkv and gate+up, NEOX; the control takes the halves of gate_up the wrong way
+    ("phi3", ["--arch", "phi3"] + SHAPE, ["wrong_permutation", "swapped_gate_up"]),
     # Llama 3.1's "llama3" RoPE scaling (rope_freqs.weight), factor 8 over an original context
     # of 16 so that most of the 16-wide heads' frequencies are scaled at these positions
     ("llama-rope3", ["--arch", "llama", "--rope-llama3", "8,16"] + SHAPE, ["no_rope_scaling"]),
