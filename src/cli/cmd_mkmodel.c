@@ -19,6 +19,8 @@
  * qwen3's q/k norms: 1 + N(0, 0.1^2), so that a reference can tell whether their weights are
  * applied.
  *
+ * The families' defaults and layer tensors are in mkmodel_arch.c.
+ *
  * Design: each tensor gets its own RNG stream seeded from (--seed, tensor name), so the bytes of
  * a tensor do not depend on the order tensors are written, and a fixed seed gives an identical
  * file. Tensor data is produced row by row inside the GGUF writer's fill callback and quantized
@@ -35,6 +37,7 @@
  */
 #include "cli/args.h"
 #include "cli/cli.h"
+#include "cli/mkmodel_arch.h"
 
 #include "core/alloc.h"
 #include "core/clock.h"
@@ -71,25 +74,8 @@ static const struct preset presets[] = {
 #define WEIGHT_STD 0.02f
 #define HEAD_NORM_STD 0.1f
 
-// The families and what their files carry beyond the llama block. eps and rope base are the
-// released models' (Llama 2, Qwen2.5, Qwen3, Granite 3.x 2B, SmolLM3); granite's multipliers
-// are granite-3.1-2b's config (embedding_multiplier 12, residual_multiplier 0.22,
-// attention_multiplier 0.015625, logits_scaling 8).
-struct family {
-    const char *name;
-    float rms_eps, rope_base;
-    bool attn_bias, qk_norm, multipliers, key_length, moe;
-    bool fused; // phi3: attn_qkv and a gate+up ffn_up of 2 * ff rows
-};
-static const struct family families[] = {
-    {"llama", 1e-5f, 10000.0f, false, false, false, false, false, false},
-    {"qwen2", 1e-6f, 1000000.0f, true, false, false, false, false, false},
-    {"qwen3", 1e-6f, 1000000.0f, false, true, false, true, false, false},
-    {"qwen3moe", 1e-6f, 1000000.0f, false, true, false, true, true, false},
-    {"granite", 1e-5f, 10000.0f, false, false, true, false, false, false},
-    {"smollm3", 1e-6f, 5000000.0f, false, false, false, false, false, false},
-    {"phi3", 1e-5f, 10000.0f, false, false, false, false, false, true},
-};
+// granite's multipliers: granite-3.1-2b's config (embedding_multiplier 12, residual_multiplier
+// 0.22, attention_multiplier 0.015625, logits_scaling 8).
 #define GRANITE_EMBEDDING_SCALE 12.0f
 #define GRANITE_RESIDUAL_SCALE 0.22f
 #define GRANITE_ATTENTION_SCALE 0.015625f
@@ -145,10 +131,10 @@ struct tensor_job {
     enum tl_dtype type;
     int n_dims;
     int64_t ne[3];
-    enum fill { FILL_NORMAL, FILL_ONES, FILL_NEAR_ONE, FILL_VALUES } fill;
-    const float *values; // FILL_VALUES: ne[0] values (borrowed)
+    enum tl_mk_fill fill;
+    const float *values; // TL_MK_FILL_VALUES: ne[0] values (borrowed)
     uint64_t seed;       // stream seed for this tensor
-    double weight_std;   // of FILL_NORMAL
+    double weight_std;   // of TL_MK_FILL_NORMAL
     float *row;          // borrowed: shared row buffer of at least ne[0] floats
 };
 
@@ -161,12 +147,12 @@ static int fill_tensor(void *ctx, const char *name, void *dst, size_t n_bytes)
     if (row_bytes * (size_t)n_rows != n_bytes) return -1;
     uint64_t state = j->seed;
     for (int64_t r = 0; r < n_rows; r++) {
-        if (j->fill == FILL_ONES) {
+        if (j->fill == TL_MK_FILL_ONES) {
             for (int64_t i = 0; i < j->ne[0]; i++)
                 j->row[i] = 1.0f;
-        } else if (j->fill == FILL_VALUES) {
+        } else if (j->fill == TL_MK_FILL_VALUES) {
             memcpy(j->row, j->values, sizeof(float) * (size_t)j->ne[0]);
-        } else if (j->fill == FILL_NEAR_ONE) {
+        } else if (j->fill == TL_MK_FILL_NEAR_ONE) {
             fill_normal(&state, j->row, j->ne[0], HEAD_NORM_STD);
             for (int64_t i = 0; i < j->ne[0]; i++)
                 j->row[i] += 1.0f;
@@ -402,9 +388,7 @@ int tl_cmd_mkmodel(int argc, char **argv)
                 size);
         return 2;
     }
-    const struct family *fam = NULL;
-    for (size_t i = 0; i < sizeof(families) / sizeof(families[0]); i++)
-        if (!strcmp(arch, families[i].name)) fam = &families[i];
+    const struct tl_mk_family *fam = tl__mk_family(arch);
     if (!fam) {
         fprintf(stderr,
                 "tokenloom mkmodel: unknown --arch '%s' (llama, qwen2, qwen3, qwen3moe, granite, "
@@ -483,12 +467,9 @@ int tl_cmd_mkmodel(int argc, char **argv)
 
     int rc = 1;
     struct tl_gguf_writer *w = tl_gguf_writer_create();
-    enum { MAX_BLK = 15 };
-    int64_t n_blk = (fam->fused ? 6
-                     : moe      ? 10
-                                : 9) +
-                    (fam->attn_bias ? 3 : 0) + (fam->qk_norm ? 2 : 0);
-    int64_t n_jobs = 3 + n_blk * (int64_t)layers;
+    struct tl_mk_shape shape0 = {.experts = moe ? experts : 0};
+    struct tl_mk_tensor count_only[TL_MK_MAX_LAYER_TENSORS];
+    int64_t n_jobs = 3 + tl__mk_layer_tensors(fam, &shape0, count_only) * (int64_t)layers;
     struct tensor_job *jobs = tl_calloc_array((size_t)n_jobs + 1, sizeof(*jobs)); // + rope_freqs
     int64_t max_row = dim > ff ? dim : ff;
     if (q_dim > max_row) max_row = q_dim;
@@ -558,61 +539,20 @@ int tl_cmd_mkmodel(int argc, char **argv)
 
     // Tensors, in llama.cpp's usual order.
     int64_t nj = 0, n_params = 0, n_fallback = 0;
-    struct blk_tensor {
-        const char *suffix, *kind; // kind: "weight" or "bias"
-        int64_t n_in, n_out;       // n_out 0 for 1-D norms and biases
-        enum fill fill;
-        int64_t n_exp; // > 0: n_exp matrices stacked in a 3-D tensor
-        bool f32;      // kept F32 whatever --type (llama.cpp never quantizes the router)
-    } blk[MAX_BLK] = {
-        {"attn_norm", "weight", dim, 0, FILL_ONES, 0, false},
-        {"attn_q", "weight", dim, q_dim, FILL_NORMAL, 0, false},
-        {"attn_k", "weight", dim, kv_dim, FILL_NORMAL, 0, false},
-        {"attn_v", "weight", dim, kv_dim, FILL_NORMAL, 0, false},
-        {"attn_output", "weight", q_dim, dim, FILL_NORMAL, 0, false},
-        {"ffn_norm", "weight", dim, 0, FILL_ONES, 0, false},
-    };
-    int nb = 6;
-    if (fam->fused) { // attn_norm, attn_qkv, attn_output, ffn_norm
-        blk[1] = (struct blk_tensor){"attn_qkv",  "weight", dim,  q_dim + 2 * kv_dim,
-                                     FILL_NORMAL, 0,        false};
-        blk[2] = blk[4], blk[3] = blk[5];
-        nb = 4;
-    }
-    if (fam->fused) {
-        blk[nb++] =
-            (struct blk_tensor){"ffn_up", "weight", dim, 2 * (int64_t)ff, FILL_NORMAL, 0, false};
-        blk[nb++] = (struct blk_tensor){"ffn_down", "weight", ff, dim, FILL_NORMAL, 0, false};
-    } else if (moe) {
-        blk[nb++] =
-            (struct blk_tensor){"ffn_gate_inp", "weight", dim, experts, FILL_NORMAL, 0, true};
-        blk[nb++] = (struct blk_tensor){"ffn_gate_exps", "weight", dim,  expert_ff,
-                                        FILL_NORMAL,     experts,  false};
-        blk[nb++] = (struct blk_tensor){"ffn_up_exps", "weight", dim,  expert_ff,
-                                        FILL_NORMAL,   experts,  false};
-        blk[nb++] = (struct blk_tensor){"ffn_down_exps", "weight", expert_ff, dim,
-                                        FILL_NORMAL,     experts,  false};
-    } else {
-        blk[nb++] = (struct blk_tensor){"ffn_gate", "weight", dim, ff, FILL_NORMAL, 0, false};
-        blk[nb++] = (struct blk_tensor){"ffn_up", "weight", dim, ff, FILL_NORMAL, 0, false};
-        blk[nb++] = (struct blk_tensor){"ffn_down", "weight", ff, dim, FILL_NORMAL, 0, false};
-    }
-    if (fam->attn_bias) {
-        blk[nb++] = (struct blk_tensor){"attn_q", "bias", q_dim, 0, FILL_NORMAL, 0, false};
-        blk[nb++] = (struct blk_tensor){"attn_k", "bias", kv_dim, 0, FILL_NORMAL, 0, false};
-        blk[nb++] = (struct blk_tensor){"attn_v", "bias", kv_dim, 0, FILL_NORMAL, 0, false};
-    }
-    if (fam->qk_norm) {
-        blk[nb++] =
-            (struct blk_tensor){"attn_q_norm", "weight", head_dim, 0, FILL_NEAR_ONE, 0, false};
-        blk[nb++] =
-            (struct blk_tensor){"attn_k_norm", "weight", head_dim, 0, FILL_NEAR_ONE, 0, false};
-    }
+    struct tl_mk_shape shape = {.dim = dim,
+                                .q_dim = q_dim,
+                                .kv_dim = kv_dim,
+                                .head_dim = head_dim,
+                                .ff = ff,
+                                .experts = moe ? experts : 0,
+                                .expert_ff = expert_ff};
+    struct tl_mk_tensor blk[TL_MK_MAX_LAYER_TENSORS];
+    int nb = tl__mk_layer_tensors(fam, &shape, blk);
     for (int64_t t = 0; t < n_jobs; t++) {
         struct tensor_job *j = &jobs[nj++];
         int64_t n_in, n_out, layer = -1;
         const char *suffix;
-        enum fill fill = FILL_NORMAL;
+        enum tl_mk_fill fill = TL_MK_FILL_NORMAL;
         int64_t n_exp = 0;
         bool f32 = false;
         if (t == 0) {
@@ -620,7 +560,7 @@ int tl_cmd_mkmodel(int argc, char **argv)
             n_in = dim, n_out = n_vocab, suffix = "token_embd";
         } else if (t == n_jobs - 2) {
             snprintf(j->name, sizeof(j->name), "output_norm.weight");
-            n_in = dim, n_out = 0, suffix = "output_norm", fill = FILL_ONES;
+            n_in = dim, n_out = 0, suffix = "output_norm", fill = TL_MK_FILL_ONES;
         } else if (t == n_jobs - 1) {
             snprintf(j->name, sizeof(j->name), "output.weight");
             n_in = dim, n_out = n_vocab, suffix = "output";
@@ -654,29 +594,18 @@ int tl_cmd_mkmodel(int argc, char **argv)
         }
     }
 
-    // Llama 3.1's "llama3" RoPE scaling, as llama.cpp's converter writes it: a divisor per
-    // rotated pair, 1 for wavelengths under CTX / high_freq_factor, the factor over
-    // CTX / low_freq_factor, and 1 / ((1 - smooth) / factor + smooth) between.
+    // Llama 3.1's "llama3" RoPE scaling, as llama.cpp's converter writes it.
     float rope_values[1024];
     if (rope_factor > 0) {
-        const double low = 1.0, high = 4.0;
         int half = head_dim / 2;
         if (half > 1024) {
             fprintf(stderr, "tokenloom mkmodel: --rope-llama3 needs a head size <= 2048\n");
             goto out;
         }
-        for (int i = 0; i < half; i++) {
-            double freq = pow(fam->rope_base, -2.0 * i / head_dim);
-            double wavelen = 2 * M_PI / freq;
-            double smooth = (rope_orig_ctx / wavelen - low) / (high - low);
-            rope_values[i] = wavelen < rope_orig_ctx / high ? 1.0f
-                             : wavelen > rope_orig_ctx / low
-                                 ? (float)rope_factor
-                                 : (float)(1.0 / ((1 - smooth) / rope_factor + smooth));
-        }
+        tl__mk_rope_llama3(fam->rope_base, head_dim, rope_factor, rope_orig_ctx, rope_values);
         struct tensor_job *j = &jobs[nj++];
         snprintf(j->name, sizeof(j->name), "rope_freqs.weight");
-        j->fill = FILL_VALUES, j->values = rope_values, j->n_dims = 1;
+        j->fill = TL_MK_FILL_VALUES, j->values = rope_values, j->n_dims = 1;
         j->ne[0] = half, j->ne[1] = 1, j->ne[2] = 1;
         j->type = TL_DTYPE_F32, j->row = row;
         n_params += half;
