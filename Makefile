@@ -190,11 +190,18 @@ $(BUILD)/bench/%: bench/%.c $(BUILD)/libtokenloom.a
 
 bench: $(BENCH_BIN) $(BUILD)/tokenloom
 
+# tests/models: the engine side of the NumPy reference tests (a helper, not a test: tests/run.sh
+# runs tests/models/run.sh, which calls it).
+MODEL_TOOLS := $(BUILD)/tests/models/dump_logits
+$(BUILD)/tests/models/%: tests/models/%.c $(LIBS_A)
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) -o $@ $< $(LIBS_A) $(LDFLAGS) $(LDLIBS)
+
 # The README's test command. tests/run.sh runs every unit binary and every script test (TAP) and
 # prints the totals; its exit code is 0 only when all pass.
 # The Python binding's tests need the shared library; sanitizer builds skip it (an ASan library
 # cannot be loaded into an uninstrumented python3).
-test: all $(TEST_BIN) $(if $(SAN),,$(BUILD)/libtokenloom.so)
+test: all $(TEST_BIN) $(MODEL_TOOLS) $(if $(SAN),,$(BUILD)/libtokenloom.so)
 	@BUILD=$(BUILD) sh tests/run.sh
 
 # The README's main command: the server on the default model (MODEL=path picks another).

@@ -93,17 +93,29 @@ static int32_t rnd_token(int32_t n_vocab)
     return 3 + (int32_t)(prompt_rng % (uint64_t)(n_vocab - 3));
 }
 
-// Bytes of weights one decode step reads: every matrix it multiplies (the token embedding only
-// gives one row per token), in the file's bytes (a packed copy adds only padding rows).
-static double weight_bytes(const tl_model *m)
+// Bytes of weights one decode step of n_seq sequences reads: every matrix it multiplies (the
+// token embedding only gives one row per token), in the file's bytes (a packed copy adds only
+// padding rows). A mixture-of-experts layer reads its router and the experts its tokens chose:
+// min(n_expert, n_seq * K) of them, exact for one sequence and an upper bound above (the
+// routing decides).
+static double weight_bytes(const tl_model *m, int n_seq)
 {
     double b = (double)m->output.n_out * (double)m->output.row_bytes;
     for (int il = 0; il < m->hp.n_layer; il++) {
-        const struct tl_layer *L = &m->layers[il];
-        const struct tl_weight *ws[] = {&L->wq,     &L->wk,   &L->wv,    &L->wo,
-                                        &L->w_gate, &L->w_up, &L->w_down};
-        for (int i = 0; i < 7; i++)
-            b += (double)ws[i]->n_out * (double)ws[i]->row_bytes;
+        struct tl_layer *L = &m->layers[il]; // read only
+        int64_t n_w = L->n_expert > 0 ? 5 : tl_layer_n_weights(L);
+        for (int64_t i = 0; i < n_w; i++) {
+            const struct tl_weight *w = tl_layer_weight(L, i);
+            b += (double)w->n_out * (double)w->row_bytes;
+        }
+        if (L->n_expert > 0) {
+            int64_t read = (int64_t)n_seq * m->hp.n_expert_used;
+            if (read > L->n_expert) read = L->n_expert;
+            for (int64_t i = 5; i < 8; i++) { // expert 0's gate, up, down: every expert's size
+                const struct tl_weight *w = tl_layer_weight(L, i);
+                b += (double)read * (double)w->n_out * (double)w->row_bytes;
+            }
+        }
     }
     return b;
 }
@@ -524,12 +536,12 @@ int main(int argc, char **argv)
     // The DRAM bound of a full-batch decode step: it reads every weight once and every
     // sequence's K/V over its context (the mean measured over those steps), at the streaming
     // read rate measured right after the round with the best full-batch rate.
-    double wb = weight_bytes(m);
     if (n_conc)
-        printf("\nfull-batch decode against the DRAM bound (weights %.1f MB per step; stream read "
-               "measured after the best round)\n%5s %10s %8s %14s %14s %10s %12s %12s %9s\n",
-               wb / 1e6, "conc", "full steps", "ctx", "KV MB/step", "bytes MB/step", "DRAM GB/s",
-               "bound t/s", "full t/s", "of bound");
+        printf("\nfull-batch decode against the DRAM bound (weights %.1f MB per step at one "
+               "sequence; stream read measured after the best round)\n%5s %10s %8s %14s %14s "
+               "%10s %12s %12s %9s\n",
+               weight_bytes(m, 1) / 1e6, "conc", "full steps", "ctx", "KV MB/step", "bytes MB/step",
+               "DRAM GB/s", "bound t/s", "full t/s", "of bound");
     for (int k = 0; k < n_conc; k++) {
         const struct result *r = &full_best[k];
         if (!r->full_steps) {
@@ -538,7 +550,7 @@ int main(int argc, char **argv)
                    conc[k], conc[k], budget);
             continue;
         }
-        double kvb = (double)conc[k] * r->full_ctx * pos_bytes;
+        double kvb = (double)conc[k] * r->full_ctx * pos_bytes, wb = weight_bytes(m, conc[k]);
         double bound = r->dram_gbs * 1e9 / (wb + kvb) * conc[k];
         printf("%5d %10lld %8.0f %14.1f %14.1f %10.1f %12.1f %12.1f %8.1f%%\n", conc[k],
                (long long)r->full_steps, r->full_ctx, kvb / 1e6, (wb + kvb) / 1e6, r->dram_gbs,

@@ -12,6 +12,8 @@ BUILD_PKGS="build-essential pkg-config libpcre2-dev libevent-dev libjansson-dev"
 TEST_PKGS="libcmocka-dev curl jq python3 python3-pytest python3-venv"
 # tests/chat/oracle.py: Jinja2 is the reference renderer for chat templates.
 TEST_PKGS="$TEST_PKGS python3-jinja2"
+# tests/models: NumPy reference forward passes of the model families.
+TEST_PKGS="$TEST_PKGS python3-numpy"
 # The gRPC front: gRPC's C core and protobuf-c (C code generated from proto/ at build time).
 BUILD_PKGS="$BUILD_PKGS libgrpc-dev libprotobuf-c-dev protobuf-c-compiler"
 # tests/grpc: a Python client on Debian's grpcio, stubs generated at test time.

@@ -2,7 +2,8 @@
 # Runs every test and prints "N passed, N failed". Each test program speaks TAP ("ok N - name",
 # "not ok N - name", a plan "1..N"): the unit binaries in $BUILD/tests (cmocka in TAP mode) and
 # the script tests tests/cli/*.sh, tests/http/run.sh, tests/grpc/run.sh, tests/python/run.sh
-# (pytest as TAP), tests/grammar/run.sh, tests/tokenizer/test_*.py, tests/chat/e2e_tokenize.py,
+# (pytest as TAP), tests/grammar/run.sh, tests/tokenizer/test_*.py, tests/models/run.sh,
+# tests/chat/e2e_tokenize.py,
 # tests/dashboard/test_dashboard.py and tests/deploy/test_*.py. A program that dies before
 # finishing its plan counts its missing tests as failed. TL_TEST_ONLY="substring ..." limits
 # which programs run (a program runs when its name contains any of the space-separated
@@ -67,6 +68,14 @@ for t in tests/tokenizer/test_*.py; do
     [ -f "$t" ] || continue
     run_one "$(basename "$t")" python3 "$t"
 done
+# Model families against NumPy references written from the HF model definitions.
+for t in families bad_files; do
+    if [ -f "tests/models/test_$t.py" ]; then run_one "models_$t" sh tests/models/run.sh "$t"; fi
+done
+# ... and through the engine, over the Python binding (needs $BUILD/libtokenloom.so, as above).
+if [ -f tests/models/test_engine_families.py ] && [ -f "$BUILD/libtokenloom.so" ]; then
+    run_one models_engine_families sh tests/models/run.sh engine_families
+fi
 # Chat templates end to end: a server per real template vs Jinja2 (tests/chat/oracle.py).
 if [ -f tests/chat/e2e_tokenize.py ]; then run_one chat_e2e python3 tests/chat/e2e_tokenize.py; fi
 # The dashboard page and GET /stats, with the page in headless Chromium (playwright-core).

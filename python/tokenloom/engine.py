@@ -42,6 +42,7 @@ class Event:
     cached_tokens: int = 0
     completion_tokens: int = 0
     error: Optional[str] = None
+    preempted: int = 0  # "done": times the request was preempted and recomputed
 
 
 @dataclass
@@ -119,6 +120,7 @@ class Engine:
                 self._events.append(Event(
                     "done", rid, text, finish_reason=_FINISH.get(ev.finish, "error"),
                     prompt_tokens=ev.n_prompt_tokens, cached_tokens=ev.n_cached_tokens,
+                    preempted=ev.n_preempted,
                     completion_tokens=ev.n_generated, error=err,
                 ))
         except BaseException as e:  # pragma: no cover - would be a binding bug

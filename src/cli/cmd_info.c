@@ -104,6 +104,15 @@ static void arch_line(const struct tl_gguf *g, const char *arch, const char *suf
     putchar('\n');
 }
 
+// The same line, printed only when the file has the key (the keys of some families only).
+static void arch_line_opt(const struct tl_gguf *g, const char *arch, const char *suffix,
+                          const char *l)
+{
+    char key[256];
+    snprintf(key, sizeof(key), "%s.%s", arch, suffix);
+    if (tl_gguf_get(g, key)) arch_line(g, arch, suffix, l, "");
+}
+
 static void human_count(int64_t n, char *buf, size_t cap)
 {
     if (n >= 1000000000)
@@ -165,6 +174,20 @@ static void print_summary(const struct tl_gguf *g)
                   " (absent: 10000 is the usual default)");
         arch_line(g, arch, "attention.layer_norm_rms_epsilon", "rms eps", "");
         arch_line(g, arch, "vocab_size", "vocab size", " (absent: the token count applies)");
+        // Family hyperparameters: head size, granite's multipliers, experts, sliding window,
+        // soft-capping (gemma2), granite's RoPE switch.
+        arch_line_opt(g, arch, "attention.key_length", "key length");
+        arch_line_opt(g, arch, "attention.value_length", "value length");
+        arch_line_opt(g, arch, "embedding_scale", "embedding scale");
+        arch_line_opt(g, arch, "residual_scale", "residual scale");
+        arch_line_opt(g, arch, "attention.scale", "attention scale");
+        arch_line_opt(g, arch, "logit_scale", "logit scale");
+        arch_line_opt(g, arch, "expert_count", "expert count");
+        arch_line_opt(g, arch, "expert_used_count", "experts used");
+        arch_line_opt(g, arch, "attention.sliding_window", "sliding window");
+        arch_line_opt(g, arch, "attn_logit_softcapping", "attention soft-cap");
+        arch_line_opt(g, arch, "final_logit_softcapping", "final soft-cap");
+        arch_line_opt(g, arch, "rope.scaling.finetuned", "rope finetuned");
     }
 
     // Tensors: count, type histogram, parameters.

@@ -1,12 +1,25 @@
 /*
- * tokenloom mkmodel: writes a Llama-shaped GGUF model with random weights, for tests and
- * benchmarks of shapes we have no trained weights for (up to a TinyLlama-sized 1B model).
+ * tokenloom mkmodel: writes a GGUF model with random weights, for tests and benchmarks of shapes
+ * we have no trained weights for (up to a TinyLlama-sized 1B model), in any family the loader
+ * reads (--arch llama, qwen2, qwen3, qwen3moe, granite, smollm3, phi3; llama with --experts is
+ * a Mixtral-style MoE).
  *
  * The file follows llama.cpp's conventions so llama.cpp could load it: tensor names
  * token_embd / output_norm / output / blk.N.{attn_norm, attn_q, attn_k, attn_v, attn_output,
- * ffn_norm, ffn_gate, ffn_up, ffn_down}.weight, 2-D weights with ne = [n_in, n_out], norms in F32,
- * the llama.* hyperparameter keys, and every tokenizer.* key copied from a donor GGUF (the vocab
- * size is its token count). Weights are N(0, 0.02^2) (Box-Muller over splitmix64), norms 1.0.
+ * ffn_norm, ffn_gate, ffn_up, ffn_down}.weight, plus the family's own (qwen2: attn_{q,k,v}.bias;
+ * qwen3: attn_q_norm / attn_k_norm.weight of head_dim values; experts: ffn_gate_inp.weight
+ * (kept F32) and ffn_{gate,up,down}_exps.weight 3-D, [n_in, n_out, n_expert], instead of the
+ * dense ffn_{gate,up,down}; phi3: attn_qkv instead of attn_q/k/v and one ffn_up of 2 * ff rows,
+ * gate then up, instead of ffn_gate/ffn_up), 2-D weights with ne = [n_in, n_out], norms and biases
+ * in F32, the <arch>.* hyperparameter keys (granite: its four multipliers; qwen3 and --head-dim:
+ * attention.key_length / value_length; experts: expert_count, expert_used_count, qwen3moe's
+ * expert_feed_forward_length; smollm3 has no key of its own: llama.cpp hard-codes its NoPE
+ * interval), and every tokenizer.* key copied from a donor GGUF (the vocab size is its token
+ * count). Weights and biases are N(0, 0.02^2) (Box-Muller over splitmix64), norms 1.0, except
+ * qwen3's q/k norms: 1 + N(0, 0.1^2), so that a reference can tell whether their weights are
+ * applied.
+ *
+ * The families' defaults and layer tensors are in mkmodel_arch.c.
  *
  * Design: each tensor gets its own RNG stream seeded from (--seed, tensor name), so the bytes of
  * a tensor do not depend on the order tensors are written, and a fixed seed gives an identical
@@ -24,6 +37,7 @@
  */
 #include "cli/args.h"
 #include "cli/cli.h"
+#include "cli/mkmodel_arch.h"
 
 #include "core/alloc.h"
 #include "core/clock.h"
@@ -58,13 +72,21 @@ static const struct preset presets[] = {
 };
 
 #define WEIGHT_STD 0.02f
-#define RMS_EPS 1e-5f
-#define ROPE_FREQ_BASE 10000.0f
+#define HEAD_NORM_STD 0.1f
+
+// granite's multipliers: granite-3.1-2b's config (embedding_multiplier 12, residual_multiplier
+// 0.22, attention_multiplier 0.015625, logits_scaling 8).
+#define GRANITE_EMBEDDING_SCALE 12.0f
+#define GRANITE_RESIDUAL_SCALE 0.22f
+#define GRANITE_ATTENTION_SCALE 0.015625f
+#define GRANITE_LOGIT_SCALE 8.0f
 
 static void usage(FILE *f)
 {
     fprintf(
         f, "usage: tokenloom mkmodel -o OUT.gguf [options]\n"
+           "  --arch ARCH                   llama (default), qwen2, qwen3, qwen3moe, granite,\n"
+           "                                smollm3, phi3\n"
            "  --size 260K|15M|42M|110M|1B   shape preset (default 260K)\n"
            "  --type TYPE                   weight type (default f32; norms stay f32): f32, f16,\n"
            "                                bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q2_k, q3_k, q4_k,\n"
@@ -74,16 +96,25 @@ static void usage(FILE *f)
            "                                stories260K.gguf for 260K, llama-2-tiny-random.gguf\n"
            "                                otherwise)\n"
            "  --seed N                      RNG seed (default 42)\n"
+           "  --weight-std X                std of the random weights (default 0.02)\n"
+           "  --rope-llama3 F[,CTX]         Llama 3.1's RoPE scaling (factor F, low/high freq\n"
+           "                                factors 1/4, original context CTX, default 8192),\n"
+           "                                written as rope_freqs.weight as llama.cpp does\n"
            "  --ctx N                       llama.context_length\n"
            "  --dim N --layers N --heads N --kv-heads N --ff N   override the preset\n"
            "                                (--heads without --kv-heads sets both)\n"
+           "  --head-dim N                  head size (default dim / heads), written as\n"
+           "                                attention.key_length / value_length\n"
+           "  --experts N --experts-used K --expert-ff F   experts per layer (qwen3moe: 8;\n"
+           "                                llama: a Mixtral-style MoE, experts --ff wide),\n"
+           "                                experts per token (2), qwen3moe's expert width (--ff)\n"
            "  --name NAME                   general.name\n");
 }
 
 // ---- random weights -----------------------------------------------------------------------------
 
 // Fills x[0..n) with N(0, std^2) samples (Box-Muller, both outputs used).
-static void fill_normal(uint64_t *state, float *x, int64_t n, float std)
+static void fill_normal(uint64_t *state, float *x, int64_t n, double std)
 {
     for (int64_t i = 0; i < n; i += 2) {
         // u1 in (0, 1] so log(u1) is finite; 53-bit uniforms.
@@ -100,10 +131,12 @@ struct tensor_job {
     char name[64];
     enum tl_dtype type;
     int n_dims;
-    int64_t ne[2];
-    bool is_norm;
-    uint64_t seed; // stream seed for this tensor
-    float *row;    // borrowed: shared row buffer of at least ne[0] floats
+    int64_t ne[3];
+    enum tl_mk_fill fill;
+    const float *values; // TL_MK_FILL_VALUES: ne[0] values (borrowed)
+    uint64_t seed;       // stream seed for this tensor
+    double weight_std;   // of TL_MK_FILL_NORMAL
+    float *row;          // borrowed: shared row buffer of at least ne[0] floats
 };
 
 static int fill_tensor(void *ctx, const char *name, void *dst, size_t n_bytes)
@@ -111,15 +144,21 @@ static int fill_tensor(void *ctx, const char *name, void *dst, size_t n_bytes)
     struct tensor_job *j = ctx;
     size_t row_bytes;
     if (!tl_dtype_row_bytes(j->type, j->ne[0], &row_bytes)) return -1;
-    int64_t n_rows = j->n_dims == 2 ? j->ne[1] : 1;
+    int64_t n_rows = j->n_dims >= 2 ? j->ne[1] * j->ne[2] : 1;
     if (row_bytes * (size_t)n_rows != n_bytes) return -1;
     uint64_t state = j->seed;
     for (int64_t r = 0; r < n_rows; r++) {
-        if (j->is_norm) {
+        if (j->fill == TL_MK_FILL_ONES) {
             for (int64_t i = 0; i < j->ne[0]; i++)
                 j->row[i] = 1.0f;
+        } else if (j->fill == TL_MK_FILL_VALUES) {
+            memcpy(j->row, j->values, sizeof(float) * (size_t)j->ne[0]);
+        } else if (j->fill == TL_MK_FILL_NEAR_ONE) {
+            fill_normal(&state, j->row, j->ne[0], HEAD_NORM_STD);
+            for (int64_t i = 0; i < j->ne[0]; i++)
+                j->row[i] += 1.0f;
         } else {
-            fill_normal(&state, j->row, j->ne[0], WEIGHT_STD);
+            fill_normal(&state, j->row, j->ne[0], j->weight_std);
         }
         if (!tl_quantize_row(j->type, j->row, (uint8_t *)dst + (size_t)r * row_bytes, j->ne[0]))
             return -1;
@@ -248,8 +287,13 @@ static enum tl_dtype fitting_type(enum tl_dtype t, int64_t n_in)
 int tl_cmd_mkmodel(int argc, char **argv)
 {
     const char *out = NULL, *size = "260K", *type_name = "f32", *tok_from = NULL, *name = NULL;
+    const char *arch = "llama";
     uint64_t seed = 42;
-    int ctx = 0, dim = 0, layers = 0, heads = 0, kv_heads = 0, ff = 0;
+    double weight_std = WEIGHT_STD;
+    double rope_factor = 0; // --rope-llama3: Llama 3.1's "llama3" RoPE scaling
+    int rope_orig_ctx = 8192;
+    int ctx = 0, dim = 0, layers = 0, heads = 0, kv_heads = 0, ff = 0, head_dim = 0;
+    int experts = 0, experts_used = 2, expert_ff = 0;
     for (int i = 1; i < argc; i += 2) { // every option takes one value
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -258,10 +302,28 @@ int tl_cmd_mkmodel(int argc, char **argv)
             usage(stdout);
             return 0;
         }
-        static const char *const known[] = {
-            "--out",   "-o",         "--size", "--type", "--tokenizer-from",
-            "--name",  "--seed",     "--ctx",  "--dim",  "--layers",
-            "--heads", "--kv-heads", "--ff",   "--help", NULL};
+        static const char *const known[] = {"--out",
+                                            "-o",
+                                            "--size",
+                                            "--type",
+                                            "--tokenizer-from",
+                                            "--name",
+                                            "--seed",
+                                            "--ctx",
+                                            "--dim",
+                                            "--layers",
+                                            "--heads",
+                                            "--kv-heads",
+                                            "--ff",
+                                            "--help",
+                                            "--arch",
+                                            "--head-dim",
+                                            "--weight-std",
+                                            "--experts",
+                                            "--experts-used",
+                                            "--expert-ff",
+                                            "--rope-llama3",
+                                            NULL};
         if (!v) {
             size_t d;
             if (!tl_cli_closest(a, known, &d) || d)
@@ -273,6 +335,8 @@ int tl_cmd_mkmodel(int argc, char **argv)
             out = v;
         else if (!strcmp(a, "--size"))
             size = v;
+        else if (!strcmp(a, "--arch"))
+            arch = v;
         else if (!strcmp(a, "--type"))
             type_name = v;
         else if (!strcmp(a, "--tokenizer-from"))
@@ -295,6 +359,26 @@ int tl_cmd_mkmodel(int argc, char **argv)
             ok = parse_int(v, 1024, &kv_heads);
         else if (!strcmp(a, "--ff"))
             ok = parse_int(v, 1 << 18, &ff);
+        else if (!strcmp(a, "--weight-std")) {
+            char *end;
+            weight_std = strtod(v, &end);
+            ok = *v && !*end && weight_std > 0 && weight_std <= 1;
+        } else if (!strcmp(a, "--experts"))
+            ok = parse_int(v, 4096, &experts);
+        else if (!strcmp(a, "--experts-used"))
+            ok = parse_int(v, 4096, &experts_used);
+        else if (!strcmp(a, "--rope-llama3")) {
+            char *end;
+            rope_factor = strtod(v, &end);
+            if (*end == ',')
+                ok = parse_int(end + 1, 1 << 24, &rope_orig_ctx);
+            else
+                ok = !*end;
+            ok = ok && rope_factor >= 1 && rope_factor <= 1024;
+        } else if (!strcmp(a, "--expert-ff"))
+            ok = parse_int(v, 1 << 18, &expert_ff);
+        else if (!strcmp(a, "--head-dim"))
+            ok = parse_int(v, 1 << 12, &head_dim);
         else
             return tl_cli_unknown_option("mkmodel", a, known, NULL);
         if (!ok) {
@@ -313,6 +397,14 @@ int tl_cmd_mkmodel(int argc, char **argv)
     if (!p) {
         fprintf(stderr, "tokenloom mkmodel: unknown --size '%s' (260K, 15M, 42M, 110M, 1B)\n",
                 size);
+        return 2;
+    }
+    const struct tl_mk_family *fam = tl__mk_family(arch);
+    if (!fam) {
+        fprintf(stderr,
+                "tokenloom mkmodel: unknown --arch '%s' (llama, qwen2, qwen3, qwen3moe, granite, "
+                "smollm3, phi3)\n",
+                arch);
         return 2;
     }
     enum tl_dtype wtype;
@@ -334,14 +426,30 @@ int tl_cmd_mkmodel(int argc, char **argv)
     if (!heads) heads = p->heads;
     if (!ff) ff = p->ff;
     if (!ctx) ctx = p->ctx;
-    if (dim % heads || heads % kv_heads || (dim / heads) % 2) {
+    bool key_length = fam->key_length || head_dim;
+    if (!head_dim && dim % heads == 0) head_dim = dim / heads;
+    if (!head_dim || heads % kv_heads || head_dim % 2) {
         fprintf(stderr,
-                "tokenloom mkmodel: bad shape: dim %d must be a multiple of heads %d, heads a "
-                "multiple of kv-heads %d, and the head size even\n",
+                "tokenloom mkmodel: bad shape: dim %d must be a multiple of heads %d (or give "
+                "--head-dim), heads a multiple of kv-heads %d, and the head size even\n",
                 dim, heads, kv_heads);
         return 2;
     }
-    int head_dim = dim / heads;
+    int64_t q_dim = (int64_t)heads * head_dim, kv_dim = (int64_t)kv_heads * head_dim;
+    // qwen3moe always has experts (8 by default); llama when --experts is given (Mixtral-style,
+    // each expert --ff wide, as llama.cpp reads llama experts).
+    bool moe = fam->moe || (experts && !strcmp(fam->name, "llama"));
+    if (fam->moe && !experts) experts = 8;
+    if (!expert_ff || !fam->moe) expert_ff = ff;
+    if (experts && !moe) {
+        fprintf(stderr, "tokenloom mkmodel: --experts applies to --arch llama and qwen3moe\n");
+        return 2;
+    }
+    if (moe && experts_used > experts) {
+        fprintf(stderr, "tokenloom mkmodel: --experts-used %d is more than --experts %d\n",
+                experts_used, experts);
+        return 2;
+    }
 
     // The donor tokenizer.
     char tok_buf[PATH_MAX];
@@ -371,9 +479,14 @@ int tl_cmd_mkmodel(int argc, char **argv)
 
     int rc = 1;
     struct tl_gguf_writer *w = tl_gguf_writer_create();
-    int64_t n_jobs = 3 + 9 * (int64_t)layers;
-    struct tensor_job *jobs = tl_calloc_array((size_t)n_jobs, sizeof(*jobs));
+    struct tl_mk_shape shape0 = {.experts = moe ? experts : 0};
+    struct tl_mk_tensor count_only[TL_MK_MAX_LAYER_TENSORS];
+    int64_t n_jobs = 3 + tl__mk_layer_tensors(fam, &shape0, count_only) * (int64_t)layers;
+    struct tensor_job *jobs = tl_calloc_array((size_t)n_jobs + 1, sizeof(*jobs)); // + rope_freqs
     int64_t max_row = dim > ff ? dim : ff;
+    if (q_dim > max_row) max_row = q_dim;
+    if (expert_ff > max_row) max_row = expert_ff;
+    if (q_dim + 2 * kv_dim > max_row) max_row = q_dim + 2 * kv_dim;
     float *row = tl_malloc_array((size_t)max_row + 1, sizeof(float));
     if (!w || !jobs || !row) {
         fprintf(stderr, "tokenloom mkmodel: out of memory\n");
@@ -386,29 +499,50 @@ int tl_cmd_mkmodel(int argc, char **argv)
         snprintf(name_buf, sizeof(name_buf), "tokenloom-random-%s", p->name);
         name = name_buf;
     }
-    tl_status st = tl_gguf_writer_set_str(w, "general.architecture", "llama");
+    char key[128];
+#define KEY(suffix) (snprintf(key, sizeof(key), "%s.%s", fam->name, suffix), key)
+    tl_status st = tl_gguf_writer_set_str(w, "general.architecture", fam->name);
     if (!st) st = tl_gguf_writer_set_str(w, "general.name", name);
     if (!st) st = tl_gguf_writer_set_u32(w, "general.file_type", file_type_of(wtype, mix));
     if (!st && tl_dtype_info(wtype)->block_size > 1)
         st = tl_gguf_writer_set_u32(w, "general.quantization_version", 2);
-    if (!st) st = tl_gguf_writer_set_u32(w, "llama.context_length", (uint32_t)ctx);
-    if (!st) st = tl_gguf_writer_set_u32(w, "llama.embedding_length", (uint32_t)dim);
-    if (!st) st = tl_gguf_writer_set_u32(w, "llama.block_count", (uint32_t)layers);
-    if (!st) st = tl_gguf_writer_set_u32(w, "llama.feed_forward_length", (uint32_t)ff);
-    if (!st) st = tl_gguf_writer_set_u32(w, "llama.attention.head_count", (uint32_t)heads);
-    if (!st) st = tl_gguf_writer_set_u32(w, "llama.attention.head_count_kv", (uint32_t)kv_heads);
-    if (!st) st = tl_gguf_writer_set_f32(w, "llama.attention.layer_norm_rms_epsilon", RMS_EPS);
-    if (!st) st = tl_gguf_writer_set_u32(w, "llama.rope.dimension_count", (uint32_t)head_dim);
-    if (!st) st = tl_gguf_writer_set_f32(w, "llama.rope.freq_base", ROPE_FREQ_BASE);
-    if (!st) st = tl_gguf_writer_set_u32(w, "llama.vocab_size", (uint32_t)n_vocab);
+    if (!st) st = tl_gguf_writer_set_u32(w, KEY("context_length"), (uint32_t)ctx);
+    if (!st) st = tl_gguf_writer_set_u32(w, KEY("embedding_length"), (uint32_t)dim);
+    if (!st) st = tl_gguf_writer_set_u32(w, KEY("block_count"), (uint32_t)layers);
+    if (!st) st = tl_gguf_writer_set_u32(w, KEY("feed_forward_length"), (uint32_t)ff);
+    if (!st) st = tl_gguf_writer_set_u32(w, KEY("attention.head_count"), (uint32_t)heads);
+    if (!st) st = tl_gguf_writer_set_u32(w, KEY("attention.head_count_kv"), (uint32_t)kv_heads);
+    if (!st && key_length)
+        st = tl_gguf_writer_set_u32(w, KEY("attention.key_length"), (uint32_t)head_dim);
+    if (!st && key_length)
+        st = tl_gguf_writer_set_u32(w, KEY("attention.value_length"), (uint32_t)head_dim);
+    if (!st) st = tl_gguf_writer_set_f32(w, KEY("attention.layer_norm_rms_epsilon"), fam->rms_eps);
+    if (!st) st = tl_gguf_writer_set_u32(w, KEY("rope.dimension_count"), (uint32_t)head_dim);
+    if (!st) st = tl_gguf_writer_set_f32(w, KEY("rope.freq_base"), fam->rope_base);
+    if (!st && fam->multipliers)
+        st = tl_gguf_writer_set_f32(w, KEY("embedding_scale"), GRANITE_EMBEDDING_SCALE);
+    if (!st && fam->multipliers)
+        st = tl_gguf_writer_set_f32(w, KEY("residual_scale"), GRANITE_RESIDUAL_SCALE);
+    if (!st && fam->multipliers)
+        st = tl_gguf_writer_set_f32(w, KEY("attention.scale"), GRANITE_ATTENTION_SCALE);
+    if (!st && fam->multipliers)
+        st = tl_gguf_writer_set_f32(w, KEY("logit_scale"), GRANITE_LOGIT_SCALE);
+    if (!st && moe) st = tl_gguf_writer_set_u32(w, KEY("expert_count"), (uint32_t)experts);
+    if (!st && moe)
+        st = tl_gguf_writer_set_u32(w, KEY("expert_used_count"), (uint32_t)experts_used);
+    if (!st && fam->moe)
+        st = tl_gguf_writer_set_u32(w, KEY("expert_feed_forward_length"), (uint32_t)expert_ff);
+    if (!st) st = tl_gguf_writer_set_u32(w, KEY("vocab_size"), (uint32_t)n_vocab);
+#undef KEY
     for (int64_t i = 0; !st && i < tl_gguf_n_kv(tok); i++) {
         const struct tl_gguf_kv *kv = tl_gguf_kv_at(tok, i);
-        char key[256];
-        if (kv->key.len < 10 || kv->key.len >= sizeof(key) || memcmp(kv->key.ptr, "tokenizer.", 10))
+        char tkey[256];
+        if (kv->key.len < 10 || kv->key.len >= sizeof(tkey) ||
+            memcmp(kv->key.ptr, "tokenizer.", 10))
             continue;
-        memcpy(key, kv->key.ptr, kv->key.len);
-        key[kv->key.len] = '\0';
-        st = tl_gguf_writer_set_value(w, key, &kv->value);
+        memcpy(tkey, kv->key.ptr, kv->key.len);
+        tkey[kv->key.len] = '\0';
+        st = tl_gguf_writer_set_value(w, tkey, &kv->value);
     }
     if (st) {
         fprintf(stderr, "tokenloom mkmodel: %s\n", tl_last_error());
@@ -417,52 +551,77 @@ int tl_cmd_mkmodel(int argc, char **argv)
 
     // Tensors, in llama.cpp's usual order.
     int64_t nj = 0, n_params = 0, n_fallback = 0;
-    struct {
-        const char *suffix;
-        int64_t n_in, n_out; // n_out 0 for 1-D norms
-    } blk[9] = {
-        {"attn_norm", dim, 0},
-        {"attn_q", dim, dim},
-        {"attn_k", dim, (int64_t)kv_heads * head_dim},
-        {"attn_v", dim, (int64_t)kv_heads * head_dim},
-        {"attn_output", dim, dim},
-        {"ffn_norm", dim, 0},
-        {"ffn_gate", dim, ff},
-        {"ffn_up", dim, ff},
-        {"ffn_down", ff, dim},
-    };
+    struct tl_mk_shape shape = {.dim = dim,
+                                .q_dim = q_dim,
+                                .kv_dim = kv_dim,
+                                .head_dim = head_dim,
+                                .ff = ff,
+                                .experts = moe ? experts : 0,
+                                .expert_ff = expert_ff};
+    struct tl_mk_tensor blk[TL_MK_MAX_LAYER_TENSORS];
+    int nb = tl__mk_layer_tensors(fam, &shape, blk);
     for (int64_t t = 0; t < n_jobs; t++) {
         struct tensor_job *j = &jobs[nj++];
         int64_t n_in, n_out, layer = -1;
         const char *suffix;
+        enum tl_mk_fill fill = TL_MK_FILL_NORMAL;
+        int64_t n_exp = 0;
+        bool f32 = false;
         if (t == 0) {
             snprintf(j->name, sizeof(j->name), "token_embd.weight");
             n_in = dim, n_out = n_vocab, suffix = "token_embd";
         } else if (t == n_jobs - 2) {
             snprintf(j->name, sizeof(j->name), "output_norm.weight");
-            n_in = dim, n_out = 0, suffix = "output_norm";
+            n_in = dim, n_out = 0, suffix = "output_norm", fill = TL_MK_FILL_ONES;
         } else if (t == n_jobs - 1) {
             snprintf(j->name, sizeof(j->name), "output.weight");
             n_in = dim, n_out = n_vocab, suffix = "output";
         } else {
-            int64_t l = (t - 1) / 9, k = (t - 1) % 9;
-            snprintf(j->name, sizeof(j->name), "blk.%" PRId64 ".%s.weight", l, blk[k].suffix);
+            int64_t l = (t - 1) / nb, k = (t - 1) % nb;
+            snprintf(j->name, sizeof(j->name), "blk.%" PRId64 ".%s.%s", l, blk[k].suffix,
+                     blk[k].kind);
             n_in = blk[k].n_in, n_out = blk[k].n_out, suffix = blk[k].suffix, layer = l;
+            fill = blk[k].fill, n_exp = blk[k].n_exp, f32 = blk[k].f32;
         }
-        j->is_norm = n_out == 0;
-        j->n_dims = j->is_norm ? 1 : 2;
+        bool vec = n_out == 0; // norms and biases: 1-D, F32
+        j->fill = fill;
+        j->n_dims = vec ? 1 : n_exp ? 3 : 2;
         j->ne[0] = n_in;
-        j->ne[1] = j->is_norm ? 1 : n_out;
-        j->type = j->is_norm ? TL_DTYPE_F32 : matrix_type(wtype, mix, suffix, layer, layers);
+        j->ne[1] = vec ? 1 : n_out;
+        j->ne[2] = n_exp ? n_exp : 1;
+        j->type = vec || f32 ? TL_DTYPE_F32 : matrix_type(wtype, mix, suffix, layer, layers);
         enum tl_dtype fit = fitting_type(j->type, j->ne[0]);
         if (fit != j->type) {
             j->type = fit;
             n_fallback++;
         }
         j->seed = seed ^ hash_name(j->name);
+        j->weight_std = weight_std;
         j->row = row;
-        n_params += j->ne[0] * j->ne[1];
+        n_params += j->ne[0] * j->ne[1] * j->ne[2];
         st = tl_gguf_writer_add_tensor_fill(w, j->name, j->type, j->n_dims, j->ne, fill_tensor, j);
+        if (st) {
+            fprintf(stderr, "tokenloom mkmodel: %s\n", tl_last_error());
+            goto out;
+        }
+    }
+
+    // Llama 3.1's "llama3" RoPE scaling, as llama.cpp's converter writes it.
+    float rope_values[1024];
+    if (rope_factor > 0) {
+        int half = head_dim / 2;
+        if (half > 1024) {
+            fprintf(stderr, "tokenloom mkmodel: --rope-llama3 needs a head size <= 2048\n");
+            goto out;
+        }
+        tl__mk_rope_llama3(fam->rope_base, head_dim, rope_factor, rope_orig_ctx, rope_values);
+        struct tensor_job *j = &jobs[nj++];
+        snprintf(j->name, sizeof(j->name), "rope_freqs.weight");
+        j->fill = TL_MK_FILL_VALUES, j->values = rope_values, j->n_dims = 1;
+        j->ne[0] = half, j->ne[1] = 1, j->ne[2] = 1;
+        j->type = TL_DTYPE_F32, j->row = row;
+        n_params += half;
+        st = tl_gguf_writer_add_tensor_fill(w, j->name, j->type, 1, j->ne, fill_tensor, j);
         if (st) {
             fprintf(stderr, "tokenloom mkmodel: %s\n", tl_last_error());
             goto out;
@@ -477,11 +636,10 @@ int tl_cmd_mkmodel(int argc, char **argv)
     }
     struct stat sb;
     long long file_bytes = stat(out, &sb) == 0 ? (long long)sb.st_size : -1;
-    printf(
-        "wrote %s: llama, %s%s weights, dim %d, %d layers, %d heads (%d kv), ff %d, vocab %" PRId64
-        ", ctx %d\n",
-        out, tl_dtype_name(wtype), mix ? "_M mix" : "", dim, layers, heads, kv_heads, ff, n_vocab,
-        ctx);
+    printf("wrote %s: %s, %s%s weights, dim %d, %d layers, %d heads (%d kv), ff %d, vocab %" PRId64
+           ", ctx %d\n",
+           out, fam->name, tl_dtype_name(wtype), mix ? "_M mix" : "", dim, layers, heads, kv_heads,
+           ff, n_vocab, ctx);
     if (n_fallback)
         printf("note: %" PRId64 " tensors whose row length is not a multiple of the %s block size "
                "have a smaller block type (Q5_0, Q5_1, Q8_0 or F16)\n",

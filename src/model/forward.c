@@ -1,10 +1,15 @@
 /*
- * The batched forward pass of the Llama family (llama, qwen2) over a flat batch.
+ * The batched forward pass of the Llama-shaped families (llama, qwen2, qwen3, qwen3moe, granite,
+ * smollm3: see arch.h) over a flat batch.
  *
  * Design: activations are (n_tok, width) row-major matrices in scratch allocated once for
- * max_tok tokens. Each layer runs: RMSNorm -> Q/K/V matmuls (+bias) -> RoPE -> store K/V of every
- * batch token into the paged cache -> attention of every token over its own sequence's blocks ->
- * output matmul + residual -> RMSNorm -> gate/up matmuls -> SwiGLU -> down matmul + residual.
+ * max_tok tokens. Each layer runs: RMSNorm -> Q/K/V matmuls (+bias) -> per-head Q/K RMSNorm
+ * (qwen3) -> RoPE (unless the layer is a NoPE layer) -> store K/V of every batch token into the
+ * paged cache -> attention of every token over its own sequence's blocks -> output matmul +
+ * residual -> RMSNorm -> gate/up matmuls -> SwiGLU -> down matmul (or the mixture of experts of
+ * moe.c) + residual. The families'
+ * multipliers (granite: embeddings, residual branches, attention scale, logits) are applied
+ * only when the model has them, so a llama model runs exactly the ops it always ran.
  * Every weight matrix is multiplied with all tokens of the step at once (tl_matmul tiles them),
  * so the weights are read once per step for everyone. Logits are computed only for the rows in
  * out_idx. Scratch sizes are products taken through tl_mul_size (alloc_matrix), so the row
@@ -19,6 +24,8 @@
  * pool it was created with.
  */
 #include "model/model.h"
+
+#include "model/moe.h"
 
 #include "core/alloc.h"
 #include "core/error.h"
@@ -44,6 +51,8 @@ struct tl_forward {
     void *work; // matmul / attention work buffer
     size_t work_bytes;
     struct tl_attn_query *queries; // (max_tok)
+    struct tl_moe *moe;            // mixture-of-experts scratch (moe.c); NULL for dense models
+    double *rope_freq; // (head_dim / 2) base^(-2i/d) / rope_freqs[i]; NULL without rope_freqs
 };
 
 static size_t max_size(size_t a, size_t b)
@@ -80,24 +89,32 @@ struct tl_forward *tl_forward_create(const struct tl_model *m, int64_t max_tok, 
     f->k = alloc_matrix(n, kv_dim);
     f->v = alloc_matrix(n, kv_dim);
     f->att = alloc_matrix(n, q_dim);
-    f->h1 = alloc_matrix(n, (size_t)hp->n_ff);
-    f->h2 = alloc_matrix(n, (size_t)hp->n_ff);
+    size_t ff = 0; // the widest FFN hidden layer: n_ff (dense) or n_ff_exp (experts)
+    for (int il = 0; il < hp->n_layer; il++)
+        ff = max_size(ff, (size_t)(m->layers[il].n_expert > 0 ? hp->n_ff_exp : hp->n_ff));
+    f->h1 = alloc_matrix(n, ff);
+    f->h2 = alloc_matrix(n, ff);
+    if (m->rope_freqs) { // head_dim / 2 <= TL_ROPE_FREQS_MAX_HALF (validated)
+        f->rope_freq = tl_calloc_array((size_t)hp->head_dim / 2, sizeof(double));
+        if (!f->rope_freq) goto out_destroy;
+        for (int i = 0; i < hp->head_dim / 2; i++)
+            f->rope_freq[i] = pow(hp->rope_freq_base, -2.0 * i / hp->head_dim) / m->rope_freqs[i];
+    }
+    bool moe_ok = hp->n_expert == 0 || (f->moe = tl__moe_create(m, max_tok, pool)) != NULL;
     f->queries = tl_calloc_array(n, sizeof(*f->queries));
     size_t wb = tl_attention_work_bytes(tl_pool_size(pool), max_ctx, hp->head_dim);
     const struct tl_weight *all[] = {&m->tok_embd, &m->output};
     for (int i = 0; i < 2; i++)
         wb = max_size(wb, tl_matmul_work_bytes(all[i], max_tok));
     for (int il = 0; il < hp->n_layer; il++) {
-        const struct tl_layer *L = &m->layers[il];
-        const struct tl_weight *ws[] = {&L->wq,     &L->wk,   &L->wv,    &L->wo,
-                                        &L->w_gate, &L->w_up, &L->w_down};
-        for (int i = 0; i < 7; i++)
-            wb = max_size(wb, tl_matmul_work_bytes(ws[i], max_tok));
+        struct tl_layer *L = &m->layers[il]; // read only; tl_layer_weight takes it mutable
+        for (int64_t i = 0; i < tl_layer_n_weights(L); i++)
+            wb = max_size(wb, tl_matmul_work_bytes(tl_layer_weight(L, i), max_tok));
     }
     f->work_bytes = wb;
     f->work = tl_aligned_alloc(wb);
     if (!f->x || !f->xb || !f->tmp || !f->q || !f->k || !f->v || !f->att || !f->h1 || !f->h2 ||
-        !f->queries || !f->work)
+        !f->queries || !f->work || !moe_ok)
         goto out_destroy;
     return f;
 out_destroy:
@@ -121,6 +138,8 @@ void tl_forward_destroy(struct tl_forward *f)
     tl_aligned_free(f->h2);
     tl_aligned_free(f->work);
     free(f->queries);
+    tl__moe_destroy(f->moe);
+    free(f->rope_freq);
     free(f);
 }
 
@@ -145,6 +164,49 @@ static void add_bias(float *row, const float *bias, int64_t n)
     if (bias) tl_add(row, bias, n);
 }
 
+// x *= s elementwise (a multiplier of 0 or 1 means none: the caller skips the call).
+static void scale_row(float *x, float s, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++)
+        x[i] *= s;
+}
+
+static bool has_scale(float s)
+{
+    return s != 0.0f && s != 1.0f;
+}
+
+// RoPE with per-pair frequencies freq[i] (already divided by the file's rope_freqs): theta =
+// pos * freq_scale * freq[i], the pairs of `mode`, in the arithmetic of the kernels' tl_rope.
+static void rope_freqs(float *x, int n_heads, int head_dim, int64_t pos, float freq_scale,
+                       const double *freq, enum tl_rope_mode mode)
+{
+    int half = head_dim / 2;
+    float c[TL_ROPE_FREQS_MAX_HALF], s[TL_ROPE_FREQS_MAX_HALF];
+    double p = (double)pos * freq_scale;
+    for (int i = 0; i < half; i++) {
+        c[i] = (float)cos(p * freq[i]);
+        s[i] = (float)sin(p * freq[i]);
+    }
+    for (int h = 0; h < n_heads; h++) {
+        float *v = x + (size_t)h * head_dim;
+        for (int i = 0; i < half; i++) {
+            int i0 = mode == TL_ROPE_NEOX ? i : 2 * i,
+                i1 = mode == TL_ROPE_NEOX ? i + half : i0 + 1;
+            float a = v[i0], b = v[i1];
+            v[i0] = a * c[i] - b * s[i];
+            v[i1] = a * s[i] + b * c[i];
+        }
+    }
+}
+
+// RMSNorm of each of n_heads heads of head_dim values, in place, with one shared weight.
+static void head_norm(float *x, const float *w, int n_heads, int head_dim, float eps)
+{
+    for (int h = 0; h < n_heads; h++)
+        tl_rmsnorm(x + (int64_t)h * head_dim, w, eps, head_dim, x + (int64_t)h * head_dim);
+}
+
 static void phase_fn(void *p, int ith, int nth)
 {
     struct phase_arg *a = p;
@@ -164,15 +226,28 @@ static void phase_fn(void *p, int ith, int nth)
             add_bias(q, a->layer->bq, q_dim);
             add_bias(k, a->layer->bk, kv_dim);
             add_bias(v, a->layer->bv, kv_dim);
+            if (a->layer->q_norm)
+                head_norm(q, a->layer->q_norm, hp->n_head, hp->head_dim, hp->rms_eps);
+            if (a->layer->k_norm)
+                head_norm(k, a->layer->k_norm, hp->n_head_kv, hp->head_dim, hp->rms_eps);
             int32_t pos = a->b->pos[t];
-            tl_rope(q, hp->n_head, hp->head_dim, pos, hp->rope_freq_base, hp->rope_freq_scale,
-                    hp->rope_mode);
-            tl_rope(k, hp->n_head_kv, hp->head_dim, pos, hp->rope_freq_base, hp->rope_freq_scale,
-                    hp->rope_mode);
+            if (!a->layer->no_rope && f->rope_freq) {
+                rope_freqs(q, hp->n_head, hp->head_dim, pos, hp->rope_freq_scale, f->rope_freq,
+                           hp->rope_mode);
+                rope_freqs(k, hp->n_head_kv, hp->head_dim, pos, hp->rope_freq_scale, f->rope_freq,
+                           hp->rope_mode);
+            } else if (!a->layer->no_rope) {
+                tl_rope(q, hp->n_head, hp->head_dim, pos, hp->rope_freq_base, hp->rope_freq_scale,
+                        hp->rope_mode);
+                tl_rope(k, hp->n_head_kv, hp->head_dim, pos, hp->rope_freq_base,
+                        hp->rope_freq_scale, hp->rope_mode);
+            }
             tl_kv_store(a->kv, a->b->block_tables[a->b->seq[t]], pos, k, v);
             break;
         }
         case PHASE_RESIDUAL:
+            if (has_scale(hp->residual_scale))
+                scale_row(f->tmp + t * n_embd, hp->residual_scale, n_embd);
             tl_add(f->x + t * n_embd, f->tmp + t * n_embd, n_embd);
             break;
         case PHASE_SWIGLU:
@@ -290,12 +365,13 @@ tl_status tl_forward_run(struct tl_forward *f, const struct tl_batch *b,
         const char *row =
             (const char *)m->tok_embd.data + (size_t)b->token[t] * m->tok_embd.row_bytes;
         tl_dequantize_row(m->tok_embd.type, row, f->x + t * n_embd, n_embd);
+        if (has_scale(hp->embd_scale)) scale_row(f->x + t * n_embd, hp->embd_scale, n_embd);
         f->queries[t].block_table = b->block_tables[b->seq[t]];
         f->queries[t].n_ctx = (int64_t)b->pos[t] + 1;
     }
     prof_mark(&pc, TL_FWD_EMBED);
     struct phase_arg pa = {.f = f, .b = b};
-    float scale = 1.0f / sqrtf((float)hp->head_dim);
+    float scale = hp->attn_scale > 0 ? hp->attn_scale : 1.0f / sqrtf((float)hp->head_dim);
     for (int il = 0; il < hp->n_layer; il++) {
         const struct tl_layer *L = &m->layers[il];
         pa.layer = L;
@@ -320,14 +396,19 @@ tl_status tl_forward_run(struct tl_forward *f, const struct tl_batch *b,
         pa.norm_w = L->ffn_norm, pa.src = f->x, pa.dst = f->xb;
         run_phase(&pa, PHASE_NORM, n);
         prof_mark(&pc, TL_FWD_NORM);
-        const struct tl_weight *ffn_w[] = {&L->w_gate, &L->w_up};
-        float *ffn_y[] = {f->h1, f->h2};
-        tl_matmul_multi(f->pool, 2, ffn_w, f->xb, n, ffn_y, f->work);
-        prof_mark(&pc, TL_FWD_GATE_UP);
-        run_phase(&pa, PHASE_SWIGLU, n);
-        prof_mark(&pc, TL_FWD_SWIGLU);
-        tl_matmul(f->pool, &L->w_down, f->h1, n, f->tmp, f->work);
-        prof_mark(&pc, TL_FWD_DOWN);
+        if (L->n_expert > 0) {
+            tl__moe_ffn(f->moe, L, f->xb, n, f->tmp);
+            prof_mark(&pc, TL_FWD_DOWN); // the whole MoE FFN: router, experts, sum
+        } else {
+            const struct tl_weight *ffn_w[] = {&L->w_gate, &L->w_up};
+            float *ffn_y[] = {f->h1, f->h2};
+            tl_matmul_multi(f->pool, 2, ffn_w, f->xb, n, ffn_y, f->work);
+            prof_mark(&pc, TL_FWD_GATE_UP);
+            run_phase(&pa, PHASE_SWIGLU, n);
+            prof_mark(&pc, TL_FWD_SWIGLU);
+            tl_matmul(f->pool, &L->w_down, f->h1, n, f->tmp, f->work);
+            prof_mark(&pc, TL_FWD_DOWN);
+        }
         run_phase(&pa, PHASE_RESIDUAL, n);
         prof_mark(&pc, TL_FWD_RESIDUAL);
     }
@@ -340,6 +421,9 @@ tl_status tl_forward_run(struct tl_forward *f, const struct tl_batch *b,
     run_phase(&pa, PHASE_NORM, b->n_out);
     prof_mark(&pc, TL_FWD_OUT_NORM);
     tl_matmul(f->pool, &m->output, f->xb, b->n_out, logits, f->work);
+    if (has_scale(hp->logit_scale))
+        for (int64_t i = 0; i < b->n_out * hp->n_vocab; i++)
+            logits[i] /= hp->logit_scale;
     prof_mark(&pc, TL_FWD_OUTPUT);
     return TL_OK;
 }

@@ -1,10 +1,13 @@
 /*
- * GGUF model loader: hyperparameters from the "<arch>.*" keys, weights as views into the mmap
- * (no copies), vocabulary from "tokenizer.*". Norm vectors and biases stored as F16/BF16 are
+ * GGUF model loader: hyperparameters from the "<arch>.*" keys (those every family shares here,
+ * then the family's own through its descriptor, arch.h), weights as views into the mmap (no
+ * copies), vocabulary from "tokenizer.*". Norm vectors and biases stored as F16/BF16 are
  * converted to owned f32 arrays, since the row-wise kernels take f32. Missing required keys and
  * tensors produce an error naming the file and the key; shapes are checked by model.c.
  */
 #include "model/loader.h"
+
+#include "model/arch.h"
 
 #include "core/alloc.h"
 #include "core/error.h"
@@ -17,35 +20,9 @@
 
 struct ctx {
     struct tl_model *m;
-    const char *arch; // key prefix
+    const struct tl_arch_desc *desc; // the file's family
+    struct tl_arch_keys keys;        // its "<arch>.*" keys
 };
-
-static tl_status get_u32_req(struct ctx *c, const char *suffix, int32_t *out)
-{
-    char key[128];
-    uint32_t v;
-    snprintf(key, sizeof(key), "%s.%s", c->arch, suffix);
-    if (!tl_gguf_get_u32(c->m->gguf, key, &v))
-        return tl__errorf(TL_ERR_FORMAT, "%s: missing or invalid key %s", c->m->path, key);
-    if (v > INT32_MAX) return tl__errorf(TL_ERR_FORMAT, "%s: key %s out of range", c->m->path, key);
-    *out = (int32_t)v;
-    return TL_OK;
-}
-
-static void get_u32_opt(struct ctx *c, const char *suffix, int32_t *out)
-{
-    char key[128];
-    uint32_t v;
-    snprintf(key, sizeof(key), "%s.%s", c->arch, suffix);
-    if (tl_gguf_get_u32(c->m->gguf, key, &v) && v <= INT32_MAX) *out = (int32_t)v;
-}
-
-static void get_f32_opt(struct ctx *c, const char *suffix, float *out)
-{
-    char key[128];
-    snprintf(key, sizeof(key), "%s.%s", c->arch, suffix);
-    tl_gguf_get_f32(c->m->gguf, key, out);
-}
 
 // A 1-D f32 vector of n elements (converted from F16/BF16 into an owned buffer when needed).
 static tl_status load_vec(struct ctx *c, const char *name, int64_t n, bool required,
@@ -99,6 +76,82 @@ static tl_status load_mat(struct ctx *c, const char *name, bool required, struct
     return TL_OK;
 }
 
+// A matrix whose rows are several matrices stacked (phi3's attn_qkv, its gate+up ffn_up) as
+// n views of rows[i] rows each, in order; the row counts must add up to the matrix's.
+static tl_status split_rows(struct ctx *c, const char *name, const struct tl_weight *w,
+                            const int64_t *rows, struct tl_weight *const *out, int n)
+{
+    int64_t total = 0;
+    for (int i = 0; i < n; i++)
+        total += rows[i];
+    if (w->n_out != total)
+        return tl__errorf(TL_ERR_FORMAT, "%s: tensor %s has %lld rows, expected %lld", c->m->path,
+                          name, (long long)w->n_out, (long long)total);
+    int64_t r0 = 0;
+    for (int i = 0; i < n; i++) {
+        *out[i] = *w;
+        out[i]->data = (const char *)w->data + (size_t)r0 * w->row_bytes;
+        out[i]->n_out = rows[i];
+        r0 += rows[i];
+    }
+    return TL_OK;
+}
+
+// Tensors that exist in some files of these families but that the forward pass has no place
+// for: refused by name rather than silently ignored.
+static const char *const unsupported_layer_tensors[] = {
+    "attn_output.bias", "ffn_gate.bias", "ffn_up.bias", "ffn_down.bias", "ffn_gate_inp.weight",
+};
+
+// The n_expert (n_out, n_in) matrices stacked in one 3-D tensor [n_in, n_out, n_expert], as
+// views: expert e's rows start at e * n_out rows. `out` holds n_expert weights.
+static tl_status load_experts(struct ctx *c, const char *name, int32_t n_expert,
+                              struct tl_weight *out)
+{
+    const struct tl_gguf_tensor *t = tl_gguf_find_tensor(c->m->gguf, name);
+    if (!t) return tl__errorf(TL_ERR_FORMAT, "%s: missing tensor %s", c->m->path, name);
+    if (t->n_dims != 3 || t->ne[2] != n_expert || t->ne[3] != 1)
+        return tl__errorf(TL_ERR_FORMAT,
+                          "%s: tensor %s has shape [%lld, %lld, %lld], expected 3 dimensions "
+                          "with %d experts",
+                          c->m->path, name, (long long)t->ne[0], (long long)t->ne[1],
+                          (long long)t->ne[2], n_expert);
+    size_t row_bytes;
+    if (!tl_dtype_row_bytes(t->type, t->ne[0], &row_bytes))
+        return tl__errorf(TL_ERR_FORMAT, "%s: tensor %s: bad row size", c->m->path, name);
+    for (int32_t e = 0; e < n_expert; e++)
+        out[e] = (struct tl_weight){.type = t->type,
+                                    .n_in = t->ne[0],
+                                    .n_out = t->ne[1],
+                                    .row_bytes = row_bytes,
+                                    .data = (const char *)t->data +
+                                            (size_t)e * (size_t)t->ne[1] * row_bytes};
+    return TL_OK;
+}
+
+// A mixture-of-experts FFN: the router and the stacked experts (qwen3moe, Mixtral-style llama).
+static tl_status load_moe(struct ctx *c, int il, struct tl_layer *L)
+{
+    char name[96];
+    tl_status rc;
+    int32_t n_expert = c->m->hp.n_expert;
+    size_t bytes;
+    struct tl_weight *ws =
+        tl_mul_size(3 * (size_t)n_expert, sizeof(*ws), &bytes) ? tl_aligned_alloc(bytes) : NULL;
+    if (!ws || !tl__model_own(c->m, ws))
+        return tl__errorf(TL_ERR_NOMEM, "%s: out of memory", c->m->path);
+    L->n_expert = n_expert;
+    L->exp_gate = ws, L->exp_up = ws + n_expert, L->exp_down = ws + 2 * n_expert;
+#define NAME(suffix) (snprintf(name, sizeof(name), "blk.%d.%s", il, suffix), name)
+    if ((rc = load_mat(c, NAME("ffn_gate_inp.weight"), true, &L->router)) ||
+        (rc = load_experts(c, NAME("ffn_gate_exps.weight"), n_expert, L->exp_gate)) ||
+        (rc = load_experts(c, NAME("ffn_up_exps.weight"), n_expert, L->exp_up)) ||
+        (rc = load_experts(c, NAME("ffn_down_exps.weight"), n_expert, L->exp_down)))
+        return rc;
+#undef NAME
+    return TL_OK;
+}
+
 static tl_status load_layer(struct ctx *c, int il, struct tl_layer *L)
 {
     char name[96];
@@ -107,22 +160,54 @@ static tl_status load_layer(struct ctx *c, int il, struct tl_layer *L)
     int64_t q_dim = (int64_t)hp->n_head * hp->head_dim;
     int64_t kv_dim = (int64_t)hp->n_head_kv * hp->head_dim;
 #define NAME(suffix) (snprintf(name, sizeof(name), "blk.%d.%s", il, suffix), name)
+    size_t n_unsupported = sizeof(unsupported_layer_tensors) / sizeof(char *);
+    bool moe = hp->n_expert > 0;
+    if (moe) n_unsupported--; // ffn_gate_inp, the last, is its router
+    for (size_t i = 0; i < n_unsupported; i++)
+        if (tl_gguf_find_tensor(c->m->gguf, NAME(unsupported_layer_tensors[i])))
+            return tl__errorf(TL_ERR_UNSUPPORTED,
+                              "%s: tensor %s is not supported for architecture %s", c->m->path,
+                              name, c->desc->name);
     if ((rc = load_vec(c, NAME("attn_norm.weight"), hp->n_embd, true, &L->attn_norm)) ||
         (rc = load_vec(c, NAME("ffn_norm.weight"), hp->n_embd, true, &L->ffn_norm)) ||
-        (rc = load_mat(c, NAME("attn_q.weight"), true, &L->wq)) ||
-        (rc = load_mat(c, NAME("attn_k.weight"), true, &L->wk)) ||
-        (rc = load_mat(c, NAME("attn_v.weight"), true, &L->wv)) ||
-        (rc = load_mat(c, NAME("attn_output.weight"), true, &L->wo)) ||
-        (rc = load_mat(c, NAME("ffn_gate.weight"), true, &L->w_gate)) ||
-        (rc = load_mat(c, NAME("ffn_up.weight"), true, &L->w_up)) ||
-        (rc = load_mat(c, NAME("ffn_down.weight"), true, &L->w_down)))
+        (rc = load_mat(c, NAME("attn_output.weight"), true, &L->wo)))
         return rc;
-    bool bias_required = hp->arch == TL_ARCH_QWEN2;
-    if ((rc = load_vec(c, NAME("attn_q.bias"), q_dim, bias_required, &L->bq)) ||
-        (rc = load_vec(c, NAME("attn_k.bias"), kv_dim, bias_required, &L->bk)) ||
-        (rc = load_vec(c, NAME("attn_v.bias"), kv_dim, bias_required, &L->bv)))
+    if (c->desc->fused && tl_gguf_find_tensor(c->m->gguf, NAME("attn_qkv.weight"))) {
+        struct tl_weight qkv;
+        if ((rc = load_mat(c, name, true, &qkv)) ||
+            (rc = split_rows(c, name, &qkv, (int64_t[]){q_dim, kv_dim, kv_dim},
+                             (struct tl_weight *[]){&L->wq, &L->wk, &L->wv}, 3)))
+            return rc;
+    } else if ((rc = load_mat(c, NAME("attn_q.weight"), true, &L->wq)) ||
+               (rc = load_mat(c, NAME("attn_k.weight"), true, &L->wk)) ||
+               (rc = load_mat(c, NAME("attn_v.weight"), true, &L->wv))) {
+        return rc;
+    }
+    if (moe) {
+        if ((rc = load_moe(c, il, L))) return rc;
+    } else if (c->desc->fused) {
+        struct tl_weight gate_up;
+        if ((rc = load_mat(c, NAME("ffn_up.weight"), true, &gate_up)) ||
+            (rc = split_rows(c, name, &gate_up, (int64_t[]){hp->n_ff, hp->n_ff},
+                             (struct tl_weight *[]){&L->w_gate, &L->w_up}, 2)) ||
+            (rc = load_mat(c, NAME("ffn_down.weight"), true, &L->w_down)))
+            return rc;
+    } else if ((rc = load_mat(c, NAME("ffn_gate.weight"), true, &L->w_gate)) ||
+               (rc = load_mat(c, NAME("ffn_up.weight"), true, &L->w_up)) ||
+               (rc = load_mat(c, NAME("ffn_down.weight"), true, &L->w_down))) {
+        return rc;
+    }
+    bool bias = c->desc->attn_bias;
+    if ((rc = load_vec(c, NAME("attn_q.bias"), q_dim, bias, &L->bq)) ||
+        (rc = load_vec(c, NAME("attn_k.bias"), kv_dim, bias, &L->bk)) ||
+        (rc = load_vec(c, NAME("attn_v.bias"), kv_dim, bias, &L->bv)))
+        return rc;
+    if (c->desc->qk_norm &&
+        ((rc = load_vec(c, NAME("attn_q_norm.weight"), hp->head_dim, true, &L->q_norm)) ||
+         (rc = load_vec(c, NAME("attn_k_norm.weight"), hp->head_dim, true, &L->k_norm))))
         return rc;
 #undef NAME
+    L->no_rope = hp->no_rope_step > 0 && (il + 1) % hp->no_rope_step == 0;
     return TL_OK;
 }
 
@@ -130,47 +215,55 @@ static tl_status load_hparams(struct ctx *c)
 {
     struct tl_hparams *hp = &c->m->hp;
     tl_status rc;
-    if ((rc = get_u32_req(c, "context_length", &hp->n_ctx_train)) ||
-        (rc = get_u32_req(c, "embedding_length", &hp->n_embd)) ||
-        (rc = get_u32_req(c, "block_count", &hp->n_layer)) ||
-        (rc = get_u32_req(c, "feed_forward_length", &hp->n_ff)) ||
-        (rc = get_u32_req(c, "attention.head_count", &hp->n_head)))
+    if ((rc = tl__arch_u32_req(&c->keys, "context_length", &hp->n_ctx_train)) ||
+        (rc = tl__arch_u32_req(&c->keys, "embedding_length", &hp->n_embd)) ||
+        (rc = tl__arch_u32_req(&c->keys, "block_count", &hp->n_layer)) ||
+        (rc = tl__arch_u32_req(&c->keys, "feed_forward_length", &hp->n_ff)) ||
+        (rc = tl__arch_u32_req(&c->keys, "attention.head_count", &hp->n_head)))
         return rc;
     if (hp->n_layer > 4096 || hp->n_head > 65536)
         return tl__errorf(TL_ERR_FORMAT, "%s: implausible block count %d or head count %d",
                           c->m->path, hp->n_layer, hp->n_head);
+    int32_t n_expert = 0;
+    tl__arch_u32_opt(&c->keys, "expert_count", &n_expert);
+    if (n_expert > 0 && c->desc->experts == TL_EXPERTS_NONE)
+        return tl__errorf(TL_ERR_UNSUPPORTED,
+                          "%s: mixture-of-experts models (%s.expert_count %d) are not supported "
+                          "yet",
+                          c->m->path, c->keys.prefix, n_expert);
     hp->n_head_kv = hp->n_head;
-    get_u32_opt(c, "attention.head_count_kv", &hp->n_head_kv);
+    tl__arch_u32_opt(&c->keys, "attention.head_count_kv", &hp->n_head_kv);
     hp->head_dim = hp->n_head > 0 && hp->n_embd % hp->n_head == 0 ? hp->n_embd / hp->n_head : 0;
-    get_u32_opt(c, "attention.key_length", &hp->head_dim);
+    tl__arch_u32_opt(&c->keys, "attention.key_length", &hp->head_dim);
     int32_t v_len = hp->head_dim, rope_dim = hp->head_dim;
-    get_u32_opt(c, "attention.value_length", &v_len);
-    get_u32_opt(c, "rope.dimension_count", &rope_dim);
+    tl__arch_u32_opt(&c->keys, "attention.value_length", &v_len);
+    tl__arch_u32_opt(&c->keys, "rope.dimension_count", &rope_dim);
     if (v_len != hp->head_dim || rope_dim != hp->head_dim)
         return tl__errorf(TL_ERR_UNSUPPORTED,
                           "%s: key length %d, value length %d and rope dimensions %d differ "
                           "(partial RoPE is not supported)",
                           c->m->path, hp->head_dim, v_len, rope_dim);
-    hp->rms_eps = hp->arch == TL_ARCH_QWEN2 ? 1e-6f : 1e-5f;
-    get_f32_opt(c, "attention.layer_norm_rms_epsilon", &hp->rms_eps);
+    hp->rms_eps = c->desc->rms_eps;
+    tl__arch_f32_opt(&c->keys, "attention.layer_norm_rms_epsilon", &hp->rms_eps);
     hp->rope_freq_base = 10000.0f;
-    get_f32_opt(c, "rope.freq_base", &hp->rope_freq_base);
+    tl__arch_f32_opt(&c->keys, "rope.freq_base", &hp->rope_freq_base);
     hp->rope_freq_scale = 1.0f;
     float factor = 0.0f;
     char key[128];
     struct tl_gguf_str stype;
-    snprintf(key, sizeof(key), "%s.rope.scaling.type", c->arch);
+    snprintf(key, sizeof(key), "%s.rope.scaling.type", c->keys.prefix);
     bool has_type = tl_gguf_get_str(c->m->gguf, key, &stype);
     // As llama.cpp: the older rope.scale_linear is read only when rope.scaling.factor is absent.
-    snprintf(key, sizeof(key), "%s.rope.scaling.factor", c->arch);
-    if (!tl_gguf_get_f32(c->m->gguf, key, &factor)) get_f32_opt(c, "rope.scale_linear", &factor);
+    snprintf(key, sizeof(key), "%s.rope.scaling.factor", c->keys.prefix);
+    if (!tl_gguf_get_f32(c->m->gguf, key, &factor))
+        tl__arch_f32_opt(&c->keys, "rope.scale_linear", &factor);
     if (has_type && !tl_gguf_str_eq(stype, "linear") && !tl_gguf_str_eq(stype, "none"))
         return tl__errorf(TL_ERR_UNSUPPORTED, "%s: rope scaling type '%.*s' is not supported",
                           c->m->path, (int)(stype.len > 32 ? 32 : stype.len), stype.ptr);
     if (factor > 0.0f && !(has_type && tl_gguf_str_eq(stype, "none")))
         hp->rope_freq_scale = 1.0f / factor;
-    hp->rope_mode = hp->arch == TL_ARCH_QWEN2 ? TL_ROPE_NEOX : TL_ROPE_NORMAL;
-    return TL_OK;
+    hp->rope_mode = c->desc->rope_mode;
+    return c->desc->read_hparams ? c->desc->read_hparams(&c->keys, hp) : TL_OK;
 }
 
 static void pick_weight_type(struct tl_model *m)
@@ -204,18 +297,14 @@ tl_status tl__model_load_gguf(struct tl_model *m)
     struct tl_gguf_str arch;
     if (!tl_gguf_get_str(m->gguf, "general.architecture", &arch))
         return tl__errorf(TL_ERR_FORMAT, "%s: missing key general.architecture", m->path);
-    struct ctx c = {.m = m};
-    if (tl_gguf_str_eq(arch, "llama")) {
-        m->hp.arch = TL_ARCH_LLAMA;
-        c.arch = "llama";
-    } else if (tl_gguf_str_eq(arch, "qwen2")) {
-        m->hp.arch = TL_ARCH_QWEN2;
-        c.arch = "qwen2";
-    } else {
+    const struct tl_arch_desc *desc = tl__arch_find(arch);
+    if (!desc)
         return tl__errorf(TL_ERR_UNSUPPORTED,
-                          "%s: architecture '%.*s' is not supported (supported: llama, qwen2)",
-                          m->path, (int)(arch.len > 64 ? 64 : arch.len), arch.ptr);
-    }
+                          "%s: architecture '%.*s' is not supported (supported: %s)", m->path,
+                          (int)(arch.len > 64 ? 64 : arch.len), arch.ptr, tl__arch_names());
+    m->hp.arch = desc->arch;
+    struct ctx c = {
+        .m = m, .desc = desc, .keys = {.gguf = m->gguf, .path = m->path, .prefix = desc->name}};
     if ((rc = load_hparams(&c))) return rc;
     if ((rc = tl_vocab_load_gguf(m->gguf, &m->vocab))) return rc;
     m->name = dup_gguf_str(m->gguf, "general.name");
@@ -230,6 +319,15 @@ tl_status tl__model_load_gguf(struct tl_model *m)
     m->hp.n_vocab = (int32_t)m->tok_embd.n_out;
     if ((rc = load_vec(&c, "output_norm.weight", m->hp.n_embd, true, &m->output_norm))) return rc;
     if ((rc = load_mat(&c, "output.weight", false, &m->output))) return rc;
+    // llama.cpp's converter writes Llama 3.1+'s "llama3" RoPE scaling as per-pair frequency
+    // divisors; Phi-3's LongRoPE factors have no place here yet and are refused.
+    if ((rc = load_vec(&c, "rope_freqs.weight", m->hp.head_dim / 2, false, &m->rope_freqs)))
+        return rc;
+    static const char *const longrope[] = {"rope_factors_long.weight", "rope_factors_short.weight"};
+    for (int i = 0; i < 2; i++)
+        if (tl_gguf_find_tensor(m->gguf, longrope[i]))
+            return tl__errorf(TL_ERR_UNSUPPORTED, "%s: tensor %s (LongRoPE) is not supported",
+                              m->path, longrope[i]);
     if (!m->output.data) m->output = m->tok_embd; // tied embeddings
     if (m->hp.n_layer <= 0) return tl__errorf(TL_ERR_FORMAT, "%s: block count is 0", m->path);
     m->layers = tl_calloc_array((size_t)m->hp.n_layer, sizeof(*m->layers));

@@ -6,11 +6,14 @@
  */
 #include "model/loader.h"
 
+#include "model/arch.h"
+
 #include "core/alloc.h"
 #include "core/error.h"
 #include "core/log.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,15 +38,43 @@ bool tl__model_own(struct tl_model *m, void *buf)
 // of weights pays a TLB miss every 4 KiB (and the hardware prefetchers stop at each page).
 // tok_embd stays as in the file: its rows are read for embedding lookups (a tied `output` gets
 // its own packed copy).
-enum { N_LAYER_WEIGHTS = 7 };
+int64_t tl_layer_n_weights(const struct tl_layer *L)
+{
+    return L->n_expert > 0 ? 5 + 3 * (int64_t)L->n_expert : 7;
+}
 
-static struct tl_weight *packed_weight(struct tl_model *m, int i)
+struct tl_weight *tl_layer_weight(struct tl_layer *L, int64_t i)
+{
+    struct tl_weight *attn[4] = {&L->wq, &L->wk, &L->wv, &L->wo};
+    if (i < 4) return attn[i];
+    if (L->n_expert == 0) {
+        struct tl_weight *ffn[3] = {&L->w_gate, &L->w_up, &L->w_down};
+        return ffn[i - 4];
+    }
+    if (i == 4) return &L->router;
+    int64_t e = (i - 5) / 3;
+    struct tl_weight *ex[3] = {&L->exp_gate[e], &L->exp_up[e], &L->exp_down[e]};
+    return ex[(i - 5) % 3];
+}
+
+// Every matrix the forward pass multiplies with: output, then each layer's in order.
+static int64_t n_packed(const struct tl_model *m)
+{
+    int64_t n = 1;
+    for (int il = 0; il < m->hp.n_layer; il++)
+        n += tl_layer_n_weights(&m->layers[il]);
+    return n;
+}
+
+static struct tl_weight *packed_weight(struct tl_model *m, int64_t i)
 {
     if (i == 0) return &m->output;
-    struct tl_layer *L = &m->layers[(i - 1) / N_LAYER_WEIGHTS];
-    struct tl_weight *ws[N_LAYER_WEIGHTS] = {&L->wq,     &L->wk,   &L->wv,    &L->wo,
-                                             &L->w_gate, &L->w_up, &L->w_down};
-    return ws[(i - 1) % N_LAYER_WEIGHTS];
+    i--;
+    for (int il = 0;; il++) {
+        int64_t nl = tl_layer_n_weights(&m->layers[il]);
+        if (i < nl) return tl_layer_weight(&m->layers[il], i);
+        i -= nl;
+    }
 }
 
 static size_t align64(size_t n)
@@ -53,9 +84,9 @@ static size_t align64(size_t n)
 
 static tl_status prepare_weights(struct tl_model *m)
 {
-    const int n = 1 + m->hp.n_layer * N_LAYER_WEIGHTS;
+    const int64_t n = n_packed(m);
     size_t total = 0, bytes;
-    for (int i = 0; i < n; i++) {
+    for (int64_t i = 0; i < n; i++) {
         tl_status rc = tl_weight_packed_bytes(packed_weight(m, i), &bytes);
         if (rc) return tl__error_prefix(rc, m->path);
         if (total + align64(bytes) < total)
@@ -68,7 +99,7 @@ static tl_status prepare_weights(struct tl_model *m)
         return tl__errorf(TL_ERR_NOMEM, "%s: out of memory packing the weights (%zu bytes)",
                           m->path, total);
     size_t off = 0;
-    for (int i = 0; i < n; i++) {
+    for (int64_t i = 0; i < n; i++) {
         struct tl_weight *w = packed_weight(m, i);
         if (tl_weight_packed_bytes(w, &bytes) || !bytes) continue; // checked above
         tl_weight_pack(w, arena + off);
@@ -176,6 +207,11 @@ tl_status tl__model_validate(const struct tl_model *m)
             "%d, head_dim %d, ctx %d)",
             m->path, hp->n_embd, hp->n_layer, hp->n_head, hp->n_head_kv, hp->n_ff, hp->n_vocab,
             hp->head_dim, hp->n_ctx_train);
+    if (hp->n_expert < 0 || hp->n_expert_used < 0 || hp->n_expert_used > hp->n_expert ||
+        (hp->n_expert > 0 && (hp->n_expert_used == 0 || hp->n_ff_exp <= 0)))
+        return tl__errorf(TL_ERR_FORMAT,
+                          "%s: invalid experts: %d used of %d, expert feed-forward length %d",
+                          m->path, hp->n_expert_used, hp->n_expert, hp->n_ff_exp);
     if (hp->n_head % hp->n_head_kv)
         return tl__errorf(TL_ERR_FORMAT, "%s: head count %d is not a multiple of kv head count %d",
                           m->path, hp->n_head, hp->n_head_kv);
@@ -192,6 +228,14 @@ tl_status tl__model_validate(const struct tl_model *m)
     if ((rc = check_weight(m, "output.weight", -1, &m->output, hp->n_embd, hp->n_vocab))) return rc;
     if (!m->output_norm)
         return tl__errorf(TL_ERR_FORMAT, "%s: missing tensor output_norm.weight", m->path);
+    if (m->rope_freqs && hp->head_dim / 2 > TL_ROPE_FREQS_MAX_HALF)
+        return tl__errorf(TL_ERR_UNSUPPORTED,
+                          "%s: rope_freqs.weight with head size %d (at most %d)", m->path,
+                          hp->head_dim, 2 * TL_ROPE_FREQS_MAX_HALF);
+    for (int i = 0; m->rope_freqs && i < hp->head_dim / 2; i++)
+        if (!(m->rope_freqs[i] > 0) || !isfinite(m->rope_freqs[i]))
+            return tl__errorf(TL_ERR_FORMAT, "%s: rope_freqs.weight[%d] is %g, expected > 0",
+                              m->path, i, (double)m->rope_freqs[i]);
     for (int il = 0; il < hp->n_layer; il++) {
         const struct tl_layer *L = &m->layers[il];
         if (!L->attn_norm || !L->ffn_norm)
@@ -199,13 +243,33 @@ tl_status tl__model_validate(const struct tl_model *m)
         if ((rc = check_weight(m, "attn_q.weight", il, &L->wq, hp->n_embd, q_dim)) ||
             (rc = check_weight(m, "attn_k.weight", il, &L->wk, hp->n_embd, kv_dim)) ||
             (rc = check_weight(m, "attn_v.weight", il, &L->wv, hp->n_embd, kv_dim)) ||
-            (rc = check_weight(m, "attn_output.weight", il, &L->wo, q_dim, hp->n_embd)) ||
-            (rc = check_weight(m, "ffn_gate.weight", il, &L->w_gate, hp->n_embd, hp->n_ff)) ||
-            (rc = check_weight(m, "ffn_up.weight", il, &L->w_up, hp->n_embd, hp->n_ff)) ||
-            (rc = check_weight(m, "ffn_down.weight", il, &L->w_down, hp->n_ff, hp->n_embd)))
+            (rc = check_weight(m, "attn_output.weight", il, &L->wo, q_dim, hp->n_embd)))
             return rc;
-        if (hp->arch == TL_ARCH_QWEN2 && (!L->bq || !L->bk || !L->bv))
+        if (L->n_expert > 0) {
+            if ((rc = check_weight(m, "ffn_gate_inp.weight", il, &L->router, hp->n_embd,
+                                   L->n_expert)))
+                return rc;
+            for (int e = 0; e < L->n_expert; e++)
+                if ((rc = check_weight(m, "ffn_gate_exps.weight", il, &L->exp_gate[e], hp->n_embd,
+                                       hp->n_ff_exp)) ||
+                    (rc = check_weight(m, "ffn_up_exps.weight", il, &L->exp_up[e], hp->n_embd,
+                                       hp->n_ff_exp)) ||
+                    (rc = check_weight(m, "ffn_down_exps.weight", il, &L->exp_down[e], hp->n_ff_exp,
+                                       hp->n_embd)))
+                    return rc;
+        } else if ((rc =
+                        check_weight(m, "ffn_gate.weight", il, &L->w_gate, hp->n_embd, hp->n_ff)) ||
+                   (rc = check_weight(m, "ffn_up.weight", il, &L->w_up, hp->n_embd, hp->n_ff)) ||
+                   (rc =
+                        check_weight(m, "ffn_down.weight", il, &L->w_down, hp->n_ff, hp->n_embd))) {
+            return rc;
+        }
+        const struct tl_arch_desc *desc = tl__arch_of(hp->arch);
+        if (desc->attn_bias && (!L->bq || !L->bk || !L->bv))
             return tl__errorf(TL_ERR_FORMAT, "%s: missing attention bias in layer %d", m->path, il);
+        if (desc->qk_norm && (!L->q_norm || !L->k_norm))
+            return tl__errorf(TL_ERR_FORMAT, "%s: missing q/k norm tensor in layer %d", m->path,
+                              il);
     }
     int32_t n_tok = tl_vocab_n_tokens(m->vocab);
     if (n_tok > hp->n_vocab)
@@ -221,7 +285,7 @@ void tl_model_get_info(const tl_model *m, struct tl_model_info *out)
 {
     const struct tl_hparams *hp = &m->hp;
     memset(out, 0, sizeof(*out));
-    out->arch = hp->arch == TL_ARCH_QWEN2 ? "qwen2" : "llama";
+    out->arch = tl__arch_of(hp->arch)->name;
     out->name = m->name;
     out->path = m->path;
     out->n_params = m->n_params;

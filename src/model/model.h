@@ -14,7 +14,16 @@
 #include "kernels/kernels.h"
 #include "tokenizer/tokenizer.h"
 
-enum tl_arch { TL_ARCH_LLAMA = 0, TL_ARCH_QWEN2 = 1 };
+// The model families (src/model/arch_*.c describe each; arch.h is the table).
+enum tl_arch {
+    TL_ARCH_LLAMA = 0,
+    TL_ARCH_QWEN2 = 1,
+    TL_ARCH_QWEN3 = 2,
+    TL_ARCH_GRANITE = 3,
+    TL_ARCH_SMOLLM3 = 4,
+    TL_ARCH_QWEN3MOE = 5,
+    TL_ARCH_PHI3 = 6,
+};
 
 struct tl_hparams {
     enum tl_arch arch;
@@ -30,6 +39,16 @@ struct tl_hparams {
     float rope_freq_base;
     float rope_freq_scale; // 1 / linear scaling factor
     enum tl_rope_mode rope_mode;
+    // Family knobs; 0 leaves the plain Llama block (zeroed hparams are a llama model).
+    float embd_scale;     // embeddings multiplied by it (granite)
+    float residual_scale; // each sublayer's output multiplied by it before the add (granite)
+    float attn_scale;     // softmax scale of q.k; 0 = 1 / sqrt(head_dim)
+    float logit_scale;    // logits divided by it (granite)
+    int32_t no_rope_step; // layers il with (il + 1) % no_rope_step == 0 skip RoPE (smollm3: 4)
+    // Mixture of experts (qwen3moe); 0 for dense models.
+    int32_t n_expert;      // experts per layer
+    int32_t n_expert_used; // experts each token is routed to (top-k)
+    int32_t n_ff_exp;      // hidden width of one expert
 };
 
 struct tl_layer {
@@ -39,11 +58,30 @@ struct tl_layer {
     struct tl_weight wv;       // (n_head_kv*head_dim, n_embd)
     struct tl_weight wo;       // (n_embd, n_head*head_dim)
     const float *bq, *bk, *bv; // attention biases (qwen2), NULL otherwise
+    const float *q_norm;       // (head_dim) RMSNorm of each q head before RoPE (qwen3), or NULL
+    const float *k_norm;       // (head_dim) the same for each k head
+    bool no_rope;              // q and k of this layer are not rotated (NoPE layers)
     const float *ffn_norm;     // (n_embd)
     struct tl_weight w_gate;   // (n_ff, n_embd)
     struct tl_weight w_up;     // (n_ff, n_embd)
     struct tl_weight w_down;   // (n_embd, n_ff)
+    // A mixture-of-experts FFN instead of w_gate/w_up/w_down when n_expert > 0: the router and
+    // each expert's matrices as views into the stacked GGUF tensors.
+    int32_t n_expert;           // 0: dense layer
+    struct tl_weight router;    // (n_expert rows, n_embd): ffn_gate_inp
+    struct tl_weight *exp_gate; // (n_expert) each (n_ff_exp, n_embd); owned array (model->owned)
+    struct tl_weight *exp_up;   // (n_expert) each (n_ff_exp, n_embd), same array
+    struct tl_weight *exp_down; // (n_expert) each (n_embd, n_ff_exp), same array
 };
+
+// The matrices of a layer that the forward pass multiplies with, in a fixed order: q, k, v, o,
+// then gate, up, down (dense) or the router and every expert's gate, up, down. For packing,
+// scratch sizing and work accounting.
+int64_t tl_layer_n_weights(const struct tl_layer *L);
+struct tl_weight *tl_layer_weight(struct tl_layer *L, int64_t i);
+
+// The largest head_dim / 2 of a model with rope_freqs (the forward pass keeps one table).
+#define TL_ROPE_FREQS_MAX_HALF 256
 
 struct tl_model {
     char *path; // owned
@@ -56,6 +94,8 @@ struct tl_model {
     char *chat_template;       // owned, NULL if absent
     struct tl_weight tok_embd; // (n_vocab rows, n_embd)
     const float *output_norm;  // (n_embd)
+    const float *rope_freqs;   // (head_dim / 2) RoPE frequency divisors ("rope_freqs.weight",
+                               // Llama 3.1+ "llama3" scaling), NULL when the file has none
     struct tl_weight output;   // (n_vocab rows, n_embd); equals tok_embd when tied
     struct tl_layer *layers;   // owned, (n_layer)
     void **owned;              // owned buffers (converted weights), freed with the model
