@@ -202,6 +202,9 @@ void tl_srv_req_start(struct tl_server *s, struct evhttp_request *r, int64_t t0,
     // either finds the access-log line.
     snprintf(q->id, sizeof(q->id), "%s-%s", q->params.kind == TL_OAI_CHAT ? "chatcmpl" : "cmpl",
              tl_http_request_id(r));
+    if (q->params.responses) // /v1/responses: the Response's own id (responses.c)
+        snprintf(q->id, sizeof(q->id), "%s",
+                 json_string_value(json_object_get(q->params.responses, "id")));
     req_link(s, q);
     if (!tl_srv_prompts_prepare(s, &q->params, &q->prompts, &err)) goto refuse;
     int64_t n_choices = (int64_t)q->prompts.n * q->params.n;

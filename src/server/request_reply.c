@@ -7,6 +7,7 @@
  * THREADS: the event-loop thread.
  */
 #include "server/request_impl.h"
+#include "server/responses.h"
 
 static void usage_totals(struct tl_srv_req *q, int64_t *prompt, int64_t *completion,
                          int64_t *cached)
@@ -106,6 +107,12 @@ void tl__req_finish(struct tl_srv_req *q)
             json_t *o = failed             ? NULL
                         : q->params.kserve ? kserve_reply(q)
                                            : whole_reply(q, np, nc, ncached);
+            if (o && q->params.responses) { // /v1/responses: the chat reply as a Response
+                json_t *chat = o;
+                o = tl_srv_resp_from_chat(q->params.responses, chat);
+                json_decref(chat);
+                tl_srv_resp_keep(s, q->params.responses, o);
+            }
             if (o) {
                 struct tl_http_usage u = {q->t_start_us, np, nc, q->queue_us, q->t_first_token_us};
                 tl_http_send_json_usage(&s->http, q->http, 200, o, &u);
