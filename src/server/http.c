@@ -494,9 +494,16 @@ bool tl_http_stream_json(struct evhttp_request *r, json_t *obj, size_t *unsent)
 
 bool tl_http_stream_event(struct evhttp_request *r, const char *data, size_t len, size_t *unsent)
 {
+    return tl_http_stream_named(r, NULL, data, len, unsent);
+}
+
+bool tl_http_stream_named(struct evhttp_request *r, const char *name, const char *data, size_t len,
+                          size_t *unsent)
+{
     *unsent = 0;
     struct tl_sb sb;
     tl_sb_init(&sb);
+    if (name) tl_sb_printf(&sb, "event: %s\n", name);
     tl_sse_format(&sb, data, len);
     struct evbuffer *b = tl_sb_ok(&sb) ? evbuffer_new() : NULL;
     bool ok = b && evbuffer_add(b, sb.buf, sb.len) == 0;

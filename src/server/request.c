@@ -34,6 +34,7 @@
 #include "core/clock.h"
 #include "core/error.h"
 #include "core/hash.h"
+#include "server/responses.h"
 
 #include <event2/event.h>
 #include <string.h>
@@ -95,6 +96,7 @@ void tl__req_free(struct tl_srv_req *q)
         free(c->error);
     }
     free(q->choices);
+    tl_resp_stream_destroy(q->resp_stream);
     tl_srv_prompts_free(&q->prompts);
     tl_oai_params_free(&q->params);
     free(q);

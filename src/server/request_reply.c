@@ -96,7 +96,16 @@ void tl__req_finish(struct tl_srv_req *q)
                                             s->model_name, json_array());
                 tl__req_sse_send(q, NULL, with_usage(o, tl_oai_usage_json(np, nc, ncached)));
             }
-            if (!q->params.kserve) tl__req_sse_done(q);
+            if (q->resp_stream && !q->client_gone) { // /v1/responses: its closing events
+                json_t *final = NULL;
+                json_t *evs = tl_resp_stream_end(q->resp_stream, np, nc, ncached, &final);
+                if (!evs) tl__req_sse_oom(q);
+                tl__req_sse_events(q, NULL, evs);
+                tl_srv_resp_keep(s, q->params.responses, final);
+                json_decref(final);
+            } else if (!q->params.kserve && !q->params.responses) {
+                tl__req_sse_done(q);
+            }
             struct tl_http_usage u = {q->t_start_us, np, nc, q->queue_us, q->t_first_token_us};
             tl_http_access_log_usage(q->http, 200, &u);
             tl_http_stream_end(&s->http, q->http); // also frees an orphaned request

@@ -8,7 +8,8 @@
 #   - scripted checks: seeds, malformed input, disconnect -> cancel -> KV back to idle, graceful
 #     shutdown on SIGTERM,
 #   - node scripts with the official `openai` npm package (installed from package-lock.json
-#     with `npm ci` when node_modules is missing): client tests, 32 concurrent streams vs the
+#     with `npm ci` when node_modules is missing): client tests, the Responses API
+#     (responses_client.mjs), 32 concurrent streams vs the
 #     same requests one at a time, an overload burst against --max-queued-requests, and abusive
 #     clients (slowloris, partial bodies, garbage).
 # Needs curl, jq and node; $TL_BIN (tokenloom binary) and $TL_SHARED (shared data folder).
@@ -252,6 +253,7 @@ run_node() {
 }
 
 run_node openai_client.mjs "$URL_main"
+run_node responses_client.mjs "$URL_main"
 run_node concurrency.mjs "$URL_main"
 start_server abuse --http-timeout 2 && run_node abuse.mjs "$URL_abuse" 2
 
