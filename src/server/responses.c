@@ -160,11 +160,13 @@ static bool check_fields(json_t *body, struct tl_oai_error *err)
 
 // ---- tools -----------------------------------------------------------------------------------
 
+static bool translate_tool_choice(json_t *body, json_t *chat, struct tl_oai_error *err);
+
 // tools (flat function tools) into the chat shape; built-in tools are refused by name.
 static bool translate_tools(json_t *body, json_t *chat, struct tl_oai_error *err)
 {
     json_t *tools = json_object_get(body, "tools");
-    if (absent(tools)) return true;
+    if (absent(tools)) return translate_tool_choice(body, chat, err);
     if (!json_is_array(tools)) return BAD(err, "tools", "'tools' must be a list");
     json_t *out = json_array();
     if (!out || json_object_set_new(chat, "tools", out)) return nomem(err);
@@ -200,6 +202,13 @@ static bool translate_tools(json_t *body, json_t *chat, struct tl_oai_error *err
         json_t *wrapped = fn ? json_pack("{s:s, s:o}", "type", "function", "function", fn) : NULL;
         if (!wrapped || json_array_append_new(out, wrapped)) return nomem(err);
     }
+    return translate_tool_choice(body, chat, err);
+}
+
+// tool_choice (a named function {"type": "function", "name"} re-wrapped) and
+// parallel_tool_calls; the chat parser checks them against the tools.
+static bool translate_tool_choice(json_t *body, json_t *chat, struct tl_oai_error *err)
+{
     json_t *tc = json_object_get(body, "tool_choice");
     if (json_is_object(tc)) {
         json_t *type = json_object_get(tc, "type");
