@@ -230,6 +230,7 @@ void tl_srv_req_start(struct tl_server *s, struct evhttp_request *r, int64_t t0,
     if (q->params.stream) tl__req_start_stream(s, q);
     return;
 refuse:
+    if (q->params.responses) tl_srv_resp_fix_error(&err); // its own field names
     tl_srv_send_error(s, r, &err, t0);
     q->http = NULL;
     if (q->n_live == 0) tl__req_free(q);

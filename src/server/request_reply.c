@@ -99,8 +99,8 @@ void tl__req_finish(struct tl_srv_req *q)
             if (q->resp_stream && !q->client_gone) { // /v1/responses: its closing events
                 json_t *final = NULL;
                 json_t *evs = tl_resp_stream_end(q->resp_stream, np, nc, ncached, &final);
-                if (!evs) tl__req_sse_oom(q);
-                tl__req_sse_events(q, NULL, evs);
+                // Without its last event a client could not tell the stream was cut.
+                if (!tl__req_sse_events(q, NULL, evs)) tl__req_sse_oom(q);
                 tl_srv_resp_keep(s, q->params.responses, final);
                 json_decref(final);
             } else if (!q->params.kserve && !q->params.responses) {

@@ -79,24 +79,24 @@ bool tl__req_sse_send(struct tl_srv_req *q, struct tl_srv_choice *c, json_t *obj
     return ok;
 }
 
-void tl__req_sse_events(struct tl_srv_req *q, struct tl_srv_choice *c, json_t *evs)
+bool tl__req_sse_events(struct tl_srv_req *q, struct tl_srv_choice *c, json_t *evs)
 {
+    bool sent = evs != NULL;
     if (!evs && c) tl__req_lose(q, c);
     for (size_t i = 0; evs && i < json_array_size(evs) && q->http && !q->conn_closed; i++) {
         json_t *ev = json_array_get(evs, i);
-        char *data = json_dumps(ev, JSON_COMPACT);
+        const char *type = json_string_value(json_object_get(ev, "type"));
         size_t unsent = 0;
-        bool ok =
-            data && tl_http_stream_named(q->http, json_string_value(json_object_get(ev, "type")),
-                                         data, strlen(data), &unsent);
-        free(data);
+        bool ok = type && tl_http_stream_json_named(q->http, type, json_incref(ev), &unsent);
         tl__req_check_unsent(q, unsent);
         if (!ok) {
             if (c) tl__req_lose(q, c);
+            sent = false;
             break;
         }
     }
     json_decref(evs);
+    return sent;
 }
 
 // Writes pre-framed SSE bytes.

@@ -193,7 +193,10 @@ static bool translate_tools(json_t *body, json_t *chat, struct tl_oai_error *err
                 json_decref(fn);
                 return BAD(err, param, "'%s.%.40s' is not a field of a function tool", param, key);
             }
-            if (fn) json_object_set(fn, key, v);
+            if (fn && json_object_set(fn, key, v)) {
+                json_decref(fn);
+                return nomem(err);
+            }
         }
         if (!json_is_string(json_object_get(t, "name"))) {
             json_decref(fn);
@@ -219,11 +222,11 @@ static bool translate_tool_choice(json_t *body, json_t *chat, struct tl_oai_erro
                        "\"function\", \"name\": ...}");
         json_t *c = json_pack("{s:s, s:{s:O}}", "type", "function", "function", "name", name);
         if (!c || json_object_set_new(chat, "tool_choice", c)) return nomem(err);
-    } else if (!absent(tc)) {
-        json_object_set(chat, "tool_choice", tc);
+    } else if (!absent(tc) && json_object_set(chat, "tool_choice", tc)) {
+        return nomem(err);
     }
     json_t *ptc = json_object_get(body, "parallel_tool_calls");
-    if (!absent(ptc)) json_object_set(chat, "parallel_tool_calls", ptc);
+    if (!absent(ptc) && json_object_set(chat, "parallel_tool_calls", ptc)) return nomem(err);
     return true;
 }
 
@@ -257,9 +260,12 @@ static bool translate_text(json_t *body, json_t *chat, struct tl_oai_error *err)
         if (!absent(name) && !json_is_string(name))
             return BAD(err, "text.format.name", "'text.format.name' must be a string");
         json_t *js = json_pack("{s:O}", "schema", schema);
-        if (js && json_is_string(name)) json_object_set(js, "name", name);
-        if (js && !absent(json_object_get(f, "strict")))
-            json_object_set(js, "strict", json_object_get(f, "strict"));
+        json_t *strict = json_object_get(f, "strict");
+        if (js && ((json_is_string(name) && json_object_set(js, "name", name)) ||
+                   (!absent(strict) && json_object_set(js, "strict", strict)))) {
+            json_decref(js);
+            js = NULL;
+        }
         rf = js ? json_pack("{s:s, s:o}", "type", "json_schema", "json_schema", js) : NULL;
     } else {
         return BAD(err, "text.format.type",
@@ -421,7 +427,7 @@ static bool build_conversation(struct tl_server *s, json_t *body, json_t *ctx,
         if (json_array_extend(conv, pconv)) return nomem(err);
         depth++;
     }
-    json_object_set_new(ctx, "depth", json_integer(depth));
+    if (json_object_set_new(ctx, "depth", json_integer(depth))) return nomem(err);
     json_t *input = json_object_get(body, "input");
     if (json_is_string(input)) {
         json_t *m =
@@ -475,9 +481,10 @@ bool tl_srv_resp_translate(struct tl_server *s, json_t *body, json_t **chat_out,
     if (!chat || !ctx) goto nomem;
     char id[64];
     new_id(id, sizeof(id));
-    json_object_set_new(ctx, "id", json_string(id));
-    json_object_set_new(ctx, "created_at", json_integer(tl_wall_time_us() / 1000000));
-    json_object_set_new(ctx, "model", json_string(s->model_name));
+    if (json_object_set_new(ctx, "id", json_string(id)) ||
+        json_object_set_new(ctx, "created_at", json_integer(tl_wall_time_us() / 1000000)) ||
+        json_object_set_new(ctx, "model", json_string(s->model_name)))
+        goto nomem;
     static const char *const echoed[] = {"instructions",
                                          "max_output_tokens",
                                          "temperature",
@@ -495,7 +502,7 @@ bool tl_srv_resp_translate(struct tl_server *s, json_t *body, json_t **chat_out,
                                          "prompt_cache_key"};
     for (size_t i = 0; i < sizeof(echoed) / sizeof(echoed[0]); i++) {
         json_t *v = json_object_get(body, echoed[i]);
-        if (v) json_object_set(ctx, echoed[i], v);
+        if (v && json_object_set(ctx, echoed[i], v)) goto nomem;
     }
     if (!build_conversation(s, body, ctx, err) || !build_messages(body, ctx, chat, err) ||
         !translate_tools(body, chat, err) || !translate_text(body, chat, err))
@@ -503,10 +510,10 @@ bool tl_srv_resp_translate(struct tl_server *s, json_t *body, json_t **chat_out,
     static const char *const copied[] = {"model", "temperature", "top_p", "stream", "user"};
     for (size_t i = 0; i < sizeof(copied) / sizeof(copied[0]); i++) {
         json_t *v = json_object_get(body, copied[i]);
-        if (!absent(v)) json_object_set(chat, copied[i], v);
+        if (!absent(v) && json_object_set(chat, copied[i], v)) goto nomem;
     }
     json_t *mot = json_object_get(body, "max_output_tokens");
-    if (!absent(mot)) json_object_set(chat, "max_completion_tokens", mot);
+    if (!absent(mot) && json_object_set(chat, "max_completion_tokens", mot)) goto nomem;
     *chat_out = chat;
     *ctx_out = ctx;
     return true;
@@ -524,6 +531,7 @@ void tl_srv_resp_fix_error(struct tl_oai_error *err)
         const char *chat, *resp;
     } names[] = {
         {"max_completion_tokens", "max_output_tokens"},
+        {"max_tokens", "max_output_tokens"},
         {"response_format", "text.format"},
         {"messages", "input"},
         {"tools", "tools"},
@@ -545,16 +553,20 @@ void tl_srv_resp_fix_error(struct tl_oai_error *err)
 void tl_srv_resp_keep(struct tl_server *s, json_t *ctx, json_t *response)
 {
     json_t *store = json_object_get(ctx, "store");
-    if (!s->resp_store || json_is_false(store) || !response) return;
+    const char *id = json_string_value(json_object_get(ctx, "id"));
+    if (!s->resp_store || json_is_false(store) || !response || !id) return;
     // The conversation a continuation sees: this chain's items, then this output.
     json_t *conv = json_copy(json_object_get(ctx, "conversation"));
     json_t *out = json_object_get(response, "output");
     for (size_t i = 0; conv && i < json_array_size(out); i++)
-        json_array_append(conv, json_array_get(out, i));
+        if (json_array_append(conv, json_array_get(out, i))) {
+            json_decref(conv); // a conversation missing items would mislead a continuation
+            conv = NULL;
+        }
     if (conv)
-        (void)tl_resp_store_put(
-            s->resp_store, json_string_value(json_object_get(ctx, "id")), response, conv,
-            (int)json_integer_value(json_object_get(ctx, "depth")), tl_time_us());
+        (void)tl_resp_store_put(s->resp_store, id, response, conv,
+                                (int)json_integer_value(json_object_get(ctx, "depth")),
+                                tl_time_us());
     json_decref(conv);
 }
 
