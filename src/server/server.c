@@ -28,7 +28,6 @@
  * thread (engine, model load, tl_srv_on_event via the engine). tl_server_stop may be called
  * from any thread or a signal handler.
  */
-#include "server/responses.h"
 #include "server/state.h"
 
 #include "core/clock.h"
@@ -36,6 +35,7 @@
 #include "core/log.h"
 #include "server/grammar_wait.h"
 #include "server/request.h"
+#include "server/responses.h"
 #include "server/routes.h"
 
 #include <signal.h>

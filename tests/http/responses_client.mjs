@@ -85,6 +85,8 @@ await test('responses: stream helper: events in order, deltas join to the text, 
   eq(strip(final), strip(plain), 'final Response equals the non-streamed one');
   eq(final.id, last.response.id, 'final id');
   check(final.id !== plain.id, 'a new id per response');
+  const kept = await client.responses.retrieve(final.id); // a streamed response is stored too
+  eq(kept.output, last.response.output, 'retrieved output equals the streamed one');
 });
 
 let first = null;
