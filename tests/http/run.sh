@@ -257,6 +257,26 @@ run_node responses_client.mjs "$URL_main"
 run_node concurrency.mjs "$URL_main"
 start_server abuse --http-timeout 2 && run_node abuse.mjs "$URL_abuse" 2
 
+# The /v1/responses store's count bound: with --responses-store 2 the oldest of three goes (404
+# naming it, for GET and for previous_response_id); the two newest stay.
+if start_server rstore --responses-store 2; then
+    ids=""
+    for i in 1 2 3; do
+        ids="$ids $(post "$URL_rstore" /v1/responses '{"input":"Hi","max_output_tokens":2}' | jq -r .id)"
+    done
+    set -- $ids
+    c1=$(curl -s -o "$TMP/r1" -w '%{http_code}' "$URL_rstore/v1/responses/$1")
+    c2=$(curl -s -o /dev/null -w '%{http_code}' "$URL_rstore/v1/responses/$2")
+    c3=$(curl -s -o /dev/null -w '%{http_code}' "$URL_rstore/v1/responses/$3")
+    p1=$(post "$URL_rstore" /v1/responses '{"input":"x","max_output_tokens":2,"previous_response_id":"'"$1"'"}' | jq -r '.error.param')
+    if [ "$c1 $c2 $c3 $p1" = "404 200 200 previous_response_id" ] && grep -q "$1" "$TMP/r1"; then
+        ok "--responses-store 2: the oldest of three is evicted (404 naming it), the newest kept"
+    else
+        notok "--responses-store 2: the oldest of three is evicted (404 naming it), the newest kept" "$c1 $c2 $c3 $p1 $(cat "$TMP/r1")"
+    fi
+    kill "$PID_rstore"; wait "$PID_rstore" 2>/dev/null
+fi
+
 start_server busy --max-queued-requests 4 --max-batch-size 1 && run_node overload.mjs "$URL_busy" 4
 
 # ---- graceful shutdown -------------------------------------------------------------------------
