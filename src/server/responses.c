@@ -1,7 +1,7 @@
 /*
  * The Responses API's requests (see responses.h): a Responses body checked and translated into
- * the chat body an OpenAI client would write, the store's glue (keeping a finished response,
- * previous_response_id), and GET / DELETE /v1/responses/{id}.
+ * the chat body an OpenAI client would write, with previous_response_id's conversation read
+ * from the store (what is stored, and the routes that read it: responses_stored.c).
  *
  * DESIGN
  * Every field of the Responses API is either translated, accepted as having no effect on the
@@ -546,70 +546,4 @@ void tl_srv_resp_fix_error(struct tl_oai_error *err)
         snprintf(err->param, sizeof(err->param), "%s%s", names[i].resp, rest);
         return;
     }
-}
-
-// ---- the store's glue ------------------------------------------------------------------------
-
-void tl_srv_resp_keep(struct tl_server *s, json_t *ctx, json_t *response)
-{
-    json_t *store = json_object_get(ctx, "store");
-    const char *id = json_string_value(json_object_get(ctx, "id"));
-    if (!s->resp_store || json_is_false(store) || !response || !id) return;
-    // The conversation a continuation sees: this chain's items, then this output.
-    json_t *conv = json_copy(json_object_get(ctx, "conversation"));
-    json_t *out = json_object_get(response, "output");
-    for (size_t i = 0; conv && i < json_array_size(out); i++)
-        if (json_array_append(conv, json_array_get(out, i))) {
-            json_decref(conv); // a conversation missing items would mislead a continuation
-            conv = NULL;
-        }
-    if (conv)
-        (void)tl_resp_store_put(s->resp_store, id, response, conv,
-                                (int)json_integer_value(json_object_get(ctx, "depth")),
-                                tl_time_us());
-    json_decref(conv);
-}
-
-// The {id} of /v1/responses/{id} (malloc'd, decoded), or NULL.
-static char *path_id(struct evhttp_request *r)
-{
-    const struct evhttp_uri *uri = evhttp_request_get_evhttp_uri(r);
-    return evhttp_uridecode(evhttp_uri_get_path(uri) + strlen("/v1/responses/"), 0, NULL);
-}
-
-static void not_found(struct tl_server *s, struct evhttp_request *r, int64_t t0, const char *id)
-{
-    char msg[300];
-    snprintf(msg, sizeof(msg),
-             "Response with id '%.150s' not found (unknown, deleted, evicted or expired from the "
-             "store)",
-             id ? id : "");
-    tl_srv_reply_error(s, r, t0, 404, "invalid_request_error", "not_found", NULL, msg);
-}
-
-void tl_srv_h_response_get(struct tl_server *s, struct evhttp_request *r, int64_t t0, json_t *body)
-{
-    (void)body;
-    char *id = path_id(r);
-    json_t *resp = NULL;
-    if (id && s->resp_store &&
-        tl_resp_store_get(s->resp_store, id, tl_time_us(), &resp, NULL, NULL))
-        tl_http_send_json(&s->http, r, 200, json_incref(resp), t0, 0, 0);
-    else
-        not_found(s, r, t0, id);
-    free(id);
-}
-
-void tl_srv_h_response_delete(struct tl_server *s, struct evhttp_request *r, int64_t t0,
-                              json_t *body)
-{
-    (void)body;
-    char *id = path_id(r);
-    if (id && s->resp_store && tl_resp_store_delete(s->resp_store, id))
-        tl_http_send_json(
-            &s->http, r, 200,
-            json_pack("{s:s, s:s, s:b}", "id", id, "object", "response", "deleted", 1), t0, 0, 0);
-    else
-        not_found(s, r, t0, id);
-    free(id);
 }

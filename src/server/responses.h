@@ -8,8 +8,8 @@
  * text.format becomes response_format. That body then takes the chat path unchanged; what
  * differs is only the framing of the reply: the chat completion is turned into a Response
  * object (responses_reply.c) and a stream's chat chunks into the semantic events
- * (responses_stream.c). Finished responses are kept, bounded by count, bytes and age, in
- * responses_store.c, so that previous_response_id continues a conversation.
+ * (responses_stream.c). Finished responses are kept (responses_stored.c), bounded by count,
+ * bytes and age (responses_store.c), so that previous_response_id continues a conversation.
  *
  * The request context (the "ctx" object below) is a JSON object that rides with the chat
  * request in tl_oai_params.responses: the Response fields to echo (model, instructions, tools,
@@ -64,12 +64,17 @@ bool tl_srv_resp_translate(struct tl_server *s, json_t *body, json_t **chat, jso
                            struct tl_oai_error *err);
 // Renames the chat fields a chat-path error names to the Responses fields they came from.
 void tl_srv_resp_fix_error(struct tl_oai_error *err);
+
+// ---- responses_stored.c: what is kept, and the routes that read it ----------------------------
+
 // Keeps a finished response (when its ctx asks to be stored).
 void tl_srv_resp_keep(struct tl_server *s, json_t *ctx, json_t *response);
-// GET and DELETE /v1/responses/{id}.
+// GET and DELETE /v1/responses/{id}, GET /v1/responses/{id}/input_items.
 void tl_srv_h_response_get(struct tl_server *s, struct evhttp_request *r, int64_t t0, json_t *body);
 void tl_srv_h_response_delete(struct tl_server *s, struct evhttp_request *r, int64_t t0,
                               json_t *body);
+void tl_srv_h_response_input_items(struct tl_server *s, struct evhttp_request *r, int64_t t0,
+                                   json_t *body);
 
 // ---- responses_reply.c: the Response object ---------------------------------------------------
 

@@ -4,11 +4,12 @@
  * Routes: GET /health, GET /metrics, GET /stats and the dashboard page GET / and GET /dashboard
  * (stats.c, dashboard.c), GET /v1/models, POST /v1/completions, POST /v1/chat/completions,
  * POST /v1/responses (translated onto the chat path, responses.c), GET and DELETE
- * /v1/responses/{id}, POST /tokenize, POST /detokenize; /v2/... goes to kserve.c. Unknown paths get
- * 404 and known paths with the wrong method 405 (with Allow), both as OpenAI error objects; with an
- * API key set, everything but /health, /metrics and the page (which holds no data) needs
- * "Authorization: Bearer <key>" (401). Every route but /health, /metrics, /stats and the page
- * needs the model loaded and the server not draining (503).
+ * /v1/responses/{id} and GET /v1/responses/{id}/input_items (responses_stored.c), POST /tokenize,
+ * POST /detokenize; /v2/... goes to kserve.c. Unknown paths get 404 and known paths with the wrong
+ * method 405 (with Allow), both as OpenAI error objects; with an API key set, everything but
+ * /health, /metrics and the page (which holds no data) needs "Authorization: Bearer <key>" (401).
+ * Every route but /health, /metrics, /stats and the page needs the model loaded and the server not
+ * draining (503).
  *
  * The checks every route passes (route_checks.c) run here before the handler: the API key,
  * readiness, and for a POST the body parsed once with its "model" checked once; the handler
@@ -287,6 +288,7 @@ static const struct route {
     {"/v1/responses", EVHTTP_REQ_POST, true, true, h_responses},
     {"/v1/responses/{id}", EVHTTP_REQ_GET, true, true, tl_srv_h_response_get},
     {"/v1/responses/{id}", EVHTTP_REQ_DELETE, true, true, tl_srv_h_response_delete},
+    {"/v1/responses/{id}/input_items", EVHTTP_REQ_GET, true, true, tl_srv_h_response_input_items},
     {"/tokenize", EVHTTP_REQ_POST, true, true, h_tokenize},
     {"/detokenize", EVHTTP_REQ_POST, true, true, h_detokenize},
 };
@@ -299,9 +301,13 @@ void tl_srv_routes_handle(struct evhttp_request *r, void *arg)
     const char *path = uri ? evhttp_uri_get_path(uri) : NULL;
     if (!path || !*path) path = "/";
     const struct route *match = NULL;
-    const char *key = !strncmp(path, "/v1/models/", 11) && path[11]      ? "/v1/models/{id}"
-                      : !strncmp(path, "/v1/responses/", 14) && path[14] ? "/v1/responses/{id}"
-                                                                         : path;
+    const char *key = !strncmp(path, "/v1/models/", 11) && path[11] ? "/v1/models/{id}" : path;
+    if (!strncmp(path, "/v1/responses/", 14) && path[14]) {
+        size_t n = strlen(path), sfx = strlen("/input_items");
+        key = n > 14 + sfx && !strcmp(path + n - sfx, "/input_items")
+                  ? "/v1/responses/{id}/input_items"
+                  : "/v1/responses/{id}";
+    }
     enum evhttp_cmd_type cmd = evhttp_request_get_command(r);
     if (cmd == EVHTTP_REQ_HEAD) cmd = EVHTTP_REQ_GET; // answered as GET, without the body
     char allowed[32] = ""; // every method the path takes (a path may have one route per method)

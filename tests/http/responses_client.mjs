@@ -4,7 +4,7 @@
 // conversation an OpenAI client would send there. Checked: text, instructions, usage, the
 // stream helper (its final Response equals the non-streamed one; the deltas join to the text;
 // sequence numbers count from 0), previous_response_id (equal to sending the whole
-// conversation), retrieve / delete / 404, store false, a function-call round trip (forced named
+// conversation), input_items (ordered, paged), retrieve / delete / 404, store false, a function-call round trip (forced named
 // tool, then its output), json_schema output validated, and the 400s naming their field.
 // Usage: node responses_client.mjs http://127.0.0.1:PORT
 import OpenAI from 'openai';
@@ -112,6 +112,15 @@ await test('responses: previous_response_id equals sending the whole conversatio
     { role: 'user', content: 'What did Tom do?' },
   ], { max_completion_tokens: 10 });
   eq(second.output_text, c.choices[0].message.content, 'equals the chat answer');
+  // input_items: the conversation before the answer, newest first, with ids; asc pages.
+  const page = await client.responses.inputItems.list(second.id);
+  eq(page.data.map((it) => [it.type, it.role]), [['message', 'user'], ['message', 'assistant'], ['message', 'user']], 'input items (desc)');
+  eq(page.data[0].content, [{ type: 'input_text', text: 'What did Tom do?' }], 'newest item');
+  eq(page.data[1].content[0].text, first.output_text, 'the first answer');
+  check(page.data.every((it) => typeof it.id === 'string' && it.id.length > 0), 'ids');
+  const asc = [];
+  for await (const it of client.responses.inputItems.list(second.id, { order: 'asc', limit: 1 })) asc.push(it.id);
+  eq(asc, page.data.map((it) => it.id).reverse(), 'asc pages of one item, auto-paginated');
   // A chain of three: the third sees both earlier turns.
   const third = await client.responses.create({ model, previous_response_id: second.id, input: 'And then?', max_output_tokens: 4, temperature: 0 });
   check(third.usage.input_tokens > second.usage.input_tokens + second.usage.output_tokens, 'third prompt holds the chain');
