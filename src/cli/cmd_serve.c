@@ -61,6 +61,11 @@ static void usage(FILE *f)
                "  --http-timeout S          per-connection idle read/write timeout (default 60)\n"
                "  --max-unsent-bytes N      a stream whose client leaves more than N bytes unread\n"
                "                            is cancelled (default 8388608)\n"
+               "  --responses-store N       keep at most N finished /v1/responses for\n"
+               "                            previous_response_id and GET (default 1000; 0 = none)\n"
+               "  --responses-store-bytes N ... and at most N bytes of their JSON (default\n"
+               "                            67108864)\n"
+               "  --responses-store-ttl S   ... each for at most S seconds (default 3600)\n"
                "  --no-ceilings             do not measure the machine's peak compute and memory\n"
                "                            bandwidth at start (cached per machine in\n"
                "                            ~/.cache/tokenloom): no utilization gauges\n"
@@ -83,6 +88,7 @@ static const char *const serve_flag_names[] = {
     "--chat-template", "--chat-template-file", "--jinja", "--tool-call-syntax", "--grpc-port",
     "--max-body-bytes", "--no-ceilings",
     "--max-queued-requests", "--shutdown-timeout", "--http-timeout", "--max-unsent-bytes",
+    "--responses-store", "--responses-store-bytes", "--responses-store-ttl",
     "--log-format", "--grammar-compile-ms", "--help", NULL};
 // clang-format on
 
@@ -268,6 +274,20 @@ int tl_cmd_serve(int argc, char **argv)
                 return 2;
             }
             tl_log_set_format(fmt);
+        } else if ((m = tl_cli_flag("serve", NAMES("--responses-store"), argc, argv, &i, &v)) !=
+                   0) {
+            if (m < 0 || tl_cli_int("serve", "--responses-store", v, 0, 1 << 24, &n)) return 2;
+            c.responses_store_max = (int)n;
+        } else if ((m = tl_cli_flag("serve", NAMES("--responses-store-bytes"), argc, argv, &i,
+                                    &v)) != 0) {
+            if (m < 0 || tl_cli_int("serve", "--responses-store-bytes", v, 1, 1ll << 40, &n))
+                return 2;
+            c.responses_store_bytes = (size_t)n;
+        } else if ((m = tl_cli_flag("serve", NAMES("--responses-store-ttl"), argc, argv, &i, &v)) !=
+                   0) {
+            if (m < 0 || tl_cli_int("serve", "--responses-store-ttl", v, 1, 86400 * 365, &n))
+                return 2;
+            c.responses_store_ttl_s = (double)n;
         } else if ((m = tl_cli_flag("serve", NAMES("--http-timeout"), argc, argv, &i, &v)) != 0) {
             if (m < 0 || tl_cli_int("serve", "--http-timeout", v, 1, 86400, &n)) return 2;
             c.http_timeout_s = (int)n;

@@ -14,6 +14,7 @@
 #include "core/log.h"
 #include "grammar/grammar.h"
 #include "server/request.h"
+#include "server/responses.h"
 #include "server/state.h"
 
 #include <stdio.h>
@@ -65,6 +66,7 @@ static void finish(struct tl_server *s, struct tl_gjob *j)
         struct tl_oai_error err;
         tl_oai_error_from_status(&err, j->rc, j->error);
         snprintf(err.param, sizeof(err.param), "%s", w->p.grammar_param ? w->p.grammar_param : "");
+        if (w->p.responses) tl_srv_resp_fix_error(&err); // /v1/responses: text.format
         tl_srv_send_error(s, w->r, &err, w->t0);
         wait_free(w);
     } else {

@@ -484,9 +484,15 @@ void tl_http_stream_start(struct tl_http *h, struct evhttp_request *r)
 
 bool tl_http_stream_json(struct evhttp_request *r, json_t *obj, size_t *unsent)
 {
+    return tl_http_stream_json_named(r, NULL, obj, unsent);
+}
+
+bool tl_http_stream_json_named(struct evhttp_request *r, const char *name, json_t *obj,
+                               size_t *unsent)
+{
     char *text = dump_json(obj);
     json_decref(obj);
-    bool ok = text && tl_http_stream_event(r, text, strlen(text), unsent);
+    bool ok = text && tl_http_stream_named(r, name, text, strlen(text), unsent);
     free(text);
     if (!ok) *unsent = conn_unsent(evhttp_request_get_connection(r));
     return ok;
@@ -494,9 +500,16 @@ bool tl_http_stream_json(struct evhttp_request *r, json_t *obj, size_t *unsent)
 
 bool tl_http_stream_event(struct evhttp_request *r, const char *data, size_t len, size_t *unsent)
 {
+    return tl_http_stream_named(r, NULL, data, len, unsent);
+}
+
+bool tl_http_stream_named(struct evhttp_request *r, const char *name, const char *data, size_t len,
+                          size_t *unsent)
+{
     *unsent = 0;
     struct tl_sb sb;
     tl_sb_init(&sb);
+    if (name) tl_sb_printf(&sb, "event: %s\n", name);
     tl_sse_format(&sb, data, len);
     struct evbuffer *b = tl_sb_ok(&sb) ? evbuffer_new() : NULL;
     bool ok = b && evbuffer_add(b, sb.buf, sb.len) == 0;

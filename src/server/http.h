@@ -102,6 +102,12 @@ void tl_http_stream_start(struct tl_http *h, struct evhttp_request *r);
 // Sends one SSE event with data text; returns the bytes the connection holds unsent (0 when
 // it is gone). False when memory ran out (nothing was sent).
 bool tl_http_stream_event(struct evhttp_request *r, const char *data, size_t len, size_t *unsent);
+// The same with an event name ("event: NAME" before the data, as the Responses API streams).
+bool tl_http_stream_named(struct evhttp_request *r, const char *name, const char *data, size_t len,
+                          size_t *unsent);
+// One named SSE event with the compact JSON of obj (stolen); as tl_http_stream_json.
+bool tl_http_stream_json_named(struct evhttp_request *r, const char *name, json_t *obj,
+                               size_t *unsent);
 // Sends one SSE event with the compact JSON of obj (stolen); as tl_http_stream_event.
 bool tl_http_stream_json(struct evhttp_request *r, json_t *obj, size_t *unsent);
 // Sends bytes already framed as SSE (no allocation of ours); returns the bytes unsent.

@@ -501,5 +501,6 @@ void tl_oai_params_free(struct tl_oai_params *p)
     json_decref(p->root);
     tl_grammar_unref(p->grammar);
     free(p->grammar_src);
+    json_decref(p->responses);
     memset(p, 0, sizeof(*p));
 }

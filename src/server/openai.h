@@ -90,6 +90,8 @@ struct tl_oai_params {
     char *grammar_src;                 // owned
     size_t grammar_len;
     const char *grammar_param; // the field it came from (static)
+    // /v1/responses: the request context (server/responses.h), owned; NULL on the chat path.
+    json_t *responses;
 };
 
 // Limits that depend on the model.

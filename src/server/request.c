@@ -34,6 +34,7 @@
 #include "core/clock.h"
 #include "core/error.h"
 #include "core/hash.h"
+#include "server/responses.h"
 
 #include <event2/event.h>
 #include <string.h>
@@ -99,6 +100,7 @@ void tl__req_free(struct tl_srv_req *q)
         free(c->error);
     }
     free(q->choices);
+    tl_resp_stream_destroy(q->resp_stream);
     tl_srv_prompts_free(&q->prompts);
     tl_oai_params_free(&q->params);
     free(q);
@@ -209,6 +211,9 @@ void tl_srv_req_start(struct tl_server *s, struct evhttp_request *r, int64_t t0,
              : q->params.kind == TL_OAI_CHAT ? "chatcmpl-"
                                              : "cmpl-",
              tl_http_request_id(r));
+    if (q->params.responses) // /v1/responses: the Response's own id (responses.c)
+        snprintf(q->id, sizeof(q->id), "%s",
+                 json_string_value(json_object_get(q->params.responses, "id")));
     req_link(s, q);
     if (!tl_srv_prompts_prepare(s, &q->params, &q->prompts, &err)) goto refuse;
     int64_t n_choices = (int64_t)q->prompts.n * q->params.n;
@@ -232,6 +237,7 @@ void tl_srv_req_start(struct tl_server *s, struct evhttp_request *r, int64_t t0,
     if (q->params.stream) tl__req_start_stream(s, q);
     return;
 refuse:
+    if (q->params.responses) tl_srv_resp_fix_error(&err); // its own field names
     tl_srv_send_error(s, r, &err, t0);
     q->http = NULL;
     if (q->n_live == 0) tl__req_free(q);

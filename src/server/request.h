@@ -19,6 +19,8 @@
 #include <event2/http.h>
 #include <stdatomic.h>
 
+struct tl_resp_stream;
+
 // One engine request: a prompt's i-th choice.
 struct tl_srv_choice {
     struct tl_srv_req *req; // the owning request
@@ -52,7 +54,8 @@ struct tl_srv_req {
     bool client_gone; // the client vanished (close callback or probe): choices cancelled
     bool streaming;   // SSE headers sent
     struct tl_oai_params params;
-    struct tl_srv_prompts prompts; // owned: tokenized prompts and echo texts
+    struct tl_resp_stream *resp_stream; // owned: a /v1/responses stream's events (responses.h)
+    struct tl_srv_prompts prompts;      // owned: tokenized prompts and echo texts
     int n_choices;
     struct tl_srv_choice *choices; // owned, n_choices
     int n_live;                    // choices submitted and not yet DONE

@@ -47,6 +47,9 @@ json_t *tl__req_chunk(struct tl_srv_req *q, json_t *choice);
 void tl__req_lose(struct tl_srv_req *q, struct tl_srv_choice *c);
 // Writes one SSE event of obj (stolen; NULL = memory ran out, c lost). False when not sent.
 bool tl__req_sse_send(struct tl_srv_req *q, struct tl_srv_choice *c, json_t *obj);
+// Writes each event of a /v1/responses stream (steals evs; NULL = memory ran out, c lost) as an
+// SSE event named by its type. False when not all were sent.
+bool tl__req_sse_events(struct tl_srv_req *q, struct tl_srv_choice *c, json_t *evs);
 // The pre-framed end of a stream, and the error event when its last chunk could not be built.
 void tl__req_sse_done(struct tl_srv_req *q);
 void tl__req_sse_oom(struct tl_srv_req *q);

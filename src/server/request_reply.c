@@ -7,6 +7,7 @@
  * THREADS: the event-loop thread.
  */
 #include "server/request_impl.h"
+#include "server/responses.h"
 
 static void usage_totals(struct tl_srv_req *q, int64_t *prompt, int64_t *completion,
                          int64_t *cached)
@@ -95,7 +96,16 @@ void tl__req_finish(struct tl_srv_req *q)
                                             s->model_name, json_array());
                 tl__req_sse_send(q, NULL, with_usage(o, tl_oai_usage_json(np, nc, ncached)));
             }
-            if (!q->params.kserve && !q->params.anthropic) tl__req_sse_done(q);
+            if (q->resp_stream && !q->client_gone) { // /v1/responses: its closing events
+                json_t *final = NULL;
+                json_t *evs = tl_resp_stream_end(q->resp_stream, np, nc, ncached, &final);
+                // Without its last event a client could not tell the stream was cut.
+                if (!tl__req_sse_events(q, NULL, evs)) tl__req_sse_oom(q);
+                tl_srv_resp_keep(s, q->params.responses, final);
+                json_decref(final);
+            } else if (!q->params.kserve && !q->params.anthropic && !q->params.responses) {
+                tl__req_sse_done(q);
+            }
             struct tl_http_usage u = {q->t_start_us, np, nc, q->queue_us, q->t_first_token_us};
             tl_http_access_log_usage(q->http, 200, &u);
             tl_http_stream_end(&s->http, q->http); // also frees an orphaned request
@@ -107,6 +117,12 @@ void tl__req_finish(struct tl_srv_req *q)
                         : q->params.kserve    ? kserve_reply(q)
                         : q->params.anthropic ? tl_srv_anth_message(q, np, nc)
                                               : whole_reply(q, np, nc, ncached);
+            if (o && q->params.responses) { // /v1/responses: the chat reply as a Response
+                json_t *chat = o;
+                o = tl_srv_resp_from_chat(q->params.responses, chat);
+                json_decref(chat);
+                tl_srv_resp_keep(s, q->params.responses, o);
+            }
             if (o) {
                 struct tl_http_usage u = {q->t_start_us, np, nc, q->queue_us, q->t_first_token_us};
                 tl_http_send_json_usage(&s->http, q->http, 200, o, &u);

@@ -10,6 +10,10 @@
  * THREADS: the event-loop thread.
  */
 #include "server/request_impl.h"
+#include "server/responses.h"
+
+#include <stdlib.h>
+#include <string.h>
 
 const char *tl__req_chunk_object(const struct tl_srv_req *q)
 {
@@ -64,11 +68,37 @@ bool tl__req_sse_send(struct tl_srv_req *q, struct tl_srv_choice *c, json_t *obj
         json_decref(obj);
         return false;
     }
+    if (q->params.responses) { // /v1/responses: the chunk becomes its semantic events
+        json_t *evs = obj && q->resp_stream ? tl_resp_stream_chunk(q->resp_stream, obj)
+                                            : (json_decref(obj), NULL);
+        tl__req_sse_events(q, c, evs);
+        return evs != NULL;
+    }
     size_t unsent = 0;
     bool ok = obj && tl_http_stream_json(q->http, obj, &unsent);
     if (!ok && c) tl__req_lose(q, c);
     tl__req_check_unsent(q, unsent);
     return ok;
+}
+
+bool tl__req_sse_events(struct tl_srv_req *q, struct tl_srv_choice *c, json_t *evs)
+{
+    bool sent = evs != NULL;
+    if (!evs && c) tl__req_lose(q, c);
+    for (size_t i = 0; evs && i < json_array_size(evs) && q->http && !q->conn_closed; i++) {
+        json_t *ev = json_array_get(evs, i);
+        const char *type = json_string_value(json_object_get(ev, "type"));
+        size_t unsent = 0;
+        bool ok = type && tl_http_stream_json_named(q->http, type, json_incref(ev), &unsent);
+        tl__req_check_unsent(q, unsent);
+        if (!ok) {
+            if (c) tl__req_lose(q, c);
+            sent = false;
+            break;
+        }
+    }
+    json_decref(evs);
+    return sent;
 }
 
 // Writes pre-framed SSE bytes.
@@ -120,6 +150,8 @@ void tl__req_start_stream(struct tl_server *s, struct tl_srv_req *q)
 {
     tl_http_stream_start(&s->http, q->http);
     q->streaming = true;
+    if (q->params.responses && !(q->resp_stream = tl_resp_stream_create(q->params.responses)))
+        tl__req_lose(q, &q->choices[0]);
     for (int i = 0; i < q->n_choices; i++) {
         struct tl_srv_choice *c = &q->choices[i];
         if (c->anth) { // message_start and ping (anthropic_reply.c)

@@ -4,11 +4,13 @@
  * Routes: GET /health, GET /metrics, GET /stats and the dashboard page GET / and GET /dashboard
  * (stats.c, dashboard.c), GET /v1/models, POST /v1/completions, POST /v1/chat/completions,
  * POST /v1/messages and /v1/messages/count_tokens (Anthropic's Messages API, anthropic.c),
- * POST /tokenize, POST /detokenize; /v2/... goes to kserve.c. Unknown paths get 404 and known
- * paths with the wrong method 405 (with Allow), both as OpenAI error objects (Anthropic's under
- * /v1/messages); with an API key set, everything but /health, /metrics and the page (which
- * holds no data) needs "Authorization: Bearer <key>" or "x-api-key: <key>" (401). Every route but
- * /health, /metrics, /stats and the page needs the model loaded and the server not draining (503).
+ * POST /v1/responses (translated onto the chat path, responses.c), GET and DELETE
+ * /v1/responses/{id} and GET /v1/responses/{id}/input_items (responses_stored.c), POST /tokenize,
+ * POST /detokenize; /v2/... goes to kserve.c. Unknown paths get 404 and known paths with the wrong
+ * method 405 (with Allow), both as OpenAI error objects (Anthropic's under /v1/messages); with an
+ * API key set, everything but /health, /metrics and the page (which holds no data) needs
+ * "Authorization: Bearer <key>" or "x-api-key: <key>" (401). Every route but /health, /metrics,
+ * /stats and the page needs the model loaded and the server not draining (503).
  *
  * The checks every route passes (route_checks.c) run here before the handler: the API key,
  * readiness, and for a POST the body parsed once with its "model" checked once; the handler
@@ -25,6 +27,7 @@
 #include "server/grammar_wait.h"
 #include "server/kserve.h"
 #include "server/request.h"
+#include "server/responses.h"
 #include "server/route_checks.h"
 #include "server/stats.h"
 
@@ -215,19 +218,24 @@ static void h_detokenize(struct tl_server *s, struct evhttp_request *r, int64_t 
                       (int64_t)n);
 }
 
+// resp (stolen): a /v1/responses context (responses.h), whose errors name its own fields.
 static void generate(struct tl_server *s, struct evhttp_request *r, int64_t t0, json_t *root,
-                     enum tl_oai_kind kind)
+                     enum tl_oai_kind kind, json_t *resp)
 {
     struct tl_oai_params p;
     struct tl_oai_error err;
     // A grammar not compiled yet compiles on the grammar worker, never on this loop.
     struct tl_oai_limits lim = {.n_vocab = s->info.n_vocab, .defer_grammar = true};
     if (!tl_oai_parse_root(kind, json_incref(root), &lim, &p, &err)) {
+        json_decref(resp);
+        if (resp) tl_srv_resp_fix_error(&err);
         tl_srv_send_error(s, r, &err, t0);
         return;
     }
+    p.responses = resp;
     if (p.tool_forced && !tl__oai_forced_call_grammar(&p, s->tool_syntax, &err)) {
         tl_oai_params_free(&p);
+        if (resp) tl_srv_resp_fix_error(&err);
         tl_srv_send_error(s, r, &err, t0);
         return;
     }
@@ -240,12 +248,25 @@ static void generate(struct tl_server *s, struct evhttp_request *r, int64_t t0, 
 
 static void h_completions(struct tl_server *s, struct evhttp_request *r, int64_t t0, json_t *root)
 {
-    generate(s, r, t0, root, TL_OAI_COMPLETION);
+    generate(s, r, t0, root, TL_OAI_COMPLETION, NULL);
 }
 
 static void h_chat(struct tl_server *s, struct evhttp_request *r, int64_t t0, json_t *root)
 {
-    generate(s, r, t0, root, TL_OAI_CHAT);
+    generate(s, r, t0, root, TL_OAI_CHAT, NULL);
+}
+
+// POST /v1/responses: translated into a chat request (responses.c) that takes the chat path.
+static void h_responses(struct tl_server *s, struct evhttp_request *r, int64_t t0, json_t *root)
+{
+    json_t *chat, *ctx;
+    struct tl_oai_error err;
+    if (!tl_srv_resp_translate(s, root, &chat, &ctx, &err)) {
+        tl_srv_send_error(s, r, &err, t0);
+        return;
+    }
+    generate(s, r, t0, chat, TL_OAI_CHAT, ctx);
+    json_decref(chat);
 }
 
 // ---- dispatch --------------------------------------------------------------------------------
@@ -268,6 +289,10 @@ static const struct route {
     {"/v1/chat/completions", EVHTTP_REQ_POST, true, true, h_chat},
     {"/v1/messages", EVHTTP_REQ_POST, true, true, tl_srv_h_messages},
     {"/v1/messages/count_tokens", EVHTTP_REQ_POST, true, true, tl_srv_h_count_tokens},
+    {"/v1/responses", EVHTTP_REQ_POST, true, true, h_responses},
+    {"/v1/responses/{id}", EVHTTP_REQ_GET, true, true, tl_srv_h_response_get},
+    {"/v1/responses/{id}", EVHTTP_REQ_DELETE, true, true, tl_srv_h_response_delete},
+    {"/v1/responses/{id}/input_items", EVHTTP_REQ_GET, true, true, tl_srv_h_response_input_items},
     {"/tokenize", EVHTTP_REQ_POST, true, true, h_tokenize},
     {"/detokenize", EVHTTP_REQ_POST, true, true, h_detokenize},
 };
@@ -281,8 +306,24 @@ void tl_srv_routes_handle(struct evhttp_request *r, void *arg)
     if (!path || !*path) path = "/";
     const struct route *match = NULL;
     const char *key = !strncmp(path, "/v1/models/", 11) && path[11] ? "/v1/models/{id}" : path;
-    for (size_t i = 0; i < sizeof(routes) / sizeof(routes[0]); i++)
-        if (!strcmp(key, routes[i].path)) match = &routes[i];
+    if (!strncmp(path, "/v1/responses/", 14) && path[14]) {
+        size_t n = strlen(path), sfx = strlen("/input_items");
+        key = n > 14 + sfx && !strcmp(path + n - sfx, "/input_items")
+                  ? "/v1/responses/{id}/input_items"
+                  : "/v1/responses/{id}";
+    }
+    enum evhttp_cmd_type cmd = evhttp_request_get_command(r);
+    if (cmd == EVHTTP_REQ_HEAD) cmd = EVHTTP_REQ_GET; // answered as GET, without the body
+    char allowed[32] = ""; // every method the path takes (a path may have one route per method)
+    for (size_t i = 0; i < sizeof(routes) / sizeof(routes[0]); i++) {
+        if (strcmp(key, routes[i].path)) continue;
+        if (!match || routes[i].method == cmd) match = &routes[i];
+        const char *m = routes[i].method == EVHTTP_REQ_GET    ? "GET"
+                        : routes[i].method == EVHTTP_REQ_POST ? "POST"
+                                                              : "DELETE";
+        size_t used = strlen(allowed);
+        snprintf(allowed + used, sizeof(allowed) - used, "%s%s", used ? ", " : "", m);
+    }
     if (!match && !strncmp(path, "/v2", 3) && (!path[3] || path[3] == '/')) {
         tl_srv_kserve_route(s, r, t0, path); // the Open Inference Protocol (kserve.c)
         return;
@@ -293,9 +334,6 @@ void tl_srv_routes_handle(struct evhttp_request *r, void *arg)
         tl_srv_reply_error(s, r, t0, 404, "invalid_request_error", "not_found", NULL, msg);
         return;
     }
-    enum evhttp_cmd_type cmd = evhttp_request_get_command(r);
-    if (cmd == EVHTTP_REQ_HEAD) cmd = EVHTTP_REQ_GET; // answered as GET, without the body
-    const char *allowed = match->method == EVHTTP_REQ_GET ? "GET" : "POST";
     if (cmd != match->method) {
         evhttp_add_header(evhttp_request_get_output_headers(r), "Allow", allowed);
         char msg[300];

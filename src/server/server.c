@@ -35,6 +35,7 @@
 #include "core/log.h"
 #include "server/grammar_wait.h"
 #include "server/request.h"
+#include "server/responses.h"
 #include "server/routes.h"
 
 #include <signal.h>
@@ -55,6 +56,9 @@ void tl_server_config_default(struct tl_server_config *c)
     c->shutdown_timeout_s = 30;
     c->http_timeout_s = 60;
     c->max_unsent_bytes = 8u << 20;
+    c->responses_store_max = 1000;
+    c->responses_store_bytes = 64u << 20;
+    c->responses_store_ttl_s = 3600;
     tl_engine_config_default(&c->engine);
 }
 
@@ -337,6 +341,14 @@ struct tl_server *tl_server_create(const struct tl_server_config *c)
         goto fail;
     }
     if (tl_srv_gwait_open(s)) goto fail;
+    if (c->responses_store_max > 0) {
+        s->resp_store = tl_resp_store_create(c->responses_store_max, c->responses_store_bytes,
+                                             (int64_t)(c->responses_store_ttl_s * 1e6));
+        if (!s->resp_store) {
+            tl__errorf(TL_ERR_NOMEM, "serve: out of memory");
+            goto fail;
+        }
+    }
     struct timeval tick = {0, 100000};
     event_add(s->ev_queue, NULL);
     event_add(s->ev_stop, NULL);
@@ -469,6 +481,7 @@ void tl_server_destroy(struct tl_server *s)
         tl_model_destroy(s->model);
     }
     tl_chat_template_free(&s->chat);
+    tl_resp_store_destroy(s->resp_store);
     free(s->model_name);
     free(s->model_base);
     free(s);

@@ -35,7 +35,13 @@ struct tl_server_config {
     const char *chat_template;      // a built-in template overriding the GGUF's ("chatml", ...)
     const char *chat_template_file; // a Jinja file overriding both, or NULL
     const char *tool_call_syntax;   // a tool-call syntax name overriding detection, or NULL
-    bool handle_signals;            // stop on SIGINT/SIGTERM (the CLI sets it)
+    // The store of /v1/responses (previous_response_id, GET /v1/responses/{id}): at most this
+    // many responses (0: nothing is stored), this many bytes of their JSON, each kept this
+    // long (defaults 1000, 64 MiB, 3600 s).
+    int responses_store_max;
+    size_t responses_store_bytes;
+    double responses_store_ttl_s;
+    bool handle_signals; // stop on SIGINT/SIGTERM (the CLI sets it)
     // The machine (kernel ISA, measured ceilings) as the caller finds it (cmd_serve.c), for
     // /metrics and /stats; zero: ISA "unknown", no ceilings (utilization and machine_* gauges
     // absent).

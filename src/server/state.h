@@ -30,6 +30,7 @@ enum tl_srv_state {
 };
 
 struct tl_srv_req;
+struct tl_resp_store;
 
 struct tl_server {
     struct tl_server_config cfg;     // copied; strings borrowed from the caller
@@ -86,6 +87,7 @@ struct tl_server {
     struct tl_metrics metrics;
     bool metrics_ready;          // the loop has given metrics the model facts (tl_srv_metrics_sync)
     struct tl_front_hooks front; // another front on the engine (gRPC); zeroed when none
+    struct tl_resp_store *resp_store; // owned: finished /v1/responses (responses_store.c)
 };
 
 // Gives the metrics the model's facts once the engine is up (event-loop thread; cheap, call

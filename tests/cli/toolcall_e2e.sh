@@ -4,7 +4,7 @@
 # tests/chat/gguf_set_template.py), served by the real binary. Each server must report the
 # tool-call syntax and reasoning tag its template teaches; a chat with tools must give 200 with
 # the stream, folded delta by delta, equal to the non-streamed message (greedy); forced tool
-# choice is a 400. (stories260K never writes a call: the parsing of each syntax is covered with
+# choice is a 400; /v1/responses gives the same answer as items, whole and streamed. (stories260K never writes a call: the parsing of each syntax is covered with
 # scripted output in test_toolcall*.) TAP.
 set -u
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
@@ -26,6 +26,7 @@ for tool in curl jq python3; do
 done
 
 TOOLS='[{"type":"function","function":{"name":"get_weather","description":"Weather of a city","parameters":{"type":"object","properties":{"city":{"type":"string"}},"required":["city"]}}}]'
+TOOLS_FLAT='[{"type":"function","name":"get_weather","description":"Weather of a city","parameters":{"type":"object","properties":{"city":{"type":"string"}},"required":["city"]}}]'
 BODY='{"messages":[{"role":"system","content":"You may call tools."},{"role":"user","content":"Weather in Paris?"}],"tools":'$TOOLS',"max_tokens":24,"temperature":0%s}'
 
 # Folds a chat stream (SSE on stdin) into {"content","reasoning_content","tool_calls","finish"}.
@@ -82,6 +83,28 @@ serve_case() { # template file, expected syntax, expected reasoning tag (or null
         f=$(curl -s "$url/v1/chat/completions" -d "$req" | jq -c "$whole" | jq -r '"\(.finish) \(.tool_calls)"')
         case "$f" in "tool_calls 1"|"length 0") ok "$name: tool_choice required forces a call ($f)" ;;
             *) notok "$name: tool_choice required forces a call" "$f" ;; esac
+    fi
+    # /v1/responses on the same template: the same answer as reasoning / message /
+    # function_call items, whole and folded from the stream's events.
+    rbody='{"input":[{"role":"system","content":"You may call tools."},{"role":"user","content":"Weather in Paris?"}],"tools":'$TOOLS_FLAT',"max_output_tokens":24,"temperature":0%s}'
+    ritems='{content: ([.output[] | select(.type == "message") | .content[].text] | join("")),
+       reasoning_content: ([.output[] | select(.type == "reasoning") | .content[].text] | join("")),
+       tool_calls: ([.output[] | select(.type == "function_call")] | length)}'
+    rfold='{content: ([.[] | select(.type == "response.output_text.delta") | .delta] | join("")),
+       reasoning_content: ([.[] | select(.type == "response.reasoning_text.delta") | .delta] | join("")),
+       tool_calls: ([.[] | select(.type == "response.output_item.added" and .item.type == "function_call")] | length)}'
+    want=$(printf '%s' "$a" | jq -c '{content, reasoning_content, tool_calls}')
+    rw=$(curl -s "$url/v1/responses" -d "$(printf "$rbody" "")" | jq -c "$ritems")
+    check "$name: /v1/responses items equal the chat message" "$rw" "$want"
+    rs=$(curl -sN "$url/v1/responses" -d "$(printf "$rbody" ',"stream":true')" | sed -n 's/^data: //p' | jq -sc "$rfold")
+    check "$name: /v1/responses stream events fold to the same" "$rs" "$want"
+    if [ "$syntax" != deepseek-r1 ]; then # a forced call: the same arguments on both paths
+        creq='{"messages":[{"role":"user","content":"Weather in Paris?"}],"tools":'$TOOLS',"tool_choice":"required","parallel_tool_calls":false,"max_tokens":300,"temperature":0}'
+        rreq='{"input":"Weather in Paris?","tools":'$TOOLS_FLAT',"tool_choice":"required","parallel_tool_calls":false,"max_output_tokens":300,"temperature":0}'
+        ca=$(curl -s "$url/v1/chat/completions" -d "$creq" | jq -c '[.choices[0].message.tool_calls[]? | [.function.name, .function.arguments]]')
+        ra=$(curl -s "$url/v1/responses" -d "$rreq" | jq -c '[.output[] | select(.type == "function_call") | [.name, .arguments]]')
+        [ "$ca" = "[]" ] && ca="(no call made: the test proves nothing)"
+        check "$name: /v1/responses forced call equals the chat call" "$ra" "$ca"
     fi
     kill $PID; wait $PID 2>/dev/null; PID=""
 }

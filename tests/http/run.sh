@@ -8,8 +8,8 @@
 #   - scripted checks: seeds, malformed input, disconnect -> cancel -> KV back to idle, graceful
 #     shutdown on SIGTERM,
 #   - node scripts with the official `openai` and `@anthropic-ai/sdk` npm packages (installed
-#     from package-lock.json with `npm ci` when node_modules is missing): client tests, 32
-#     concurrent streams vs the same requests one at a time, an overload burst against
+#     from package-lock.json with `npm ci` when node_modules is missing): client tests, the
+#     Responses API (responses_client.mjs), 32 concurrent streams vs the same requests one at a time, an overload burst against
 #     --max-queued-requests, and abusive clients (slowloris, partial bodies, garbage); the
 #     Anthropic Messages API also on stories260K copies carrying Qwen2.5's template (hermes tool
 #     calls) and DeepSeek R1's (reasoning), made with tests/chat/gguf_set_template.py.
@@ -256,6 +256,7 @@ run_node() {
 }
 
 run_node openai_client.mjs "$URL_main"
+run_node responses_client.mjs "$URL_main"
 run_node concurrency.mjs "$URL_main"
 
 # The Anthropic Messages API: on main and auth, and on copies with tool-call and reasoning
@@ -275,6 +276,26 @@ done
 run_node anthropic_client.mjs "$URL_main" "$URL_auth" "$URL_hermes" "$URL_r1"
 
 start_server abuse --http-timeout 2 && run_node abuse.mjs "$URL_abuse" 2
+
+# The /v1/responses store's count bound: with --responses-store 2 the oldest of three goes (404
+# naming it, for GET and for previous_response_id); the two newest stay.
+if start_server rstore --responses-store 2; then
+    ids=""
+    for i in 1 2 3; do
+        ids="$ids $(post "$URL_rstore" /v1/responses '{"input":"Hi","max_output_tokens":2}' | jq -r .id)"
+    done
+    set -- $ids
+    c1=$(curl -s -o "$TMP/r1" -w '%{http_code}' "$URL_rstore/v1/responses/$1")
+    c2=$(curl -s -o /dev/null -w '%{http_code}' "$URL_rstore/v1/responses/$2")
+    c3=$(curl -s -o /dev/null -w '%{http_code}' "$URL_rstore/v1/responses/$3")
+    p1=$(post "$URL_rstore" /v1/responses '{"input":"x","max_output_tokens":2,"previous_response_id":"'"$1"'"}' | jq -r '.error.param')
+    if [ "$c1 $c2 $c3 $p1" = "404 200 200 previous_response_id" ] && grep -q "$1" "$TMP/r1"; then
+        ok "--responses-store 2: the oldest of three is evicted (404 naming it), the newest kept"
+    else
+        notok "--responses-store 2: the oldest of three is evicted (404 naming it), the newest kept" "$c1 $c2 $c3 $p1 $(cat "$TMP/r1")"
+    fi
+    kill "$PID_rstore"; wait "$PID_rstore" 2>/dev/null
+fi
 
 start_server busy --max-queued-requests 4 --max-batch-size 1 && run_node overload.mjs "$URL_busy" 4
 
