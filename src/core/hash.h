@@ -6,7 +6,9 @@
  * well-spread stream and its finalizer is a bijection of uint64_t, so a mixed integer key never
  * collides with another. FNV-1a is simple and byte-at-a-time, which suits the short strings
  * hashed here (vocabulary pieces, GGUF key and tensor names); tl_hash_bytes adds the finalizer
- * so that the low bits a table masks with depend on every input byte.
+ * so that the low bits a table masks with depend on every input byte. Keys that are arrays of
+ * 32-bit ids (the grammar's parse stacks) hash word-wise (tl_fnv1a64_u32, tl_hash_u32s): one
+ * step per id instead of four.
  *
  * Outputs are part of the project's behaviour (sampler seeds, synthetic models, test data): the
  * published splitmix64 sequence is checked in test_hashmap.c, so these functions must not change.
@@ -58,15 +60,29 @@ static inline double tl_xorshift64s_unit(uint64_t *state)
     return (double)(tl_xorshift64s(state) >> 11) / 9007199254740992.0;
 }
 
+// FNV-1a's 64-bit offset basis and prime.
+#define TL_FNV64_OFFSET 0xcbf29ce484222325ull
+#define TL_FNV64_PRIME 0x100000001b3ull
+
 // 64-bit FNV-1a of n bytes (offset basis 0xcbf29ce484222325, prime 0x100000001b3).
 static inline uint64_t tl_fnv1a64(const void *p, size_t n)
 {
     const unsigned char *b = p;
-    uint64_t h = 0xcbf29ce484222325ull;
+    uint64_t h = TL_FNV64_OFFSET;
     for (size_t i = 0; i < n; i++) {
         h ^= b[i];
-        h *= 0x100000001b3ull;
+        h *= TL_FNV64_PRIME;
     }
+    return h;
+}
+
+// FNV-1a word-wise: continues hash h over n 32-bit words, one xor and one multiply per word
+// (a quarter of the byte-wise steps; not the published byte-wise values). For keys that are
+// arrays of ids (the grammar's parse stacks and their sets).
+static inline uint64_t tl_fnv1a64_u32(uint64_t h, const uint32_t *w, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ w[i]) * TL_FNV64_PRIME;
     return h;
 }
 
@@ -74,6 +90,14 @@ static inline uint64_t tl_fnv1a64(const void *p, size_t n)
 static inline uint64_t tl_hash_bytes(const void *p, size_t n)
 {
     uint64_t h = tl_mix64(tl_fnv1a64(p, n));
+    return h ? h : 1;
+}
+
+// A hash of n 32-bit words for tables, never 0: word-wise FNV-1a from the offset basis xor
+// salt (so keys of different shapes, e.g. lengths or flags, hash apart), then mixed.
+static inline uint64_t tl_hash_u32s(const uint32_t *w, size_t n, uint64_t salt)
+{
+    uint64_t h = tl_mix64(tl_fnv1a64_u32(TL_FNV64_OFFSET ^ salt, w, n));
     return h ? h : 1;
 }
 

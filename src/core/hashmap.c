@@ -20,6 +20,7 @@
 #include "core/hash.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 #define MIN_CAP 16
 
@@ -40,6 +41,13 @@ void tl_hmap_free(struct tl_hmap *m)
     if (!m) return;
     free(m->slots);
     tl_hmap_init(m);
+}
+
+void tl_hmap_clear(struct tl_hmap *m)
+{
+    if (!m->n) return;
+    memset(m->slots, 0, m->cap * sizeof(*m->slots));
+    m->n = 0;
 }
 
 // Rehashes every entry into a new array of ncap slots (a power of two > 2 * n).

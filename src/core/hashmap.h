@@ -10,8 +10,15 @@
  * comparing the caller's own string for each entry of that hash (see vocab.c and gguf.c).
  *
  * Users: the engine's request-id map, the GGUF key and tensor-name indexes, the vocabulary's
- * piece index and BPE merge table. The KV cache's prefix table is not one (it chains through
- * the blocks themselves and never allocates; bench/bench_hash.c measures both).
+ * piece index and BPE merge table, and the grammar's tables (rule names, the parse-stack sets'
+ * dedupe index, the mask walk's interned sets and transitions, the mask cache). The KV cache's
+ * prefix table is not one (it chains through the blocks themselves and never allocates;
+ * bench/bench_hash.c measures both).
+ *
+ * Sets: a set of integers is a table whose values go unused; a set of contents (interning
+ * stacks, sets of stacks) keys each entry by its content's hash (tl_hash_u32s, tl_hash_bytes)
+ * with the entry's index as value, added with tl_hmap_add and found with tl_hmap_next plus the
+ * caller's own comparison, exactly as for strings.
  *
  * Ownership and threads: the caller owns the struct (tl_hmap_init / tl_hmap_free); the table
  * owns its slot array. Not synchronized: one writer, or any number of readers of a table that
@@ -43,6 +50,10 @@ struct tl_hmap {
 void tl_hmap_init(struct tl_hmap *m);
 // Frees the slots and leaves an empty table (init state). NULL is a no-op.
 void tl_hmap_free(struct tl_hmap *m);
+
+// Empties the table but keeps its slots (for a table refilled many times, e.g. once per walk):
+// costs nothing when already empty, else one pass over the slots.
+void tl_hmap_clear(struct tl_hmap *m);
 
 // Makes room for n entries in all, so that the next inserts up to n do not allocate.
 tl_status tl_hmap_reserve(struct tl_hmap *m, size_t n) TL_WARN_UNUSED;

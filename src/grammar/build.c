@@ -88,7 +88,7 @@ void tl__gb_free(struct gbuild *b)
     }
     free(b->rules);
     free(b->sets);
-    free(b->name_slots);
+    tl_hmap_free(&b->names);
     free(b->reps);
     memset(b, 0, sizeof(*b));
 }
@@ -114,14 +114,6 @@ static tl_status err_at(const struct gbuild *b, size_t pos, const char *what)
     return tl__errorf(TL_ERR_INVALID_ARG, "grammar: %s: %s", where, what);
 }
 
-static uint64_t name_hash(const char *s, size_t n)
-{
-    uint64_t h = 1469598103934665603ull;
-    for (size_t i = 0; i < n; i++)
-        h = (h ^ (unsigned char)s[i]) * 1099511628211ull;
-    return h;
-}
-
 int64_t tl__gb_new_rule(struct gbuild *b, size_t pos)
 {
     if (b->n_rules >= GE_ARG(~0u) ||
@@ -139,41 +131,22 @@ int64_t tl__gb_new_rule(struct gbuild *b, size_t pos)
 
 int64_t tl__gb_named(struct gbuild *b, const char *name, size_t len, size_t pos)
 {
-    if (2 * (b->n_rules + 1) > b->name_cap) { // rehash
-        size_t ncap = b->name_cap ? b->name_cap * 2 : 64;
-        while (ncap < 2 * (b->n_rules + 1))
-            ncap *= 2;
-        uint32_t *ns = tl_calloc_array(ncap, sizeof(uint32_t));
-        if (!ns) {
-            tl__errorf(TL_ERR_NOMEM, "grammar: out of memory for rule names");
-            return -1;
-        }
-        for (size_t i = 0; i < b->name_cap; i++) {
-            uint32_t v = b->name_slots[i];
-            if (!v) continue;
-            const struct gb_rule *r = &b->rules[v - 1];
-            size_t j = name_hash(r->name, r->name_len) & (ncap - 1);
-            while (ns[j])
-                j = (j + 1) & (ncap - 1);
-            ns[j] = v;
-        }
-        free(b->name_slots);
-        b->name_slots = ns;
-        b->name_cap = ncap;
+    uint64_t h = tl_hash_bytes(name, len), id;
+    for (size_t cursor = 0; tl_hmap_next(&b->names, h, &cursor, &id);) {
+        const struct gb_rule *r = &b->rules[id];
+        if (r->name_len == len && !memcmp(r->name, name, len)) return (int64_t)id;
     }
-    size_t j = name_hash(name, len) & (b->name_cap - 1);
-    while (b->name_slots[j]) {
-        const struct gb_rule *r = &b->rules[b->name_slots[j] - 1];
-        if (r->name_len == len && !memcmp(r->name, name, len)) return b->name_slots[j] - 1;
-        j = (j + 1) & (b->name_cap - 1);
+    int64_t nid = tl__gb_new_rule(b, pos);
+    if (nid < 0) return -1;
+    if (tl_hmap_add(&b->names, h, (uint64_t)nid)) {
+        b->nomem = true;
+        tl__errorf(TL_ERR_NOMEM, "grammar: out of memory for rule names");
+        return -1;
     }
-    int64_t id = tl__gb_new_rule(b, pos);
-    if (id < 0) return -1;
-    b->rules[id].name = name;
-    b->rules[id].name_len = len;
-    b->rules[id].defined = false;
-    b->name_slots[j] = (uint32_t)id + 1;
-    return id;
+    b->rules[nid].name = name;
+    b->rules[nid].name_len = len;
+    b->rules[nid].defined = false;
+    return nid;
 }
 
 struct gb_alt *tl__gb_add_alt(struct gbuild *b, uint32_t r)

@@ -11,6 +11,8 @@
 
 #include "grammar/grammar.h"
 
+#include "core/hashmap.h"
+
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -74,9 +76,8 @@ struct gbuild {
     struct gbyteset *sets; // owned
     size_t n_sets, cap_sets;
     uint32_t single[256]; // set index of {b} + 1, 0 = not made yet
-    uint32_t *name_slots; // owned: open-addressed map name -> rule + 1
-    size_t name_cap;
-    size_t n_elems; // elements so far (bounded by TL_GRAMMAR_MAX_ELEMS)
+    struct tl_hmap names; // tl_hash_bytes(name) -> rule index
+    size_t n_elems;       // elements so far (bounded by TL_GRAMMAR_MAX_ELEMS)
     struct gb_rep {
         uint32_t x; // the repeated element
         size_t pos; // the operator's source offset
@@ -155,10 +156,9 @@ struct gset {
     size_t n_data, cap_data;
     uint32_t *off; // owned, (n + 1)
     size_t n, cap_off;
-    uint32_t *slots; // owned: dedupe hash, stack index + 1
-    size_t n_slots;
-    bool ended;    // some path popped past the bottom (end of input / of the cached frames)
-    bool overflow; // a bound was hit (stacks, depth, expansion work): the set is incomplete
+    struct tl_hmap index; // dedupe: stack hash -> stack index; rebuilt when index.n != n
+    bool ended;           // some path popped past the bottom (end of input / of the cached frames)
+    bool overflow;        // a bound was hit (stacks, depth, expansion work): the set is incomplete
 };
 
 #define GSET_MAX_STACKS 4096

@@ -225,12 +225,8 @@ static inline void set_bit(uint64_t *bits, int32_t t)
 struct gmemo {
     struct gset *sets; // owned, (cap): interned sets, id = index
     size_t n, cap;
-    uint32_t *set_slot, *set_gen; // owned, (set_cap): content hash -> id
-    size_t set_cap;
-    uint64_t *tr_key; // owned, (tr_cap): (id << 8 | byte) + 1
-    uint32_t *tr_val, *tr_gen;
-    size_t tr_cap, n_tr;
-    uint32_t gen;
+    struct tl_hmap set_index; // set_hash -> id (several ids may share a hash)
+    struct tl_hmap tr;        // (id << 8 | byte) + 1 -> target id
     struct gset tmp;
     uint32_t *rows; // owned, (n_rows * 256): rows[id * 256 + byte] = target id + 1, 0 = unknown
     size_t n_rows;  // sets below MEMO_ROW_SETS get a dense row (filled when interned)
@@ -243,11 +239,8 @@ void tl__gmemo_free(struct gmemo *mm)
     for (size_t i = 0; i < mm->cap; i++)
         tl__gset_free(&mm->sets[i]);
     free(mm->sets);
-    free(mm->set_slot);
-    free(mm->set_gen);
-    free(mm->tr_key);
-    free(mm->tr_val);
-    free(mm->tr_gen);
+    tl_hmap_free(&mm->set_index);
+    tl_hmap_free(&mm->tr);
     free(mm->rows);
     tl__gset_free(&mm->tmp);
     free(mm);
@@ -256,22 +249,18 @@ void tl__gmemo_free(struct gmemo *mm)
 static void memo_reset(struct gmemo *mm)
 {
     mm->n = 0;
-    mm->n_tr = 0;
-    if (++mm->gen == 0) { // wrapped: forget every stamp
-        if (mm->set_gen) memset(mm->set_gen, 0, mm->set_cap * sizeof(uint32_t));
-        if (mm->tr_gen) memset(mm->tr_gen, 0, mm->tr_cap * sizeof(uint32_t));
-        mm->gen = 1;
-    }
+    tl_hmap_clear(&mm->set_index);
+    tl_hmap_clear(&mm->tr);
 }
 
+// Nonzero; equal sets hash equal (the stacks' words, their offsets, the flags).
 static uint64_t set_hash(const struct gset *s)
 {
-    uint64_t h = 0x84222325cbf29ce4ull ^ (s->n * 4 + (uint64_t)s->ended * 2 + s->overflow);
-    for (size_t i = 0; i < s->n_data; i++)
-        h = (h ^ s->data[i]) * 0x100000001b3ull;
-    for (size_t i = 0; s->n && i <= s->n; i++)
-        h = (h ^ s->off[i]) * 0x100000001b3ull;
-    return h ^ (h >> 29);
+    uint64_t h = TL_FNV64_OFFSET ^ (s->n * 4 + (uint64_t)s->ended * 2 + s->overflow);
+    h = tl_fnv1a64_u32(h, s->data, s->n_data);
+    if (s->n) h = tl_fnv1a64_u32(h, s->off, s->n + 1);
+    h = tl_mix64(h);
+    return h ? h : 1;
 }
 
 static bool set_equal(const struct gset *a, const struct gset *b)
@@ -284,41 +273,12 @@ static bool set_equal(const struct gset *a, const struct gset *b)
            !memcmp(a->off, b->off, (a->n + 1) * sizeof(uint32_t));
 }
 
-// Rehashes the set table to hold 2 * need slots. False on allocation failure.
-static bool grow_set_table(struct gmemo *mm, size_t need)
-{
-    if (2 * need <= mm->set_cap) return true;
-    size_t nc = mm->set_cap ? mm->set_cap : 64;
-    while (nc < 2 * need)
-        nc *= 2;
-    uint32_t *slot = tl_calloc_array(nc, sizeof(uint32_t)), *gen = tl_calloc_array(nc, 4);
-    if (!slot || !gen) {
-        free(slot);
-        free(gen);
-        return false;
-    }
-    for (size_t id = 0; id < mm->n; id++) {
-        size_t j = set_hash(&mm->sets[id]) & (nc - 1);
-        while (gen[j] == mm->gen)
-            j = (j + 1) & (nc - 1);
-        gen[j] = mm->gen;
-        slot[j] = (uint32_t)id;
-    }
-    free(mm->set_slot);
-    free(mm->set_gen);
-    mm->set_slot = slot;
-    mm->set_gen = gen;
-    mm->set_cap = nc;
-    return true;
-}
-
 // The id of a set equal to s (a copy is interned if new); UINT32_MAX on allocation failure.
 static uint32_t intern(struct gmemo *mm, const struct gset *s)
 {
-    if (!grow_set_table(mm, mm->n + 1)) return UINT32_MAX;
-    size_t j = set_hash(s) & (mm->set_cap - 1);
-    for (; mm->set_gen[j] == mm->gen; j = (j + 1) & (mm->set_cap - 1))
-        if (set_equal(&mm->sets[mm->set_slot[j]], s)) return mm->set_slot[j];
+    uint64_t h = set_hash(s), id;
+    for (size_t cursor = 0; tl_hmap_next(&mm->set_index, h, &cursor, &id);)
+        if (set_equal(&mm->sets[id], s)) return (uint32_t)id;
     if (mm->n == mm->cap) {
         size_t nc = mm->cap ? mm->cap * 2 : 64;
         struct gset *ns = tl_realloc_array(mm->sets, nc, sizeof(*ns));
@@ -338,8 +298,7 @@ static uint32_t intern(struct gmemo *mm, const struct gset *s)
         }
         memset(mm->rows + mm->n * 256, 0, 256 * sizeof(uint32_t));
     }
-    mm->set_gen[j] = mm->gen;
-    mm->set_slot[j] = (uint32_t)mm->n;
+    if (tl_hmap_add(&mm->set_index, h, mm->n)) return UINT32_MAX;
     return (uint32_t)mm->n++;
 }
 
@@ -379,46 +338,12 @@ static uint32_t transition(struct tl_gmatcher *m, struct gmemo *mm, uint32_t id,
         fill_byte_class(m->g, &mm->sets[id], byte, row, to + 1);
         return to;
     }
-    uint64_t key = ((uint64_t)id << 8 | byte) + 1;
-    if (2 * (mm->n_tr + 1) > mm->tr_cap) {
-        size_t nc = mm->tr_cap ? mm->tr_cap * 2 : 256;
-        uint64_t *k = tl_malloc_array(nc, sizeof(uint64_t));
-        uint32_t *v = tl_malloc_array(nc, sizeof(uint32_t)), *gen = tl_calloc_array(nc, 4);
-        if (!k || !v || !gen) {
-            free(k);
-            free(v);
-            free(gen);
-            return UINT32_MAX;
-        }
-        for (size_t i = 0; i < mm->tr_cap; i++) {
-            if (mm->tr_gen[i] != mm->gen) continue;
-            size_t j = (mm->tr_key[i] * 0x9e3779b97f4a7c15ull >> 20) & (nc - 1);
-            while (gen[j] == mm->gen)
-                j = (j + 1) & (nc - 1);
-            gen[j] = mm->gen;
-            k[j] = mm->tr_key[i];
-            v[j] = mm->tr_val[i];
-        }
-        free(mm->tr_key);
-        free(mm->tr_val);
-        free(mm->tr_gen);
-        mm->tr_key = k;
-        mm->tr_val = v;
-        mm->tr_gen = gen;
-        mm->tr_cap = nc;
-    }
-    size_t j = (key * 0x9e3779b97f4a7c15ull >> 20) & (mm->tr_cap - 1);
-    for (; mm->tr_gen[j] == mm->gen; j = (j + 1) & (mm->tr_cap - 1))
-        if (mm->tr_key[j] == key) return mm->tr_val[j];
+    uint64_t key = ((uint64_t)id << 8 | byte) + 1, to;
+    if (tl_hmap_get(&mm->tr, key, &to)) return (uint32_t)to;
     tl__gset_advance(m->g, &mm->sets[id], byte, &mm->tmp, m->scratch);
-    uint32_t to = intern(mm, &mm->tmp);
-    if (to == UINT32_MAX) return to;
-    // intern may have grown nothing here, but recompute the slot: the table did not move.
-    mm->tr_gen[j] = mm->gen;
-    mm->tr_key[j] = key;
-    mm->tr_val[j] = to;
-    mm->n_tr++;
-    return to;
+    to = intern(mm, &mm->tmp);
+    if (to == UINT32_MAX || tl_hmap_put(&mm->tr, key, to)) return UINT32_MAX;
+    return (uint32_t)to;
 }
 
 // Walks nodes [from, to), whose parent state is m->levels[d0]: sets the bit of every token the
@@ -489,8 +414,7 @@ struct gmask_cache {
     struct gmask_cache *next; // the grammar's caches for other vocabularies
     uint64_t vocab_uid;       // the vocabulary the entries are for (a freed trie's address may
                               // be reused by another, its uid never)
-    struct gentry **slots;    // owned, open addressing
-    size_t n_slots, n;
+    struct tl_hmap index;     // key_hash -> entry (owned; several entries may share a hash)
     size_t bytes;
 };
 
@@ -506,9 +430,10 @@ void tl__gmask_cache_free(struct gmask_cache *c)
 {
     while (c) {
         struct gmask_cache *next = c->next;
-        for (size_t i = 0; i < c->n_slots; i++)
-            entry_free(c->slots[i]);
-        free(c->slots);
+        for (size_t i = 0; i < c->index.cap; i++)
+            if (c->index.slots[i].key)
+                entry_free((struct gentry *)(uintptr_t)c->index.slots[i].val);
+        tl_hmap_free(&c->index);
         free(c);
         c = next;
     }
@@ -533,47 +458,26 @@ static struct gmask_cache *cache_for(struct tl_grammar *g, const struct tl_gvoca
     return c;
 }
 
-static uint64_t key_hash(const uint32_t *k, size_t n, bool full)
+// Nonzero; the key's frames, its length and whether it is the whole stack.
+static inline uint64_t key_hash(const uint32_t *k, size_t n, bool full)
 {
-    uint64_t h = 0xcbf29ce484222325ull ^ (n * 2 + full);
-    for (size_t i = 0; i < n; i++)
-        h = (h ^ k[i]) * 0x100000001b3ull;
-    return h ^ (h >> 31);
+    return tl_hash_u32s(k, n, n * 2 + full);
 }
 
 static struct gentry *cache_find(struct gmask_cache *c, const uint32_t *k, size_t n, bool full)
 {
-    if (!c->n_slots) return NULL;
-    size_t j = key_hash(k, n, full) & (c->n_slots - 1);
-    for (struct gentry *e; (e = c->slots[j]); j = (j + 1) & (c->n_slots - 1))
+    uint64_t p;
+    for (size_t cursor = 0; tl_hmap_next(&c->index, key_hash(k, n, full), &cursor, &p);) {
+        struct gentry *e = (struct gentry *)(uintptr_t)p;
         if (e->n_key == n && e->full == full && !memcmp(e->key, k, n * sizeof(uint32_t))) return e;
+    }
     return NULL;
 }
 
 static bool cache_insert(struct gmask_cache *c, struct gentry *e, size_t bytes)
 {
     if (c->bytes + bytes > CACHE_MAX_BYTES) return false;
-    if (2 * (c->n + 1) > c->n_slots) {
-        size_t ns = c->n_slots ? c->n_slots * 2 : 64;
-        struct gentry **sl = tl_calloc_array(ns, sizeof(*sl));
-        if (!sl) return false;
-        for (size_t i = 0; i < c->n_slots; i++) {
-            struct gentry *x = c->slots[i];
-            if (!x) continue;
-            size_t j = key_hash(x->key, x->n_key, x->full) & (ns - 1);
-            while (sl[j])
-                j = (j + 1) & (ns - 1);
-            sl[j] = x;
-        }
-        free(c->slots);
-        c->slots = sl;
-        c->n_slots = ns;
-    }
-    size_t j = key_hash(e->key, e->n_key, e->full) & (c->n_slots - 1);
-    while (c->slots[j])
-        j = (j + 1) & (c->n_slots - 1);
-    c->slots[j] = e;
-    c->n++;
+    if (tl_hmap_add(&c->index, key_hash(e->key, e->n_key, e->full), (uintptr_t)e)) return false;
     c->bytes += bytes;
     return true;
 }
@@ -631,7 +535,7 @@ size_t tl__gmask_cache_entries(struct tl_grammar *g, const struct tl_gvocab *v)
     size_t n = 0;
     pthread_mutex_lock(&g->mu);
     for (struct gmask_cache *c = g->cache; c; c = c->next)
-        if (c->vocab_uid == v->uid) n = c->n;
+        if (c->vocab_uid == v->uid) n = c->index.n;
     pthread_mutex_unlock(&g->mu);
     return n;
 }

@@ -26,23 +26,31 @@ void tl__gset_clear(struct gset *s)
     s->n_data = 0;
     s->ended = false;
     s->overflow = false;
-    if (s->slots) memset(s->slots, 0, s->n_slots * sizeof(uint32_t));
+    tl_hmap_clear(&s->index);
 }
 
 void tl__gset_free(struct gset *s)
 {
     free(s->data);
     free(s->off);
-    free(s->slots);
+    tl_hmap_free(&s->index);
     memset(s, 0, sizeof(*s));
 }
 
-static uint64_t frames_hash(const uint32_t *f, size_t n)
+static inline uint64_t stack_hash(const uint32_t *f, size_t n)
 {
-    uint64_t h = 0x9e3779b97f4a7c15ull ^ n;
-    for (size_t i = 0; i < n; i++)
-        h = (h ^ f[i]) * 0x100000001b3ull;
-    return h ^ (h >> 29);
+    return tl_hash_u32s(f, n, n);
+}
+
+// Indexes every stack of s (after a copy, which leaves the index empty). False on failure.
+static bool reindex(struct gset *s)
+{
+    tl_hmap_clear(&s->index);
+    if (tl_hmap_reserve(&s->index, s->n + 1)) return false;
+    for (size_t i = 0; i < s->n; i++)
+        if (tl_hmap_add(&s->index, stack_hash(s->data + s->off[i], s->off[i + 1] - s->off[i]), i))
+            return false;
+    return true;
 }
 
 // Adds stack f[0..n) unless present; false on allocation failure or past the bound.
@@ -52,33 +60,18 @@ static bool gset_add(struct gset *s, const uint32_t *f, size_t n)
         s->overflow = true;
         return false;
     }
-    if (2 * (s->n + 1) > s->n_slots) {
-        size_t ns = s->n_slots ? s->n_slots * 2 : 16;
-        while (ns < 2 * (s->n + 1))
-            ns *= 2;
-        uint32_t *sl = tl_calloc_array(ns, sizeof(uint32_t));
-        if (!sl) {
-            s->overflow = true;
-            return false;
-        }
-        for (size_t i = 0; i < s->n; i++) {
-            size_t j = frames_hash(s->data + s->off[i], s->off[i + 1] - s->off[i]) & (ns - 1);
-            while (sl[j])
-                j = (j + 1) & (ns - 1);
-            sl[j] = (uint32_t)i + 1;
-        }
-        free(s->slots);
-        s->slots = sl;
-        s->n_slots = ns;
+    if (s->index.n != s->n && !reindex(s)) {
+        s->overflow = true;
+        return false;
     }
-    size_t j = frames_hash(f, n) & (s->n_slots - 1);
-    while (s->slots[j]) {
-        size_t i = s->slots[j] - 1, len = s->off[i + 1] - s->off[i];
+    uint64_t h = stack_hash(f, n), i;
+    for (size_t cursor = 0; tl_hmap_next(&s->index, h, &cursor, &i);) {
+        size_t len = s->off[i + 1] - s->off[i];
         if (len == n && !memcmp(s->data + s->off[i], f, n * sizeof(uint32_t))) return true;
-        j = (j + 1) & (s->n_slots - 1);
     }
     if (!tl_grow((void **)&s->data, &s->cap_data, s->n_data + n, sizeof(uint32_t)) ||
-        !tl_grow((void **)&s->off, &s->cap_off, s->n + 2, sizeof(uint32_t))) {
+        !tl_grow((void **)&s->off, &s->cap_off, s->n + 2, sizeof(uint32_t)) ||
+        tl_hmap_add(&s->index, h, s->n)) {
         s->overflow = true;
         return false;
     }
@@ -86,15 +79,24 @@ static bool gset_add(struct gset *s, const uint32_t *f, size_t n)
     memcpy(s->data + s->n_data, f, n * sizeof(uint32_t));
     s->n_data += n;
     s->off[s->n + 1] = (uint32_t)s->n_data;
-    s->slots[j] = (uint32_t)++s->n;
+    s->n++;
     return true;
 }
 
+// A plain copy: the stacks are distinct already, so dst's index is left empty and built only
+// if a stack is ever added to dst (the memo's interned sets never get one).
 bool tl__gset_copy(struct gset *dst, const struct gset *src)
 {
     tl__gset_clear(dst);
-    for (size_t i = 0; i < src->n; i++)
-        if (!gset_add(dst, src->data + src->off[i], src->off[i + 1] - src->off[i])) return false;
+    if (src->n && (!tl_grow((void **)&dst->data, &dst->cap_data, src->n_data, sizeof(uint32_t)) ||
+                   !tl_grow((void **)&dst->off, &dst->cap_off, src->n + 1, sizeof(uint32_t))))
+        return false;
+    if (src->n) {
+        memcpy(dst->data, src->data, src->n_data * sizeof(uint32_t));
+        memcpy(dst->off, src->off, (src->n + 1) * sizeof(uint32_t));
+    }
+    dst->n = src->n;
+    dst->n_data = src->n_data;
     dst->ended = src->ended;
     dst->overflow = src->overflow;
     return true;
