@@ -15,60 +15,9 @@
 #include "core/alloc.h"
 #include "core/error.h"
 
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-// ---- growable string ------------------------------------------------------------------------
-
-void tl__gstr_putn(struct gstr *s, const char *t, size_t n)
-{
-    if (s->failed) return;
-    if (!tl_grow((void **)&s->p, &s->cap, s->n + n + 1, 1)) {
-        s->failed = true;
-        return;
-    }
-    memcpy(s->p + s->n, t, n);
-    s->n += n;
-    s->p[s->n] = 0;
-}
-
-void tl__gstr_puts(struct gstr *s, const char *t)
-{
-    tl__gstr_putn(s, t, strlen(t));
-}
-
-void tl__gstr_printf(struct gstr *s, const char *fmt, ...)
-{
-    char buf[256];
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(buf, sizeof(buf), fmt, ap);
-    va_end(ap);
-    if (n < 0 || (size_t)n >= sizeof(buf)) {
-        s->failed = true;
-        return;
-    }
-    tl__gstr_putn(s, buf, (size_t)n);
-}
-
-void tl__gstr_literal(struct gstr *s, const char *t, size_t n)
-{
-    tl__gstr_putn(s, "\"", 1);
-    for (size_t i = 0; i < n; i++) {
-        unsigned char c = (unsigned char)t[i];
-        if (c == '"' || c == '\\') {
-            char e[2] = {'\\', (char)c};
-            tl__gstr_putn(s, e, 2);
-        } else if (c < 0x20 || c == 0x7f) {
-            tl__gstr_printf(s, "\\x%02X", c);
-        } else {
-            tl__gstr_putn(s, (const char *)&t[i], 1);
-        }
-    }
-    tl__gstr_putn(s, "\"", 1);
-}
 
 // ---- builder --------------------------------------------------------------------------------
 
@@ -547,22 +496,4 @@ tl_status tl__gb_finish(struct gbuild *b, struct tl_grammar **out)
     g->n_sets = (uint32_t)b->n_sets;
     *out = g;
     return TL_OK;
-}
-
-struct tl_grammar *tl_grammar_ref(struct tl_grammar *g)
-{
-    if (g) atomic_fetch_add(&g->refs, 1);
-    return g;
-}
-
-void tl_grammar_unref(struct tl_grammar *g)
-{
-    if (!g || atomic_fetch_sub(&g->refs, 1) != 1) return;
-    tl__gmask_cache_free(g->cache);
-    pthread_mutex_destroy(&g->mu);
-    free(g->elems);
-    free(g->alt_start);
-    free(g->rule_alt0);
-    free(g->sets);
-    free(g);
 }

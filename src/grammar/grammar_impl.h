@@ -30,14 +30,20 @@ static inline bool gbyteset_has(const struct gbyteset *s, unsigned b)
     return (s->w[b >> 6] >> (b & 63)) & 1;
 }
 
-// ---- the compile-time limit -----------------------------------------------------------------
+// ---- the compile-time limit (compile_limit.c) -----------------------------------------------
 
 // True once this thread's compilation has run past TL_GRAMMAR_COMPILE_MAX_MS (the error is then
 // set: a 400 naming the limit); false when no compilation is being timed. Cheap: the clock is
 // read every 64th call. Called from the loops of the parsers and the checks.
 bool tl__gcompile_over(void);
+// Starts timing this thread's compilation unless one is being timed already (a nested
+// compile); returns whether it did (pass that to tl__gcompile_end).
+bool tl__gcompile_begin(void);
+// Ends what tl__gcompile_begin started (when outer) and returns rc, or the limit's error when rc
+// is a failure that came after the deadline.
+tl_status tl__gcompile_end(bool outer, tl_status rc) TL_WARN_UNUSED;
 
-// ---- growable string ------------------------------------------------------------------------
+// ---- growable string (gstr.c) ---------------------------------------------------------------
 
 struct gstr {
     char *p; // owned, NUL-terminated when ok
@@ -114,7 +120,7 @@ void tl__gb_where(const char *src, size_t len, size_t pos, char *buf, size_t cap
 tl_status tl__regex_emit(struct gstr *out, const char *re, size_t len,
                          bool json_string) TL_WARN_UNUSED;
 
-// ---- JSON Schema checks (schema_check.c) ---------------------------------------------------
+// ---- JSON Schema checks (schema_check.c) ----------------------------------------------------
 
 struct json_t;
 // The keywords that only annotate (ignored by the generator). NULL-terminated.
@@ -147,7 +153,7 @@ tl_status tl__schema_gen_number(struct json_t *s, const char *path, bool integer
 // Parses GBNF text into b (rule "root" is the start).
 tl_status tl__gbnf_parse(struct gbuild *b) TL_WARN_UNUSED;
 
-// ---- stack sets (matcher.c) -----------------------------------------------------------------
+// ---- stack sets (gset.c) --------------------------------------------------------------------
 
 // A set of pushdown stacks, deduplicated. Stack i is data[off[i] .. off[i + 1]): return
 // addresses bottom first, the last entry the position of a BYTES element (what it reads next).
@@ -178,8 +184,8 @@ void tl__gset_from_stack(const struct tl_grammar *g, const uint32_t *frames, siz
 
 // ---- compiled grammar -----------------------------------------------------------------------
 
-struct gmask_cache; // mask.c
-struct gmemo;       // mask.c
+struct gmask_cache; // mask_cache.c
+struct gmemo;       // mask_memo.c
 
 struct tl_grammar {
     atomic_int refs;
@@ -207,9 +213,62 @@ struct tl_gmatcher {
     struct gmemo *memo; // owned: the trie walk's interned sets and transitions (mask.c)
 };
 
-void tl__gmask_cache_free(struct gmask_cache *c);
 // How many entries g's cache for vocabulary v holds (0 when it has none). For tests.
 size_t tl__gmask_cache_entries(struct tl_grammar *g, const struct tl_gvocab *v);
+
+// ---- the mask walk's memo (mask_memo.c) -----------------------------------------------------
+
+#define MEMO_ROW_SETS 2048 // dense transition rows: 1 KiB each, 2 MiB at most per matcher
+
+struct gmemo {
+    struct gset *sets; // owned, (cap): interned sets, id = index
+    size_t n, cap;
+    struct tl_hmap set_index; // set_hash -> id (several ids may share a hash)
+    struct tl_hmap tr;        // (id << 8 | byte) + 1 -> target id
+    struct gset tmp;
+    uint32_t *rows; // owned, (n_rows * 256): rows[id * 256 + byte] = target id + 1, 0 = unknown
+    size_t n_rows;  // sets below MEMO_ROW_SETS get a dense row (filled when interned)
+    bool use_rows;  // this walk is big enough for rows to pay off
+};
+
 void tl__gmemo_free(struct gmemo *mm);
+// Forgets the sets and transitions of the last walk (keeps the memory).
+void tl__gmemo_reset(struct gmemo *mm);
+// The id of a set equal to s (a copy is interned if new); UINT32_MAX on allocation failure.
+uint32_t tl__gmemo_intern(struct gmemo *mm, const struct gset *s);
+// The id of set id after byte (advanced with m's grammar and scratch); UINT32_MAX on failure.
+uint32_t tl__gmemo_transition(struct tl_gmatcher *m, struct gmemo *mm, uint32_t id, unsigned byte);
+
+// ---- the mask cache (mask_cache.c) ----------------------------------------------------------
+
+#define CTX_FRAMES 3 // a stack's top frames that key its cache entry
+
+struct gentry {
+    uint32_t key[CTX_FRAMES];
+    uint8_t n_key;
+    bool full;      // the key is the whole stack: no uncertain tokens
+    uint64_t *bits; // owned: accepted tokens
+    uint32_t *unc;  // owned: uncertain subtrees (trie nodes)
+    size_t n_unc;
+};
+
+struct gmask_cache {
+    struct gmask_cache *next; // the grammar's caches for other vocabularies
+    uint64_t vocab_uid;       // the vocabulary the entries are for (a freed trie's address may
+                              // be reused by another, its uid never)
+    struct tl_hmap index;     // key_hash -> entry (owned; several entries may share a hash)
+    size_t bytes;
+};
+
+void tl__gentry_free(struct gentry *e);
+void tl__gmask_cache_free(struct gmask_cache *c);
+// With g->mu held: g's cache for a vocabulary (created on first use; NULL past the limit of
+// vocabularies per grammar or on allocation failure), an entry by key, inserting an entry (false
+// when the cache is full or on allocation failure: the caller keeps and frees the entry).
+struct gmask_cache *tl__gmask_cache_for(struct tl_grammar *g, uint64_t vocab_uid);
+struct gentry *tl__gmask_cache_find(struct gmask_cache *c, const uint32_t *k, size_t n, bool full);
+bool tl__gmask_cache_insert(struct gmask_cache *c, struct gentry *e, size_t bytes);
+// Takes g->mu: the number of entries of g's cache for the vocabulary (0 when none).
+size_t tl__gmask_cache_count(struct tl_grammar *g, uint64_t vocab_uid);
 
 #endif

@@ -16,6 +16,9 @@
  * uncertain tokens. The mask of a state is the union over its stacks, so it is exactly what a
  * full walk from every stack would give: cached or not, batch or not, the same bits.
  *
+ * The walk's memo of stack sets and transitions is mask_memo.c's; the cache's table is
+ * mask_cache.c's.
+ *
  * Thread model: a tl_gvocab is immutable after creation. A grammar's cache is shared by every
  * request using it (any thread): lookups and inserts hold g->mu; entries are immutable once in.
  * Entries are computed outside the lock with the calling matcher's scratch.
@@ -28,11 +31,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define CTX_FRAMES 3
 #define TOKEN_MAX_BYTES 255
-#define CACHE_MAX_BYTES ((size_t)16 << 20) // per grammar and vocabulary
-#define CACHE_MAX_VOCABS 4                 // vocabularies a grammar keeps caches for
-#define MEMO_ROW_SETS 2048      // dense transition rows: 1 KiB each, 2 MiB at most per matcher
 #define MEMO_ROW_MIN_NODES 2048 // smaller walks (uncertain subtrees) use the hash table alone
 
 // ---- vocabulary trie ------------------------------------------------------------------------
@@ -212,140 +211,6 @@ static inline void set_bit(uint64_t *bits, int32_t t)
     bits[t >> 6] |= 1ull << (t & 63);
 }
 
-// ---- memoized transitions ------------------------------------------------------------------
-//
-// Many trie paths lead to the same stack set (inside a JSON string, every plain character
-// does), so a walk interns the sets it meets and memoizes (set, byte) -> set: most nodes then
-// cost one lookup instead of an advance. The first MEMO_ROW_SETS sets of a walk get a dense
-// row of 256 transitions (one load per node, the common case: a walk meets a few dozen sets);
-// later ones, and every set of a small walk (where clearing rows would cost more than it
-// saves), use the hash table. The memo lives for one walk; it belongs to the
-// matcher (one thread at a time).
-
-struct gmemo {
-    struct gset *sets; // owned, (cap): interned sets, id = index
-    size_t n, cap;
-    struct tl_hmap set_index; // set_hash -> id (several ids may share a hash)
-    struct tl_hmap tr;        // (id << 8 | byte) + 1 -> target id
-    struct gset tmp;
-    uint32_t *rows; // owned, (n_rows * 256): rows[id * 256 + byte] = target id + 1, 0 = unknown
-    size_t n_rows;  // sets below MEMO_ROW_SETS get a dense row (filled when interned)
-    bool use_rows;  // this walk is big enough for rows to pay off
-};
-
-void tl__gmemo_free(struct gmemo *mm)
-{
-    if (!mm) return;
-    for (size_t i = 0; i < mm->cap; i++)
-        tl__gset_free(&mm->sets[i]);
-    free(mm->sets);
-    tl_hmap_free(&mm->set_index);
-    tl_hmap_free(&mm->tr);
-    free(mm->rows);
-    tl__gset_free(&mm->tmp);
-    free(mm);
-}
-
-static void memo_reset(struct gmemo *mm)
-{
-    mm->n = 0;
-    tl_hmap_clear(&mm->set_index);
-    tl_hmap_clear(&mm->tr);
-}
-
-// Nonzero; equal sets hash equal (the stacks' words, their offsets, the flags).
-static uint64_t set_hash(const struct gset *s)
-{
-    uint64_t h = TL_FNV64_OFFSET ^ (s->n * 4 + (uint64_t)s->ended * 2 + s->overflow);
-    h = tl_fnv1a64_u32(h, s->data, s->n_data);
-    if (s->n) h = tl_fnv1a64_u32(h, s->off, s->n + 1);
-    h = tl_mix64(h);
-    return h ? h : 1;
-}
-
-static bool set_equal(const struct gset *a, const struct gset *b)
-{
-    if (a->n != b->n || a->ended != b->ended || a->overflow != b->overflow ||
-        a->n_data != b->n_data)
-        return false;
-    if (!a->n) return true;
-    return !memcmp(a->data, b->data, a->n_data * sizeof(uint32_t)) &&
-           !memcmp(a->off, b->off, (a->n + 1) * sizeof(uint32_t));
-}
-
-// The id of a set equal to s (a copy is interned if new); UINT32_MAX on allocation failure.
-static uint32_t intern(struct gmemo *mm, const struct gset *s)
-{
-    uint64_t h = set_hash(s), id;
-    for (size_t cursor = 0; tl_hmap_next(&mm->set_index, h, &cursor, &id);)
-        if (set_equal(&mm->sets[id], s)) return (uint32_t)id;
-    if (mm->n == mm->cap) {
-        size_t nc = mm->cap ? mm->cap * 2 : 64;
-        struct gset *ns = tl_realloc_array(mm->sets, nc, sizeof(*ns));
-        if (!ns) return UINT32_MAX;
-        memset(ns + mm->cap, 0, (nc - mm->cap) * sizeof(*ns));
-        mm->sets = ns;
-        mm->cap = nc;
-    }
-    if (!tl__gset_copy(&mm->sets[mm->n], s)) return UINT32_MAX;
-    if (mm->use_rows && mm->n < MEMO_ROW_SETS) {
-        if (mm->n >= mm->n_rows) {
-            size_t nr = mm->n_rows ? mm->n_rows * 2 : 16;
-            uint32_t *r = tl_realloc_array(mm->rows, nr * 256, sizeof(uint32_t));
-            if (!r) return UINT32_MAX;
-            mm->rows = r;
-            mm->n_rows = nr;
-        }
-        memset(mm->rows + mm->n * 256, 0, 256 * sizeof(uint32_t));
-    }
-    if (tl_hmap_add(&mm->set_index, h, mm->n)) return UINT32_MAX;
-    return (uint32_t)mm->n++;
-}
-
-// Bytes that the tops of s's stacks accept exactly as they accept byte lead to the same set
-// (advancing tests the byte only against the tops): fills their row entries with val too, so
-// a set costs one advance per byte class instead of one per byte. Sets of more than 64 stacks
-// are left to the per-byte path.
-static void fill_byte_class(const struct tl_grammar *g, const struct gset *s, unsigned byte,
-                            uint32_t *row, uint32_t val)
-{
-    if (s->n > 64) return;
-    const struct gbyteset *tops[64];
-    uint64_t want = 0;
-    for (size_t i = 0; i < s->n; i++) {
-        tops[i] = &g->sets[GE_ARG(g->elems[s->data[s->off[i + 1] - 1]])];
-        want |= (uint64_t)gbyteset_has(tops[i], byte) << i;
-    }
-    for (unsigned b = 0; b < 256; b++) {
-        if (row[b]) continue;
-        uint64_t got = 0;
-        for (size_t i = 0; i < s->n; i++)
-            got |= (uint64_t)gbyteset_has(tops[i], b) << i;
-        if (got == want) row[b] = val;
-    }
-}
-
-// The id of set id after byte; UINT32_MAX on allocation failure.
-static uint32_t transition(struct tl_gmatcher *m, struct gmemo *mm, uint32_t id, unsigned byte)
-{
-    if (mm->use_rows && id < MEMO_ROW_SETS) {
-        if (mm->rows[(size_t)id * 256 + byte]) return mm->rows[(size_t)id * 256 + byte] - 1;
-        tl__gset_advance(m->g, &mm->sets[id], byte, &mm->tmp, m->scratch);
-        uint32_t to = intern(mm, &mm->tmp);
-        if (to == UINT32_MAX) return to;
-        uint32_t *row = mm->rows + (size_t)id * 256; // after intern: it may move the rows
-        row[byte] = to + 1;
-        fill_byte_class(m->g, &mm->sets[id], byte, row, to + 1);
-        return to;
-    }
-    uint64_t key = ((uint64_t)id << 8 | byte) + 1, to;
-    if (tl_hmap_get(&mm->tr, key, &to)) return (uint32_t)to;
-    tl__gset_advance(m->g, &mm->sets[id], byte, &mm->tmp, m->scratch);
-    to = intern(mm, &mm->tmp);
-    if (to == UINT32_MAX || tl_hmap_put(&mm->tr, key, to)) return UINT32_MAX;
-    return (uint32_t)to;
-}
-
 // Walks nodes [from, to), whose parent state is m->levels[d0]: sets the bit of every token the
 // state accepts; when unc is given, records the subtrees where the state's bottom was popped
 // with bytes left (uncertain) instead of treating that as the end of the input.
@@ -362,10 +227,10 @@ static bool walk(struct tl_gmatcher *m, const struct tl_gvocab *v, uint32_t from
         return walk(m, v, from, to, d0, bits, unc);
     }
     struct gmemo *mm = m->memo;
-    memo_reset(mm);
+    tl__gmemo_reset(mm);
     bool use_rows = mm->use_rows = to - from >= MEMO_ROW_MIN_NODES;
     uint32_t ids[TOKEN_MAX_BYTES + 2];
-    ids[d0] = intern(mm, &m->levels[d0]);
+    ids[d0] = tl__gmemo_intern(mm, &m->levels[d0]);
     if (ids[d0] == UINT32_MAX) return false;
     uint32_t unc_depth = 0;
     for (uint32_t i = from; i < to;) {
@@ -376,7 +241,7 @@ static bool walk(struct tl_gmatcher *m, const struct tl_gvocab *v, uint32_t from
         if (use_rows && pid < MEMO_ROW_SETS && mm->rows[(size_t)pid * 256 + nd->byte]) {
             id = mm->rows[(size_t)pid * 256 + nd->byte] - 1;
         } else {
-            id = transition(m, mm, pid, nd->byte);
+            id = tl__gmemo_transition(m, mm, pid, nd->byte);
             if (id == UINT32_MAX) return false;
         }
         ids[d] = id;
@@ -401,87 +266,6 @@ static bool walk(struct tl_gmatcher *m, const struct tl_gvocab *v, uint32_t from
 
 // ---- the cache ------------------------------------------------------------------------------
 
-struct gentry {
-    uint32_t key[CTX_FRAMES];
-    uint8_t n_key;
-    bool full;      // the key is the whole stack: no uncertain tokens
-    uint64_t *bits; // owned: accepted tokens
-    uint32_t *unc;  // owned: uncertain subtrees (trie nodes)
-    size_t n_unc;
-};
-
-struct gmask_cache {
-    struct gmask_cache *next; // the grammar's caches for other vocabularies
-    uint64_t vocab_uid;       // the vocabulary the entries are for (a freed trie's address may
-                              // be reused by another, its uid never)
-    struct tl_hmap index;     // key_hash -> entry (owned; several entries may share a hash)
-    size_t bytes;
-};
-
-static void entry_free(struct gentry *e)
-{
-    if (!e) return;
-    free(e->bits);
-    free(e->unc);
-    free(e);
-}
-
-void tl__gmask_cache_free(struct gmask_cache *c)
-{
-    while (c) {
-        struct gmask_cache *next = c->next;
-        for (size_t i = 0; i < c->index.cap; i++)
-            if (c->index.slots[i].key)
-                entry_free((struct gentry *)(uintptr_t)c->index.slots[i].val);
-        tl_hmap_free(&c->index);
-        free(c);
-        c = next;
-    }
-}
-
-// The grammar's cache for vocabulary v, created on first use (g->mu held). NULL when the
-// grammar already has caches for CACHE_MAX_VOCABS other vocabularies (masks are then computed
-// without caching: entries handed out are never freed before the grammar, so a cache is never
-// replaced) or on allocation failure.
-static struct gmask_cache *cache_for(struct tl_grammar *g, const struct tl_gvocab *v)
-{
-    int n = 0;
-    for (struct gmask_cache *c = g->cache; c; c = c->next, n++)
-        if (c->vocab_uid == v->uid) return c;
-    if (n >= CACHE_MAX_VOCABS) return NULL;
-    struct gmask_cache *c = tl_malloc(sizeof(*c));
-    if (!c) return NULL;
-    memset(c, 0, sizeof(*c));
-    c->vocab_uid = v->uid;
-    c->next = g->cache;
-    g->cache = c;
-    return c;
-}
-
-// Nonzero; the key's frames, its length and whether it is the whole stack.
-static inline uint64_t key_hash(const uint32_t *k, size_t n, bool full)
-{
-    return tl_hash_u32s(k, n, n * 2 + full);
-}
-
-static struct gentry *cache_find(struct gmask_cache *c, const uint32_t *k, size_t n, bool full)
-{
-    uint64_t p;
-    for (size_t cursor = 0; tl_hmap_next(&c->index, key_hash(k, n, full), &cursor, &p);) {
-        struct gentry *e = (struct gentry *)(uintptr_t)p;
-        if (e->n_key == n && e->full == full && !memcmp(e->key, k, n * sizeof(uint32_t))) return e;
-    }
-    return NULL;
-}
-
-static bool cache_insert(struct gmask_cache *c, struct gentry *e, size_t bytes)
-{
-    if (c->bytes + bytes > CACHE_MAX_BYTES) return false;
-    if (tl_hmap_add(&c->index, key_hash(e->key, e->n_key, e->full), (uintptr_t)e)) return false;
-    c->bytes += bytes;
-    return true;
-}
-
 // The entry for a stack; *temp says the caller must free it (not cached). NULL on failure.
 static struct gentry *get_entry(struct tl_gmatcher *m, const struct tl_gvocab *v, const uint32_t *f,
                                 size_t n, bool *temp)
@@ -492,8 +276,8 @@ static struct gentry *get_entry(struct tl_gmatcher *m, const struct tl_gvocab *v
     const uint32_t *k = f + n - nk;
     *temp = true;
     pthread_mutex_lock(&g->mu);
-    struct gmask_cache *c = cache_for(g, v);
-    struct gentry *e = c ? cache_find(c, k, nk, full) : NULL;
+    struct gmask_cache *c = tl__gmask_cache_for(g, v->uid);
+    struct gentry *e = c ? tl__gmask_cache_find(c, k, nk, full) : NULL;
     pthread_mutex_unlock(&g->mu);
     if (e) {
         *temp = false;
@@ -514,30 +298,25 @@ static struct gentry *get_entry(struct tl_gmatcher *m, const struct tl_gvocab *v
     e->unc = unc.nodes;
     e->n_unc = unc.n;
     pthread_mutex_lock(&g->mu);
-    struct gentry *had = c ? cache_find(c, k, nk, full) : NULL;
+    struct gentry *had = c ? tl__gmask_cache_find(c, k, nk, full) : NULL;
     if (had) {
-        entry_free(e);
+        tl__gentry_free(e);
         e = had;
         *temp = false;
-    } else if (c && cache_insert(c, e, words * 8 + unc.n * 4 + sizeof(*e))) {
+    } else if (c && tl__gmask_cache_insert(c, e, words * 8 + unc.n * 4 + sizeof(*e))) {
         *temp = false;
     }
     pthread_mutex_unlock(&g->mu);
     return e;
 fail:
     free(unc.nodes);
-    entry_free(e);
+    tl__gentry_free(e);
     return NULL;
 }
 
 size_t tl__gmask_cache_entries(struct tl_grammar *g, const struct tl_gvocab *v)
 {
-    size_t n = 0;
-    pthread_mutex_lock(&g->mu);
-    for (struct gmask_cache *c = g->cache; c; c = c->next)
-        if (c->vocab_uid == v->uid) n = c->index.n;
-    pthread_mutex_unlock(&g->mu);
-    return n;
+    return tl__gmask_cache_count(g, v->uid);
 }
 
 // ---- masks ----------------------------------------------------------------------------------
@@ -566,11 +345,11 @@ bool tl_gmatcher_fill_mask(struct tl_gmatcher *m, const struct tl_gvocab *v, uin
             }
             if (d < nd->depth) continue;
             if (!walk(m, v, e->unc[u], nd->end, nd->depth - 1u, mask, NULL)) {
-                if (temp) entry_free(e);
+                if (temp) tl__gentry_free(e);
                 goto nomem;
             }
         }
-        if (temp) entry_free(e);
+        if (temp) tl__gentry_free(e);
     }
     if (m->cur.ended)
         for (int32_t i = 0; i < v->n_eog; i++)
