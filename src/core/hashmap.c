@@ -43,8 +43,17 @@ void tl_hmap_free(struct tl_hmap *m)
     tl_hmap_init(m);
 }
 
+// Clearing costs a pass over the slots; a table that once grew big but now holds few entries
+// (a big walk, then many small ones) would pay it in full every time, so past SHRINK_CAP slots
+// a table at most 1/16 full gives its slots back instead (it regrows on demand).
+#define SHRINK_CAP 1024
+
 void tl_hmap_clear(struct tl_hmap *m)
 {
+    if (m->cap > SHRINK_CAP && m->n * 16 < m->cap) {
+        tl_hmap_free(m);
+        return;
+    }
     if (!m->n) return;
     memset(m->slots, 0, m->cap * sizeof(*m->slots));
     m->n = 0;

@@ -51,8 +51,10 @@ void tl_hmap_init(struct tl_hmap *m);
 // Frees the slots and leaves an empty table (init state). NULL is a no-op.
 void tl_hmap_free(struct tl_hmap *m);
 
-// Empties the table but keeps its slots (for a table refilled many times, e.g. once per walk):
-// costs nothing when already empty, else one pass over the slots.
+// Empties the table (for a table refilled many times, e.g. once per walk): nothing to do when
+// already empty, else one pass over the slots, which it keeps; except that a table of more than
+// 1024 slots holding under 1/16 of that frees them (so a table that grew big once does not make
+// every later small round pay for its size).
 void tl_hmap_clear(struct tl_hmap *m);
 
 // Makes room for n entries in all, so that the next inserts up to n do not allocate.

@@ -211,6 +211,22 @@ static void test_hmap_clear(void **state)
         assert_true(tl_hmap_get(&m, 5, &v) && v == 50);
         tl_hmap_clear(&m);
     }
+    // A big table holding few entries gives its slots back; one still well used keeps them.
+    for (uint64_t k = 1; k <= 2000; k++)
+        assert_int_equal(tl_hmap_put(&m, k, k), TL_OK);
+    size_t big = m.cap;
+    assert_true(big > 1024);
+    tl_hmap_clear(&m);
+    assert_int_equal(m.cap, big); // it held 2000 of 4096
+    for (uint64_t k = 1; k <= 10; k++)
+        assert_int_equal(tl_hmap_put(&m, k, k), TL_OK);
+    tl_hmap_clear(&m);
+    assert_int_equal(m.n, 0);
+    assert_int_equal(m.cap, 0); // 10 of 4096: freed
+    assert_null(m.slots);
+    assert_false(tl_hmap_get(&m, 3, NULL));
+    assert_int_equal(tl_hmap_put(&m, 3, 30), TL_OK); // and usable again
+    assert_true(tl_hmap_get(&m, 3, NULL));
     tl_hmap_free(&m);
 }
 
