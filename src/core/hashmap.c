@@ -117,7 +117,7 @@ tl_status tl_hmap_put(struct tl_hmap *m, uint64_t key, uint64_t val)
     return insert(m, key, val, true);
 }
 
-tl_status tl_hmap_add(struct tl_hmap *m, uint64_t key, uint64_t val)
+tl_status tl__hmap_add_slow(struct tl_hmap *m, uint64_t key, uint64_t val)
 {
     return insert(m, key, val, false);
 }

@@ -65,7 +65,8 @@ tl_status tl_hmap_reserve(struct tl_hmap *m, size_t n) TL_WARN_UNUSED;
 tl_status tl_hmap_put(struct tl_hmap *m, uint64_t key, uint64_t val) TL_WARN_UNUSED;
 
 // Inserts another entry for key even when key is present (for string tables keyed by hash).
-tl_status tl_hmap_add(struct tl_hmap *m, uint64_t key, uint64_t val) TL_WARN_UNUSED;
+// Inline while no growth is needed (the grammar's stack sets add on their hot path).
+static inline tl_status tl_hmap_add(struct tl_hmap *m, uint64_t key, uint64_t val) TL_WARN_UNUSED;
 
 // True when key is present; *val (if not NULL) gets its value (the first one for added keys).
 static inline bool tl_hmap_get(const struct tl_hmap *m, uint64_t key, uint64_t *val);
@@ -104,6 +105,21 @@ static inline size_t tl__hmap_find(const struct tl_hmap *m, uint64_t key, size_t
     }
     *cursor = m->cap;
     return SIZE_MAX;
+}
+
+// tl_hmap_add's path that grows the table or reports key 0.
+tl_status tl__hmap_add_slow(struct tl_hmap *m, uint64_t key, uint64_t val) TL_WARN_UNUSED;
+
+static inline tl_status tl_hmap_add(struct tl_hmap *m, uint64_t key, uint64_t val)
+{
+    if (!key || (m->n + 1) * 2 > m->cap) return tl__hmap_add_slow(m, key, val);
+    size_t mask = m->cap - 1, j = tl__hmap_home(key, m->cap);
+    while (m->slots[j].key)
+        j = (j + 1) & mask;
+    m->slots[j].key = key;
+    m->slots[j].val = val;
+    m->n++;
+    return TL_OK;
 }
 
 static inline bool tl_hmap_get(const struct tl_hmap *m, uint64_t key, uint64_t *val)
