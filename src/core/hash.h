@@ -64,16 +64,22 @@ static inline double tl_xorshift64s_unit(uint64_t *state)
 #define TL_FNV64_OFFSET 0xcbf29ce484222325ull
 #define TL_FNV64_PRIME 0x100000001b3ull
 
-// 64-bit FNV-1a of n bytes (offset basis 0xcbf29ce484222325, prime 0x100000001b3).
-static inline uint64_t tl_fnv1a64(const void *p, size_t n)
+// FNV-1a continued: hash h (TL_FNV64_OFFSET to start) over n more bytes, so that several
+// pieces hash as their concatenation.
+static inline uint64_t tl_fnv1a64_more(uint64_t h, const void *p, size_t n)
 {
     const unsigned char *b = p;
-    uint64_t h = TL_FNV64_OFFSET;
     for (size_t i = 0; i < n; i++) {
         h ^= b[i];
         h *= TL_FNV64_PRIME;
     }
     return h;
+}
+
+// 64-bit FNV-1a of n bytes (offset basis 0xcbf29ce484222325, prime 0x100000001b3).
+static inline uint64_t tl_fnv1a64(const void *p, size_t n)
+{
+    return tl_fnv1a64_more(TL_FNV64_OFFSET, p, n);
 }
 
 // FNV-1a word-wise: continues hash h over n 32-bit words, one xor and one multiply per word

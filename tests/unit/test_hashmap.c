@@ -27,6 +27,7 @@ static void test_hash_published_vectors(void **state)
     assert_true(tl_fnv1a64("", 0) == 0xcbf29ce484222325ull);
     assert_true(tl_fnv1a64("a", 1) == 0xaf63dc4c8601ec8cull);
     assert_true(tl_fnv1a64("foobar", 6) == 0x85944171f73967e8ull);
+    assert_true(tl_fnv1a64_more(tl_fnv1a64("foo", 3), "bar", 3) == 0x85944171f73967e8ull);
     assert_true(tl_hash_bytes("foobar", 6) == tl_mix64(0x85944171f73967e8ull));
     assert_true(tl_mix64(0) == 0); // so tl_hash_bytes must (and does) avoid 0 itself
 
