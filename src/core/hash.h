@@ -1,6 +1,7 @@
 /*
- * The project's hash and seeding helpers, in one place: splitmix64 (a tiny RNG used to seed
- * bigger ones and to make test data), its finalizer as a 64-bit mixer, and FNV-1a over bytes.
+ * The project's hash and RNG helpers, in one place: splitmix64 (a tiny RNG used to seed bigger
+ * ones and to make test data), its finalizer as a 64-bit mixer, xorshift64* and xoshiro256**,
+ * and FNV-1a over bytes and over 32-bit words.
  *
  * Why these: splitmix64 (Steele, Lea, Flood 2014) turns any 64-bit seed, 0 included, into a
  * well-spread stream and its finalizer is a bijection of uint64_t, so a mixed integer key never
@@ -13,7 +14,8 @@
  * Outputs are part of the project's behaviour (sampler seeds, synthetic models, test data): the
  * published splitmix64 sequence is checked in test_hashmap.c, so these functions must not change.
  *
- * xorshift64* is the project's fast RNG for test data and load generators (tl_xorshift64s).
+ * xorshift64* is the project's fast RNG for test data and load generators (tl_xorshift64s);
+ * xoshiro256** (struct tl_rng) is the sampler's, one stream per request.
  *
  * Thread model: pure functions (tl_splitmix64 advances only the caller's state).
  */
@@ -58,6 +60,44 @@ static inline uint64_t tl_xorshift64s(uint64_t *state)
 static inline double tl_xorshift64s_unit(uint64_t *state)
 {
     return (double)(tl_xorshift64s(state) >> 11) / 9007199254740992.0;
+}
+
+// xoshiro256** (Blackman & Vigna 2018): the sampler's RNG, one per request (its state survives
+// preemption), seeded through splitmix64 so any 64-bit seed works. Its outputs are part of the
+// project's behaviour (a seeded request's tokens): test_sampler.c checks published vectors.
+struct tl_rng {
+    uint64_t s[4];
+};
+
+static inline void tl_rng_seed(struct tl_rng *r, uint64_t seed)
+{
+    uint64_t x = seed;
+    for (int i = 0; i < 4; i++)
+        r->s[i] = tl_splitmix64(&x);
+}
+
+static inline uint64_t tl__rotl64(uint64_t x, int k)
+{
+    return (x << k) | (x >> (64 - k));
+}
+
+static inline uint64_t tl_rng_next(struct tl_rng *r)
+{
+    uint64_t *s = r->s;
+    uint64_t result = tl__rotl64(s[1] * 5, 7) * 9, t = s[1] << 17;
+    s[2] ^= s[0];
+    s[3] ^= s[1];
+    s[1] ^= s[2];
+    s[0] ^= s[3];
+    s[2] ^= t;
+    s[3] = tl__rotl64(s[3], 45);
+    return result;
+}
+
+// Uniform double in [0, 1) from the top 53 bits.
+static inline double tl_rng_uniform(struct tl_rng *r)
+{
+    return (double)(tl_rng_next(r) >> 11) * (1.0 / 9007199254740992.0);
 }
 
 // FNV-1a's 64-bit offset basis and prime.
