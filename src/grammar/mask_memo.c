@@ -11,7 +11,13 @@
  *
  * Tables: interned sets are found by content (tl_hmap keyed by the set's word-wise FNV-1a
  * hash, ids as values); transitions past the dense rows are a tl_hmap from (id, byte). Both
- * are cleared per walk (tl_hmap_clear: nothing to do when empty, else one pass over the slots).
+ * are cleared per walk (tl_hmap_clear: nothing to do when empty, else one pass over the slots;
+ * a table that grew big in an earlier walk is given back rather than cleared in full).
+ *
+ * Why the rows are not a tl_hmap too (the one exception to core's one table, listed in
+ * docs/ARCHITECTURE.md): they are an array indexed by (set id, byte), no hashing at all, read
+ * inline by the walk for each of the trie's ~57000 nodes on a cache miss: one load where a table
+ * costs a hash, a probe and a key compare, and filled a whole byte class at a time.
  *
  * Thread model: a memo belongs to its matcher (one thread at a time).
  */
