@@ -139,11 +139,14 @@ static inline uint64_t tl_hash_bytes(const void *p, size_t n)
     return h ? h : 1;
 }
 
-// A hash of n 32-bit words for tables, never 0: word-wise FNV-1a from the offset basis xor
-// salt (so keys of different shapes, e.g. lengths or flags, hash apart), then mixed.
+// A hash of n 32-bit words for tl_hmap keys, never 0: word-wise FNV-1a from the offset basis
+// xor salt (so keys of different shapes, e.g. lengths or flags, hash apart). Not mixed further
+// (unlike tl_hash_bytes): tl_hmap takes a key's slot from the top bits of key * 2^64/phi,
+// which every bit of the key reaches, and these keys are short and hashed on the grammar's hot
+// path.
 static inline uint64_t tl_hash_u32s(const uint32_t *w, size_t n, uint64_t salt)
 {
-    uint64_t h = tl_mix64(tl_fnv1a64_u32(TL_FNV64_OFFSET ^ salt, w, n));
+    uint64_t h = tl_fnv1a64_u32(TL_FNV64_OFFSET ^ salt, w, n);
     return h ? h : 1;
 }
 

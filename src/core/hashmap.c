@@ -44,13 +44,12 @@ void tl_hmap_free(struct tl_hmap *m)
 }
 
 // Clearing costs a pass over the slots; a table that once grew big but now holds few entries
-// (a big walk, then many small ones) would pay it in full every time, so past SHRINK_CAP slots
-// a table at most 1/16 full gives its slots back instead (it regrows on demand).
-#define SHRINK_CAP 1024
-
-void tl_hmap_clear(struct tl_hmap *m)
+// (a big walk, then many small ones) would pay it in full every time, so past
+// TL_HMAP_SHRINK_CAP slots a table under 1/16 full gives its slots back instead (it regrows on
+// demand).
+void tl__hmap_clear_slow(struct tl_hmap *m)
 {
-    if (m->cap > SHRINK_CAP && m->n * 16 < m->cap) {
+    if (m->cap > TL_HMAP_SHRINK_CAP && m->n * 16 < m->cap) {
         tl_hmap_free(m);
         return;
     }

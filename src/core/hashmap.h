@@ -35,6 +35,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
+// tl_hmap_clear gives back the slots of a table bigger than this that is under 1/16 full.
+#define TL_HMAP_SHRINK_CAP 1024
+
 struct tl_hmap_slot {
     uint64_t key; // 0 = empty
     uint64_t val;
@@ -55,7 +58,7 @@ void tl_hmap_free(struct tl_hmap *m);
 // already empty, else one pass over the slots, which it keeps; except that a table of more than
 // 1024 slots holding under 1/16 of that frees them (so a table that grew big once does not make
 // every later small round pay for its size).
-void tl_hmap_clear(struct tl_hmap *m);
+static inline void tl_hmap_clear(struct tl_hmap *m);
 
 // Makes room for n entries in all, so that the next inserts up to n do not allocate.
 tl_status tl_hmap_reserve(struct tl_hmap *m, size_t n) TL_WARN_UNUSED;
@@ -105,6 +108,15 @@ static inline size_t tl__hmap_find(const struct tl_hmap *m, uint64_t key, size_t
     }
     *cursor = m->cap;
     return SIZE_MAX;
+}
+
+// tl_hmap_clear's path for a table with entries or many slots.
+void tl__hmap_clear_slow(struct tl_hmap *m);
+
+// Inline for the common case, an empty table of few slots (a stack set cleared per byte).
+static inline void tl_hmap_clear(struct tl_hmap *m)
+{
+    if (m->n || m->cap > TL_HMAP_SHRINK_CAP) tl__hmap_clear_slow(m);
 }
 
 // tl_hmap_add's path that grows the table or reports key 0.

@@ -54,8 +54,7 @@ static uint64_t set_hash(const struct gset *s)
     uint64_t h = TL_FNV64_OFFSET ^ (s->n * 4 + (uint64_t)s->ended * 2 + s->overflow);
     h = tl_fnv1a64_u32(h, s->data, s->n_data);
     if (s->n) h = tl_fnv1a64_u32(h, s->off, s->n + 1);
-    h = tl_mix64(h);
-    return h ? h : 1;
+    return h ? h : 1; // not mixed: see tl_hash_u32s
 }
 
 static bool set_equal(const struct gset *a, const struct gset *b)
@@ -137,6 +136,7 @@ uint32_t tl__gmemo_transition(struct tl_gmatcher *m, struct gmemo *mm, uint32_t 
     if (tl_hmap_get(&mm->tr, key, &to)) return (uint32_t)to;
     tl__gset_advance(m->g, &mm->sets[id], byte, &mm->tmp, m->scratch);
     to = tl__gmemo_intern(mm, &mm->tmp);
-    if (to == UINT32_MAX || tl_hmap_put(&mm->tr, key, to)) return UINT32_MAX;
+    // Absent (just looked up): add, which is put without the search for an entry to replace.
+    if (to == UINT32_MAX || tl_hmap_add(&mm->tr, key, to)) return UINT32_MAX;
     return (uint32_t)to;
 }

@@ -44,7 +44,7 @@ static void test_hash_published_vectors(void **state)
     const uint32_t f256 = 'f' + 256;
     assert_true(tl_fnv1a64_u32(TL_FNV64_OFFSET, &f256, 1) !=
                 tl_fnv1a64_u32(TL_FNV64_OFFSET, foobar, 1));
-    assert_true(tl_hash_u32s(foobar, 6, 0) == tl_mix64(0x85944171f73967e8ull));
+    assert_true(tl_hash_u32s(foobar, 6, 0) == 0x85944171f73967e8ull);
     assert_true(tl_hash_u32s(foobar, 6, 1) != tl_hash_u32s(foobar, 6, 0)); // the salt counts
 }
 
