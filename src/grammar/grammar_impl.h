@@ -1,6 +1,8 @@
 /*
  * Internals shared by the grammar files: the builder the parsers fill (build.c), the compiled
- * form (struct tl_grammar) the matcher walks (matcher.c, mask.c), and a growable string.
+ * form (struct tl_grammar) the matcher walks (gset.c, matcher.c, mask.c), a growable string
+ * (gstr.c), the compile deadline (compile_limit.c), and the mask walk's memo and cache
+ * (mask_memo.c, mask_cache.c). Each section names the file that implements it.
  *
  * Elements are uint32: the top two bits are the kind (END closes an alternative, BYTES is one
  * byte out of a 256-bit set, REF calls a rule), the rest the set or rule index. A compiled
@@ -232,7 +234,7 @@ struct gmemo {
 };
 
 void tl__gmemo_free(struct gmemo *mm);
-// Forgets the sets and transitions of the last walk (keeps the memory).
+// Forgets the sets and transitions of the last walk (keeps the memory, but see tl_hmap_clear).
 void tl__gmemo_reset(struct gmemo *mm);
 // The id of a set equal to s (a copy is interned if new); UINT32_MAX on allocation failure.
 uint32_t tl__gmemo_intern(struct gmemo *mm, const struct gset *s);
