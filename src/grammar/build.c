@@ -482,7 +482,7 @@ tl_status tl__gb_finish(struct gbuild *b, struct tl_grammar **out)
         for (size_t a = 0; a < b->rules[r].n_alts; a++) {
             const struct gb_alt *alt = &b->rules[r].alts[a];
             g->alt_start[na++] = (uint32_t)ne;
-            memcpy(g->elems + ne, alt->el, alt->n * sizeof(uint32_t));
+            if (alt->n) memcpy(g->elems + ne, alt->el, alt->n * sizeof(uint32_t));
             ne += alt->n;
             g->elems[ne++] = GE_MAKE(GE_END, 0);
         }
@@ -492,7 +492,7 @@ tl_status tl__gb_finish(struct gbuild *b, struct tl_grammar **out)
     g->n_elems = ne;
     g->n_rules = (uint32_t)b->n_rules;
     g->root = (uint32_t)root;
-    memcpy(g->sets, b->sets, b->n_sets * sizeof(*g->sets));
+    if (b->n_sets) memcpy(g->sets, b->sets, b->n_sets * sizeof(*g->sets));
     g->n_sets = (uint32_t)b->n_sets;
     *out = g;
     return TL_OK;
