@@ -7,6 +7,7 @@
 #define TL_BENCH_COMMON_H
 
 #include "core/clock.h"
+#include "core/hash.h"
 #include "core/pool.h"
 #include "kernels/ceilings.h"
 #include "kernels/kernels.h"
@@ -16,12 +17,10 @@
 #include <time.h>
 
 static uint64_t rng = 88172645463325252ull;
+// Uniform in [-1, 1), from core's xorshift64*.
 static inline float rnd(void)
 {
-    rng ^= rng << 13;
-    rng ^= rng >> 7;
-    rng ^= rng << 17;
-    return (float)((double)(rng >> 11) / 9007199254740992.0 * 2 - 1);
+    return (float)(tl_xorshift64s_unit(&rng) * 2 - 1);
 }
 
 static inline double now_s(void)

@@ -53,6 +53,7 @@
 #include "bench_common.h"
 #include "core/alloc.h"
 #include "core/clock.h"
+#include "core/hash.h"
 #include "model/model.h"
 
 #include <stdio.h>
@@ -87,10 +88,7 @@ static void on_event(void *user, const struct tl_event *ev)
 static uint64_t prompt_rng = 0x9e3779b97f4a7c15ull;
 static int32_t rnd_token(int32_t n_vocab)
 {
-    prompt_rng ^= prompt_rng << 13;
-    prompt_rng ^= prompt_rng >> 7;
-    prompt_rng ^= prompt_rng << 17;
-    return 3 + (int32_t)(prompt_rng % (uint64_t)(n_vocab - 3));
+    return 3 + (int32_t)(tl_xorshift64s(&prompt_rng) % (uint64_t)(n_vocab - 3));
 }
 
 // Bytes of weights one decode step of n_seq sequences reads: every matrix it multiplies (the

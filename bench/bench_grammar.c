@@ -16,6 +16,7 @@
  * Usage: bench_grammar [-v VOCAB_MODEL] [-e E2E_MODEL] [--walks N] [--steps N] [--threads N]
  *                      [--only NAME-SUBSTRING]
  */
+#include "core/hash.h"
 #include "grammar/grammar.h"
 
 #include "bench_common.h"
@@ -169,8 +170,7 @@ static void bench_masks(const tl_model *m, int walks, int steps, const char *onl
                 for (int32_t t = 0; t < info.n_vocab; t++)
                     if ((mask[t >> 6] >> (t & 63)) & 1) allowed[na++] = t;
                 if (!na) break;
-                seed ^= seed << 13, seed ^= seed >> 7, seed ^= seed << 17;
-                int32_t t = allowed[seed % (uint64_t)na];
+                int32_t t = allowed[tl_xorshift64s(&seed) % (uint64_t)na];
                 if (model_eog(NULL, t)) break;
                 tl_gmatcher_accept_token(mt, v, t);
             }

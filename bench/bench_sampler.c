@@ -11,6 +11,7 @@
  * Usage: bench_sampler [--vocab N] [--rows N] [--rounds N]
  */
 #include "bench_common.h"
+#include "core/hash.h"
 #include "engine/sampler.h"
 
 #include <stdio.h>
@@ -32,14 +33,6 @@ static const struct config configs[] = {
     {"temp 0.8, min-p 0.05", 0.8f, 1.0f, 0.05f, 0, 0, 1.0f},
     {"temp 0.8, top-p 0.95, 5 logprobs, rep 1.1", 0.8f, 0.95f, 0.0f, 0, 5, 1.1f},
 };
-
-static uint64_t fnv(uint64_t h, const void *p, size_t n)
-{
-    const unsigned char *b = p;
-    for (size_t i = 0; i < n; i++)
-        h = (h ^ b[i]) * 0x100000001b3ull;
-    return h;
-}
 
 int main(int argc, char **argv)
 {
@@ -90,7 +83,7 @@ int main(int argc, char **argv)
             return 1;
         }
         double us[3];
-        uint64_t h = 0xcbf29ce484222325ull;
+        uint64_t h = TL_FNV64_OFFSET;
         for (int sp = 0; sp < 3; sp++) {
             rng = 88172645463325252ull; // the same logits for every configuration
             for (size_t i = 0; i < (size_t)n_vocab * (size_t)rows; i++)
@@ -105,10 +98,10 @@ int main(int argc, char **argv)
                     tl_sampler_sample(s, logits + (size_t)row * n_vocab, &p, history, 32, 64, &g,
                                       &res);
                     if (r == 0) {
-                        h = fnv(h, &res.token, sizeof(res.token));
-                        h = fnv(h, &res.logprob, sizeof(res.logprob));
+                        h = tl_fnv1a64_more(h, &res.token, sizeof(res.token));
+                        h = tl_fnv1a64_more(h, &res.logprob, sizeof(res.logprob));
                         for (int k = 0; k < res.n_top; k++)
-                            h = fnv(h, &res.top[k], sizeof(res.top[k]));
+                            h = tl_fnv1a64_more(h, &res.top[k], sizeof(res.top[k]));
                     }
                 }
                 double dt = thread_cpu_s() - t0;

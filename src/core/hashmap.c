@@ -20,6 +20,7 @@
 #include "core/hash.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 #define MIN_CAP 16
 
@@ -40,6 +41,21 @@ void tl_hmap_free(struct tl_hmap *m)
     if (!m) return;
     free(m->slots);
     tl_hmap_init(m);
+}
+
+// Clearing costs a pass over the slots; a table that once grew big but now holds few entries
+// (a big walk, then many small ones) would pay it in full every time, so past
+// TL_HMAP_SHRINK_CAP slots a table under 1/16 full gives its slots back instead (it regrows on
+// demand).
+void tl__hmap_clear_slow(struct tl_hmap *m)
+{
+    if (m->cap > TL_HMAP_SHRINK_CAP && m->n * 16 < m->cap) {
+        tl_hmap_free(m);
+        return;
+    }
+    if (!m->n) return;
+    memset(m->slots, 0, m->cap * sizeof(*m->slots));
+    m->n = 0;
 }
 
 // Rehashes every entry into a new array of ncap slots (a power of two > 2 * n).
@@ -100,7 +116,7 @@ tl_status tl_hmap_put(struct tl_hmap *m, uint64_t key, uint64_t val)
     return insert(m, key, val, true);
 }
 
-tl_status tl_hmap_add(struct tl_hmap *m, uint64_t key, uint64_t val)
+tl_status tl__hmap_add_slow(struct tl_hmap *m, uint64_t key, uint64_t val)
 {
     return insert(m, key, val, false);
 }

@@ -10,8 +10,15 @@
  * comparing the caller's own string for each entry of that hash (see vocab.c and gguf.c).
  *
  * Users: the engine's request-id map, the GGUF key and tensor-name indexes, the vocabulary's
- * piece index and BPE merge table. The KV cache's prefix table is not one (it chains through
- * the blocks themselves and never allocates; bench/bench_hash.c measures both).
+ * piece index and BPE merge table, and the grammar's tables (rule names, the parse-stack sets'
+ * dedupe index, the mask walk's interned sets and transitions, the mask cache). The KV cache's
+ * prefix table is not one (it chains through the blocks themselves and never allocates;
+ * bench/bench_hash.c measures both).
+ *
+ * Sets: a set of integers is a table whose values go unused; a set of contents (interning
+ * stacks, sets of stacks) keys each entry by its content's hash (tl_hash_u32s, tl_hash_bytes)
+ * with the entry's index as value, added with tl_hmap_add and found with tl_hmap_next plus the
+ * caller's own comparison, exactly as for strings.
  *
  * Ownership and threads: the caller owns the struct (tl_hmap_init / tl_hmap_free); the table
  * owns its slot array. Not synchronized: one writer, or any number of readers of a table that
@@ -27,6 +34,9 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+
+// tl_hmap_clear gives back the slots of a table bigger than this that is under 1/16 full.
+#define TL_HMAP_SHRINK_CAP 1024
 
 struct tl_hmap_slot {
     uint64_t key; // 0 = empty
@@ -44,6 +54,12 @@ void tl_hmap_init(struct tl_hmap *m);
 // Frees the slots and leaves an empty table (init state). NULL is a no-op.
 void tl_hmap_free(struct tl_hmap *m);
 
+// Empties the table (for a table refilled many times, e.g. once per walk): nothing to do when
+// already empty, else one pass over the slots, which it keeps; except that a table of more than
+// 1024 slots holding under 1/16 of that frees them (so a table that grew big once does not make
+// every later small round pay for its size).
+static inline void tl_hmap_clear(struct tl_hmap *m);
+
 // Makes room for n entries in all, so that the next inserts up to n do not allocate.
 tl_status tl_hmap_reserve(struct tl_hmap *m, size_t n) TL_WARN_UNUSED;
 
@@ -52,7 +68,8 @@ tl_status tl_hmap_reserve(struct tl_hmap *m, size_t n) TL_WARN_UNUSED;
 tl_status tl_hmap_put(struct tl_hmap *m, uint64_t key, uint64_t val) TL_WARN_UNUSED;
 
 // Inserts another entry for key even when key is present (for string tables keyed by hash).
-tl_status tl_hmap_add(struct tl_hmap *m, uint64_t key, uint64_t val) TL_WARN_UNUSED;
+// Inline while no growth is needed (the grammar's stack sets add on their hot path).
+static inline tl_status tl_hmap_add(struct tl_hmap *m, uint64_t key, uint64_t val) TL_WARN_UNUSED;
 
 // True when key is present; *val (if not NULL) gets its value (the first one for added keys).
 static inline bool tl_hmap_get(const struct tl_hmap *m, uint64_t key, uint64_t *val);
@@ -91,6 +108,30 @@ static inline size_t tl__hmap_find(const struct tl_hmap *m, uint64_t key, size_t
     }
     *cursor = m->cap;
     return SIZE_MAX;
+}
+
+// tl_hmap_clear's path for a table with entries or many slots.
+void tl__hmap_clear_slow(struct tl_hmap *m);
+
+// Inline for the common case, an empty table of few slots (a stack set cleared per byte).
+static inline void tl_hmap_clear(struct tl_hmap *m)
+{
+    if (m->n || m->cap > TL_HMAP_SHRINK_CAP) tl__hmap_clear_slow(m);
+}
+
+// tl_hmap_add's path that grows the table or reports key 0.
+tl_status tl__hmap_add_slow(struct tl_hmap *m, uint64_t key, uint64_t val) TL_WARN_UNUSED;
+
+static inline tl_status tl_hmap_add(struct tl_hmap *m, uint64_t key, uint64_t val)
+{
+    if (!key || (m->n + 1) * 2 > m->cap) return tl__hmap_add_slow(m, key, val);
+    size_t mask = m->cap - 1, j = tl__hmap_home(key, m->cap);
+    while (m->slots[j].key)
+        j = (j + 1) & mask;
+    m->slots[j].key = key;
+    m->slots[j].val = val;
+    m->n++;
+    return TL_OK;
 }
 
 static inline bool tl_hmap_get(const struct tl_hmap *m, uint64_t key, uint64_t *val)

@@ -32,38 +32,6 @@
 #include <emmintrin.h>
 #endif
 
-// ---- RNG ------------------------------------------------------------------------------------
-
-void tl_rng_seed(struct tl_rng *r, uint64_t seed)
-{
-    uint64_t x = seed;
-    for (int i = 0; i < 4; i++)
-        r->s[i] = tl_splitmix64(&x);
-}
-
-static inline uint64_t rotl(uint64_t x, int k)
-{
-    return (x << k) | (x >> (64 - k));
-}
-
-uint64_t tl_rng_next(struct tl_rng *r)
-{
-    uint64_t *s = r->s;
-    uint64_t result = rotl(s[1] * 5, 7) * 9, t = s[1] << 17;
-    s[2] ^= s[0];
-    s[3] ^= s[1];
-    s[1] ^= s[2];
-    s[0] ^= s[3];
-    s[2] ^= t;
-    s[3] = rotl(s[3], 45);
-    return result;
-}
-
-double tl_rng_uniform(struct tl_rng *r)
-{
-    return (double)(tl_rng_next(r) >> 11) * (1.0 / 9007199254740992.0);
-}
-
 // ---- parameters -----------------------------------------------------------------------------
 
 tl_status tl_sampling_validate(const struct tl_sampling *p)

@@ -14,17 +14,13 @@
 
 #include <tokenloom.h>
 
+#include "core/hash.h"
+
 #include <stdint.h>
 
 #define TL_SAMPLER_MAX_LOGPROBS 20
 
-// xoshiro256** (Blackman & Vigna), seeded through splitmix64 so any 64-bit seed works.
-struct tl_rng {
-    uint64_t s[4];
-};
-void tl_rng_seed(struct tl_rng *r, uint64_t seed);
-uint64_t tl_rng_next(struct tl_rng *r);
-double tl_rng_uniform(struct tl_rng *r); // [0, 1), 53 random bits
+// A request's RNG is core's struct tl_rng (xoshiro256**, core/hash.h).
 
 // Checks the parameters' ranges (temperature >= 0, top_p in (0, 1], min_p in [0, 1],
 // repetition_penalty > 0, penalties finite, n_logprobs in [0, 20]); TL_ERR_INVALID_ARG with a

@@ -15,60 +15,9 @@
 #include "core/alloc.h"
 #include "core/error.h"
 
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-// ---- growable string ------------------------------------------------------------------------
-
-void tl__gstr_putn(struct gstr *s, const char *t, size_t n)
-{
-    if (s->failed) return;
-    if (!tl_grow((void **)&s->p, &s->cap, s->n + n + 1, 1)) {
-        s->failed = true;
-        return;
-    }
-    memcpy(s->p + s->n, t, n);
-    s->n += n;
-    s->p[s->n] = 0;
-}
-
-void tl__gstr_puts(struct gstr *s, const char *t)
-{
-    tl__gstr_putn(s, t, strlen(t));
-}
-
-void tl__gstr_printf(struct gstr *s, const char *fmt, ...)
-{
-    char buf[256];
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(buf, sizeof(buf), fmt, ap);
-    va_end(ap);
-    if (n < 0 || (size_t)n >= sizeof(buf)) {
-        s->failed = true;
-        return;
-    }
-    tl__gstr_putn(s, buf, (size_t)n);
-}
-
-void tl__gstr_literal(struct gstr *s, const char *t, size_t n)
-{
-    tl__gstr_putn(s, "\"", 1);
-    for (size_t i = 0; i < n; i++) {
-        unsigned char c = (unsigned char)t[i];
-        if (c == '"' || c == '\\') {
-            char e[2] = {'\\', (char)c};
-            tl__gstr_putn(s, e, 2);
-        } else if (c < 0x20 || c == 0x7f) {
-            tl__gstr_printf(s, "\\x%02X", c);
-        } else {
-            tl__gstr_putn(s, (const char *)&t[i], 1);
-        }
-    }
-    tl__gstr_putn(s, "\"", 1);
-}
 
 // ---- builder --------------------------------------------------------------------------------
 
@@ -88,7 +37,7 @@ void tl__gb_free(struct gbuild *b)
     }
     free(b->rules);
     free(b->sets);
-    free(b->name_slots);
+    tl_hmap_free(&b->names);
     free(b->reps);
     memset(b, 0, sizeof(*b));
 }
@@ -114,14 +63,6 @@ static tl_status err_at(const struct gbuild *b, size_t pos, const char *what)
     return tl__errorf(TL_ERR_INVALID_ARG, "grammar: %s: %s", where, what);
 }
 
-static uint64_t name_hash(const char *s, size_t n)
-{
-    uint64_t h = 1469598103934665603ull;
-    for (size_t i = 0; i < n; i++)
-        h = (h ^ (unsigned char)s[i]) * 1099511628211ull;
-    return h;
-}
-
 int64_t tl__gb_new_rule(struct gbuild *b, size_t pos)
 {
     if (b->n_rules >= GE_ARG(~0u) ||
@@ -139,41 +80,22 @@ int64_t tl__gb_new_rule(struct gbuild *b, size_t pos)
 
 int64_t tl__gb_named(struct gbuild *b, const char *name, size_t len, size_t pos)
 {
-    if (2 * (b->n_rules + 1) > b->name_cap) { // rehash
-        size_t ncap = b->name_cap ? b->name_cap * 2 : 64;
-        while (ncap < 2 * (b->n_rules + 1))
-            ncap *= 2;
-        uint32_t *ns = tl_calloc_array(ncap, sizeof(uint32_t));
-        if (!ns) {
-            tl__errorf(TL_ERR_NOMEM, "grammar: out of memory for rule names");
-            return -1;
-        }
-        for (size_t i = 0; i < b->name_cap; i++) {
-            uint32_t v = b->name_slots[i];
-            if (!v) continue;
-            const struct gb_rule *r = &b->rules[v - 1];
-            size_t j = name_hash(r->name, r->name_len) & (ncap - 1);
-            while (ns[j])
-                j = (j + 1) & (ncap - 1);
-            ns[j] = v;
-        }
-        free(b->name_slots);
-        b->name_slots = ns;
-        b->name_cap = ncap;
+    uint64_t h = tl_hash_bytes(name, len), id;
+    for (size_t cursor = 0; tl_hmap_next(&b->names, h, &cursor, &id);) {
+        const struct gb_rule *r = &b->rules[id];
+        if (r->name_len == len && !memcmp(r->name, name, len)) return (int64_t)id;
     }
-    size_t j = name_hash(name, len) & (b->name_cap - 1);
-    while (b->name_slots[j]) {
-        const struct gb_rule *r = &b->rules[b->name_slots[j] - 1];
-        if (r->name_len == len && !memcmp(r->name, name, len)) return b->name_slots[j] - 1;
-        j = (j + 1) & (b->name_cap - 1);
+    int64_t nid = tl__gb_new_rule(b, pos);
+    if (nid < 0) return -1;
+    if (tl_hmap_add(&b->names, h, (uint64_t)nid)) {
+        b->nomem = true;
+        tl__errorf(TL_ERR_NOMEM, "grammar: out of memory for rule names");
+        return -1;
     }
-    int64_t id = tl__gb_new_rule(b, pos);
-    if (id < 0) return -1;
-    b->rules[id].name = name;
-    b->rules[id].name_len = len;
-    b->rules[id].defined = false;
-    b->name_slots[j] = (uint32_t)id + 1;
-    return id;
+    b->rules[nid].name = name;
+    b->rules[nid].name_len = len;
+    b->rules[nid].defined = false;
+    return nid;
 }
 
 struct gb_alt *tl__gb_add_alt(struct gbuild *b, uint32_t r)
@@ -560,7 +482,7 @@ tl_status tl__gb_finish(struct gbuild *b, struct tl_grammar **out)
         for (size_t a = 0; a < b->rules[r].n_alts; a++) {
             const struct gb_alt *alt = &b->rules[r].alts[a];
             g->alt_start[na++] = (uint32_t)ne;
-            memcpy(g->elems + ne, alt->el, alt->n * sizeof(uint32_t));
+            if (alt->n) memcpy(g->elems + ne, alt->el, alt->n * sizeof(uint32_t));
             ne += alt->n;
             g->elems[ne++] = GE_MAKE(GE_END, 0);
         }
@@ -570,26 +492,8 @@ tl_status tl__gb_finish(struct gbuild *b, struct tl_grammar **out)
     g->n_elems = ne;
     g->n_rules = (uint32_t)b->n_rules;
     g->root = (uint32_t)root;
-    memcpy(g->sets, b->sets, b->n_sets * sizeof(*g->sets));
+    if (b->n_sets) memcpy(g->sets, b->sets, b->n_sets * sizeof(*g->sets));
     g->n_sets = (uint32_t)b->n_sets;
     *out = g;
     return TL_OK;
-}
-
-struct tl_grammar *tl_grammar_ref(struct tl_grammar *g)
-{
-    if (g) atomic_fetch_add(&g->refs, 1);
-    return g;
-}
-
-void tl_grammar_unref(struct tl_grammar *g)
-{
-    if (!g || atomic_fetch_sub(&g->refs, 1) != 1) return;
-    tl__gmask_cache_free(g->cache);
-    pthread_mutex_destroy(&g->mu);
-    free(g->elems);
-    free(g->alt_start);
-    free(g->rule_alt0);
-    free(g->sets);
-    free(g);
 }

@@ -13,7 +13,6 @@
 #include "grammar/grammar_impl.h"
 
 #include "core/alloc.h"
-#include "core/clock.h"
 #include "core/error.h"
 
 #include <jansson.h>
@@ -76,52 +75,14 @@ static tl_status choices_to_gbnf(const char *src, size_t len, char **gbnf)
     return TL_OK;
 }
 
-// ---- the compile-time limit ----------------------------------------------------------------
-
-static _Atomic int limit_ms = TL_GRAMMAR_COMPILE_MAX_MS;
-static _Thread_local int64_t deadline_us; // 0: not timing
-
-void tl_grammar_set_compile_limit_ms(int ms)
-{
-    limit_ms = ms < 1 ? 1 : ms;
-}
-static _Thread_local unsigned over_ticks;
-static _Thread_local bool over;
-
-bool tl__gcompile_over(void)
-{
-    if (!deadline_us) return false;
-    if (over) return true;
-    if ((++over_ticks & 63) != 0) return false;
-    if (tl_time_us() < deadline_us) return false;
-    over = true;
-    tl__errorf(TL_ERR_INVALID_ARG,
-               "grammar: compiling took longer than %d ms (the limit): the grammar or schema is "
-               "too large or too complex",
-               (int)limit_ms);
-    return true;
-}
-
 static tl_status compile_any(enum tl_grammar_kind kind, const char *src, size_t len,
                              struct tl_grammar **out);
 
 tl_status tl_grammar_compile(enum tl_grammar_kind kind, const char *src, size_t len,
                              struct tl_grammar **out)
 {
-    bool outer = deadline_us == 0;
-    if (outer) {
-        deadline_us = tl_time_us() + (int64_t)limit_ms * 1000;
-        over = false;
-        over_ticks = 0;
-    }
-    tl_status rc = compile_any(kind, src, len, out);
-    if (rc && over) // whatever failed after the deadline, the deadline is the reason
-        rc = tl__errorf(TL_ERR_INVALID_ARG,
-                        "grammar: compiling took longer than %d ms (the limit): the grammar or "
-                        "schema is too large or too complex",
-                        (int)limit_ms);
-    if (outer) deadline_us = 0;
-    return rc;
+    bool outer = tl__gcompile_begin();
+    return tl__gcompile_end(outer, compile_any(kind, src, len, out));
 }
 
 static tl_status compile_any(enum tl_grammar_kind kind, const char *src, size_t len,

@@ -1,6 +1,8 @@
 /*
  * Internals shared by the grammar files: the builder the parsers fill (build.c), the compiled
- * form (struct tl_grammar) the matcher walks (matcher.c, mask.c), and a growable string.
+ * form (struct tl_grammar) the matcher walks (gset.c, matcher.c, mask.c), a growable string
+ * (gstr.c), the compile deadline (compile_limit.c), and the mask walk's memo and cache
+ * (mask_memo.c, mask_cache.c). Each section names the file that implements it.
  *
  * Elements are uint32: the top two bits are the kind (END closes an alternative, BYTES is one
  * byte out of a 256-bit set, REF calls a rule), the rest the set or rule index. A compiled
@@ -10,6 +12,8 @@
 #define TL_GRAMMAR_IMPL_H
 
 #include "grammar/grammar.h"
+
+#include "core/hashmap.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -28,14 +32,20 @@ static inline bool gbyteset_has(const struct gbyteset *s, unsigned b)
     return (s->w[b >> 6] >> (b & 63)) & 1;
 }
 
-// ---- the compile-time limit -----------------------------------------------------------------
+// ---- the compile-time limit (compile_limit.c) -----------------------------------------------
 
 // True once this thread's compilation has run past TL_GRAMMAR_COMPILE_MAX_MS (the error is then
 // set: a 400 naming the limit); false when no compilation is being timed. Cheap: the clock is
 // read every 64th call. Called from the loops of the parsers and the checks.
 bool tl__gcompile_over(void);
+// Starts timing this thread's compilation unless one is being timed already (a nested
+// compile); returns whether it did (pass that to tl__gcompile_end).
+bool tl__gcompile_begin(void);
+// Ends what tl__gcompile_begin started (when outer) and returns rc, or the limit's error when rc
+// is a failure that came after the deadline.
+tl_status tl__gcompile_end(bool outer, tl_status rc) TL_WARN_UNUSED;
 
-// ---- growable string ------------------------------------------------------------------------
+// ---- growable string (gstr.c) ---------------------------------------------------------------
 
 struct gstr {
     char *p; // owned, NUL-terminated when ok
@@ -74,9 +84,8 @@ struct gbuild {
     struct gbyteset *sets; // owned
     size_t n_sets, cap_sets;
     uint32_t single[256]; // set index of {b} + 1, 0 = not made yet
-    uint32_t *name_slots; // owned: open-addressed map name -> rule + 1
-    size_t name_cap;
-    size_t n_elems; // elements so far (bounded by TL_GRAMMAR_MAX_ELEMS)
+    struct tl_hmap names; // tl_hash_bytes(name) -> rule index
+    size_t n_elems;       // elements so far (bounded by TL_GRAMMAR_MAX_ELEMS)
     struct gb_rep {
         uint32_t x; // the repeated element
         size_t pos; // the operator's source offset
@@ -113,7 +122,7 @@ void tl__gb_where(const char *src, size_t len, size_t pos, char *buf, size_t cap
 tl_status tl__regex_emit(struct gstr *out, const char *re, size_t len,
                          bool json_string) TL_WARN_UNUSED;
 
-// ---- JSON Schema checks (schema_check.c) ---------------------------------------------------
+// ---- JSON Schema checks (schema_check.c) ----------------------------------------------------
 
 struct json_t;
 // The keywords that only annotate (ignored by the generator). NULL-terminated.
@@ -146,7 +155,7 @@ tl_status tl__schema_gen_number(struct json_t *s, const char *path, bool integer
 // Parses GBNF text into b (rule "root" is the start).
 tl_status tl__gbnf_parse(struct gbuild *b) TL_WARN_UNUSED;
 
-// ---- stack sets (matcher.c) -----------------------------------------------------------------
+// ---- stack sets (gset.c) --------------------------------------------------------------------
 
 // A set of pushdown stacks, deduplicated. Stack i is data[off[i] .. off[i + 1]): return
 // addresses bottom first, the last entry the position of a BYTES element (what it reads next).
@@ -155,10 +164,9 @@ struct gset {
     size_t n_data, cap_data;
     uint32_t *off; // owned, (n + 1)
     size_t n, cap_off;
-    uint32_t *slots; // owned: dedupe hash, stack index + 1
-    size_t n_slots;
-    bool ended;    // some path popped past the bottom (end of input / of the cached frames)
-    bool overflow; // a bound was hit (stacks, depth, expansion work): the set is incomplete
+    struct tl_hmap index; // dedupe: stack hash -> stack index; rebuilt when index.n != n
+    bool ended;           // some path popped past the bottom (end of input / of the cached frames)
+    bool overflow;        // a bound was hit (stacks, depth, expansion work): the set is incomplete
 };
 
 #define GSET_MAX_STACKS 4096
@@ -178,8 +186,8 @@ void tl__gset_from_stack(const struct tl_grammar *g, const uint32_t *frames, siz
 
 // ---- compiled grammar -----------------------------------------------------------------------
 
-struct gmask_cache; // mask.c
-struct gmemo;       // mask.c
+struct gmask_cache; // mask_cache.c
+struct gmemo;       // mask_memo.c
 
 struct tl_grammar {
     atomic_int refs;
@@ -207,9 +215,62 @@ struct tl_gmatcher {
     struct gmemo *memo; // owned: the trie walk's interned sets and transitions (mask.c)
 };
 
-void tl__gmask_cache_free(struct gmask_cache *c);
 // How many entries g's cache for vocabulary v holds (0 when it has none). For tests.
 size_t tl__gmask_cache_entries(struct tl_grammar *g, const struct tl_gvocab *v);
+
+// ---- the mask walk's memo (mask_memo.c) -----------------------------------------------------
+
+#define MEMO_ROW_SETS 2048 // dense transition rows: 1 KiB each, 2 MiB at most per matcher
+
+struct gmemo {
+    struct gset *sets; // owned, (cap): interned sets, id = index
+    size_t n, cap;
+    struct tl_hmap set_index; // set_hash -> id (several ids may share a hash)
+    struct tl_hmap tr;        // (id << 8 | byte) + 1 -> target id
+    struct gset tmp;
+    uint32_t *rows; // owned, (n_rows * 256): rows[id * 256 + byte] = target id + 1, 0 = unknown
+    size_t n_rows;  // sets below MEMO_ROW_SETS get a dense row (filled when interned)
+    bool use_rows;  // this walk is big enough for rows to pay off
+};
+
 void tl__gmemo_free(struct gmemo *mm);
+// Forgets the sets and transitions of the last walk (keeps the memory, but see tl_hmap_clear).
+void tl__gmemo_reset(struct gmemo *mm);
+// The id of a set equal to s (a copy is interned if new); UINT32_MAX on allocation failure.
+uint32_t tl__gmemo_intern(struct gmemo *mm, const struct gset *s);
+// The id of set id after byte (advanced with m's grammar and scratch); UINT32_MAX on failure.
+uint32_t tl__gmemo_transition(struct tl_gmatcher *m, struct gmemo *mm, uint32_t id, unsigned byte);
+
+// ---- the mask cache (mask_cache.c) ----------------------------------------------------------
+
+#define CTX_FRAMES 3 // a stack's top frames that key its cache entry
+
+struct gentry {
+    uint32_t key[CTX_FRAMES];
+    uint8_t n_key;
+    bool full;      // the key is the whole stack: no uncertain tokens
+    uint64_t *bits; // owned: accepted tokens
+    uint32_t *unc;  // owned: uncertain subtrees (trie nodes)
+    size_t n_unc;
+};
+
+struct gmask_cache {
+    struct gmask_cache *next; // the grammar's caches for other vocabularies
+    uint64_t vocab_uid;       // the vocabulary the entries are for (a freed trie's address may
+                              // be reused by another, its uid never)
+    struct tl_hmap index;     // key_hash -> entry (owned; several entries may share a hash)
+    size_t bytes;
+};
+
+void tl__gentry_free(struct gentry *e);
+void tl__gmask_cache_free(struct gmask_cache *c);
+// With g->mu held: g's cache for a vocabulary (created on first use; NULL past the limit of
+// vocabularies per grammar or on allocation failure), an entry by key, inserting an entry (false
+// when the cache is full or on allocation failure: the caller keeps and frees the entry).
+struct gmask_cache *tl__gmask_cache_for(struct tl_grammar *g, uint64_t vocab_uid);
+struct gentry *tl__gmask_cache_find(struct gmask_cache *c, const uint32_t *k, size_t n, bool full);
+bool tl__gmask_cache_insert(struct gmask_cache *c, struct gentry *e, size_t bytes);
+// Takes g->mu: the number of entries of g's cache for the vocabulary (0 when none).
+size_t tl__gmask_cache_count(struct tl_grammar *g, uint64_t vocab_uid);
 
 #endif

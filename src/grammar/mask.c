@@ -16,6 +16,9 @@
  * uncertain tokens. The mask of a state is the union over its stacks, so it is exactly what a
  * full walk from every stack would give: cached or not, batch or not, the same bits.
  *
+ * The walk's memo of stack sets and transitions is mask_memo.c's; the cache's table is
+ * mask_cache.c's.
+ *
  * Thread model: a tl_gvocab is immutable after creation. A grammar's cache is shared by every
  * request using it (any thread): lookups and inserts hold g->mu; entries are immutable once in.
  * Entries are computed outside the lock with the calling matcher's scratch.
@@ -28,11 +31,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define CTX_FRAMES 3
 #define TOKEN_MAX_BYTES 255
-#define CACHE_MAX_BYTES ((size_t)16 << 20) // per grammar and vocabulary
-#define CACHE_MAX_VOCABS 4                 // vocabularies a grammar keeps caches for
-#define MEMO_ROW_SETS 2048      // dense transition rows: 1 KiB each, 2 MiB at most per matcher
 #define MEMO_ROW_MIN_NODES 2048 // smaller walks (uncertain subtrees) use the hash table alone
 
 // ---- vocabulary trie ------------------------------------------------------------------------
@@ -212,215 +211,6 @@ static inline void set_bit(uint64_t *bits, int32_t t)
     bits[t >> 6] |= 1ull << (t & 63);
 }
 
-// ---- memoized transitions ------------------------------------------------------------------
-//
-// Many trie paths lead to the same stack set (inside a JSON string, every plain character
-// does), so a walk interns the sets it meets and memoizes (set, byte) -> set: most nodes then
-// cost one lookup instead of an advance. The first MEMO_ROW_SETS sets of a walk get a dense
-// row of 256 transitions (one load per node, the common case: a walk meets a few dozen sets);
-// later ones, and every set of a small walk (where clearing rows would cost more than it
-// saves), use the hash table. The memo lives for one walk; it belongs to the
-// matcher (one thread at a time).
-
-struct gmemo {
-    struct gset *sets; // owned, (cap): interned sets, id = index
-    size_t n, cap;
-    uint32_t *set_slot, *set_gen; // owned, (set_cap): content hash -> id
-    size_t set_cap;
-    uint64_t *tr_key; // owned, (tr_cap): (id << 8 | byte) + 1
-    uint32_t *tr_val, *tr_gen;
-    size_t tr_cap, n_tr;
-    uint32_t gen;
-    struct gset tmp;
-    uint32_t *rows; // owned, (n_rows * 256): rows[id * 256 + byte] = target id + 1, 0 = unknown
-    size_t n_rows;  // sets below MEMO_ROW_SETS get a dense row (filled when interned)
-    bool use_rows;  // this walk is big enough for rows to pay off
-};
-
-void tl__gmemo_free(struct gmemo *mm)
-{
-    if (!mm) return;
-    for (size_t i = 0; i < mm->cap; i++)
-        tl__gset_free(&mm->sets[i]);
-    free(mm->sets);
-    free(mm->set_slot);
-    free(mm->set_gen);
-    free(mm->tr_key);
-    free(mm->tr_val);
-    free(mm->tr_gen);
-    free(mm->rows);
-    tl__gset_free(&mm->tmp);
-    free(mm);
-}
-
-static void memo_reset(struct gmemo *mm)
-{
-    mm->n = 0;
-    mm->n_tr = 0;
-    if (++mm->gen == 0) { // wrapped: forget every stamp
-        if (mm->set_gen) memset(mm->set_gen, 0, mm->set_cap * sizeof(uint32_t));
-        if (mm->tr_gen) memset(mm->tr_gen, 0, mm->tr_cap * sizeof(uint32_t));
-        mm->gen = 1;
-    }
-}
-
-static uint64_t set_hash(const struct gset *s)
-{
-    uint64_t h = 0x84222325cbf29ce4ull ^ (s->n * 4 + (uint64_t)s->ended * 2 + s->overflow);
-    for (size_t i = 0; i < s->n_data; i++)
-        h = (h ^ s->data[i]) * 0x100000001b3ull;
-    for (size_t i = 0; s->n && i <= s->n; i++)
-        h = (h ^ s->off[i]) * 0x100000001b3ull;
-    return h ^ (h >> 29);
-}
-
-static bool set_equal(const struct gset *a, const struct gset *b)
-{
-    if (a->n != b->n || a->ended != b->ended || a->overflow != b->overflow ||
-        a->n_data != b->n_data)
-        return false;
-    if (!a->n) return true;
-    return !memcmp(a->data, b->data, a->n_data * sizeof(uint32_t)) &&
-           !memcmp(a->off, b->off, (a->n + 1) * sizeof(uint32_t));
-}
-
-// Rehashes the set table to hold 2 * need slots. False on allocation failure.
-static bool grow_set_table(struct gmemo *mm, size_t need)
-{
-    if (2 * need <= mm->set_cap) return true;
-    size_t nc = mm->set_cap ? mm->set_cap : 64;
-    while (nc < 2 * need)
-        nc *= 2;
-    uint32_t *slot = tl_calloc_array(nc, sizeof(uint32_t)), *gen = tl_calloc_array(nc, 4);
-    if (!slot || !gen) {
-        free(slot);
-        free(gen);
-        return false;
-    }
-    for (size_t id = 0; id < mm->n; id++) {
-        size_t j = set_hash(&mm->sets[id]) & (nc - 1);
-        while (gen[j] == mm->gen)
-            j = (j + 1) & (nc - 1);
-        gen[j] = mm->gen;
-        slot[j] = (uint32_t)id;
-    }
-    free(mm->set_slot);
-    free(mm->set_gen);
-    mm->set_slot = slot;
-    mm->set_gen = gen;
-    mm->set_cap = nc;
-    return true;
-}
-
-// The id of a set equal to s (a copy is interned if new); UINT32_MAX on allocation failure.
-static uint32_t intern(struct gmemo *mm, const struct gset *s)
-{
-    if (!grow_set_table(mm, mm->n + 1)) return UINT32_MAX;
-    size_t j = set_hash(s) & (mm->set_cap - 1);
-    for (; mm->set_gen[j] == mm->gen; j = (j + 1) & (mm->set_cap - 1))
-        if (set_equal(&mm->sets[mm->set_slot[j]], s)) return mm->set_slot[j];
-    if (mm->n == mm->cap) {
-        size_t nc = mm->cap ? mm->cap * 2 : 64;
-        struct gset *ns = tl_realloc_array(mm->sets, nc, sizeof(*ns));
-        if (!ns) return UINT32_MAX;
-        memset(ns + mm->cap, 0, (nc - mm->cap) * sizeof(*ns));
-        mm->sets = ns;
-        mm->cap = nc;
-    }
-    if (!tl__gset_copy(&mm->sets[mm->n], s)) return UINT32_MAX;
-    if (mm->use_rows && mm->n < MEMO_ROW_SETS) {
-        if (mm->n >= mm->n_rows) {
-            size_t nr = mm->n_rows ? mm->n_rows * 2 : 16;
-            uint32_t *r = tl_realloc_array(mm->rows, nr * 256, sizeof(uint32_t));
-            if (!r) return UINT32_MAX;
-            mm->rows = r;
-            mm->n_rows = nr;
-        }
-        memset(mm->rows + mm->n * 256, 0, 256 * sizeof(uint32_t));
-    }
-    mm->set_gen[j] = mm->gen;
-    mm->set_slot[j] = (uint32_t)mm->n;
-    return (uint32_t)mm->n++;
-}
-
-// Bytes that the tops of s's stacks accept exactly as they accept byte lead to the same set
-// (advancing tests the byte only against the tops): fills their row entries with val too, so
-// a set costs one advance per byte class instead of one per byte. Sets of more than 64 stacks
-// are left to the per-byte path.
-static void fill_byte_class(const struct tl_grammar *g, const struct gset *s, unsigned byte,
-                            uint32_t *row, uint32_t val)
-{
-    if (s->n > 64) return;
-    const struct gbyteset *tops[64];
-    uint64_t want = 0;
-    for (size_t i = 0; i < s->n; i++) {
-        tops[i] = &g->sets[GE_ARG(g->elems[s->data[s->off[i + 1] - 1]])];
-        want |= (uint64_t)gbyteset_has(tops[i], byte) << i;
-    }
-    for (unsigned b = 0; b < 256; b++) {
-        if (row[b]) continue;
-        uint64_t got = 0;
-        for (size_t i = 0; i < s->n; i++)
-            got |= (uint64_t)gbyteset_has(tops[i], b) << i;
-        if (got == want) row[b] = val;
-    }
-}
-
-// The id of set id after byte; UINT32_MAX on allocation failure.
-static uint32_t transition(struct tl_gmatcher *m, struct gmemo *mm, uint32_t id, unsigned byte)
-{
-    if (mm->use_rows && id < MEMO_ROW_SETS) {
-        if (mm->rows[(size_t)id * 256 + byte]) return mm->rows[(size_t)id * 256 + byte] - 1;
-        tl__gset_advance(m->g, &mm->sets[id], byte, &mm->tmp, m->scratch);
-        uint32_t to = intern(mm, &mm->tmp);
-        if (to == UINT32_MAX) return to;
-        uint32_t *row = mm->rows + (size_t)id * 256; // after intern: it may move the rows
-        row[byte] = to + 1;
-        fill_byte_class(m->g, &mm->sets[id], byte, row, to + 1);
-        return to;
-    }
-    uint64_t key = ((uint64_t)id << 8 | byte) + 1;
-    if (2 * (mm->n_tr + 1) > mm->tr_cap) {
-        size_t nc = mm->tr_cap ? mm->tr_cap * 2 : 256;
-        uint64_t *k = tl_malloc_array(nc, sizeof(uint64_t));
-        uint32_t *v = tl_malloc_array(nc, sizeof(uint32_t)), *gen = tl_calloc_array(nc, 4);
-        if (!k || !v || !gen) {
-            free(k);
-            free(v);
-            free(gen);
-            return UINT32_MAX;
-        }
-        for (size_t i = 0; i < mm->tr_cap; i++) {
-            if (mm->tr_gen[i] != mm->gen) continue;
-            size_t j = (mm->tr_key[i] * 0x9e3779b97f4a7c15ull >> 20) & (nc - 1);
-            while (gen[j] == mm->gen)
-                j = (j + 1) & (nc - 1);
-            gen[j] = mm->gen;
-            k[j] = mm->tr_key[i];
-            v[j] = mm->tr_val[i];
-        }
-        free(mm->tr_key);
-        free(mm->tr_val);
-        free(mm->tr_gen);
-        mm->tr_key = k;
-        mm->tr_val = v;
-        mm->tr_gen = gen;
-        mm->tr_cap = nc;
-    }
-    size_t j = (key * 0x9e3779b97f4a7c15ull >> 20) & (mm->tr_cap - 1);
-    for (; mm->tr_gen[j] == mm->gen; j = (j + 1) & (mm->tr_cap - 1))
-        if (mm->tr_key[j] == key) return mm->tr_val[j];
-    tl__gset_advance(m->g, &mm->sets[id], byte, &mm->tmp, m->scratch);
-    uint32_t to = intern(mm, &mm->tmp);
-    if (to == UINT32_MAX) return to;
-    // intern may have grown nothing here, but recompute the slot: the table did not move.
-    mm->tr_gen[j] = mm->gen;
-    mm->tr_key[j] = key;
-    mm->tr_val[j] = to;
-    mm->n_tr++;
-    return to;
-}
-
 // Walks nodes [from, to), whose parent state is m->levels[d0]: sets the bit of every token the
 // state accepts; when unc is given, records the subtrees where the state's bottom was popped
 // with bytes left (uncertain) instead of treating that as the end of the input.
@@ -437,10 +227,10 @@ static bool walk(struct tl_gmatcher *m, const struct tl_gvocab *v, uint32_t from
         return walk(m, v, from, to, d0, bits, unc);
     }
     struct gmemo *mm = m->memo;
-    memo_reset(mm);
+    tl__gmemo_reset(mm);
     bool use_rows = mm->use_rows = to - from >= MEMO_ROW_MIN_NODES;
     uint32_t ids[TOKEN_MAX_BYTES + 2];
-    ids[d0] = intern(mm, &m->levels[d0]);
+    ids[d0] = tl__gmemo_intern(mm, &m->levels[d0]);
     if (ids[d0] == UINT32_MAX) return false;
     uint32_t unc_depth = 0;
     for (uint32_t i = from; i < to;) {
@@ -451,7 +241,7 @@ static bool walk(struct tl_gmatcher *m, const struct tl_gvocab *v, uint32_t from
         if (use_rows && pid < MEMO_ROW_SETS && mm->rows[(size_t)pid * 256 + nd->byte]) {
             id = mm->rows[(size_t)pid * 256 + nd->byte] - 1;
         } else {
-            id = transition(m, mm, pid, nd->byte);
+            id = tl__gmemo_transition(m, mm, pid, nd->byte);
             if (id == UINT32_MAX) return false;
         }
         ids[d] = id;
@@ -476,108 +266,6 @@ static bool walk(struct tl_gmatcher *m, const struct tl_gvocab *v, uint32_t from
 
 // ---- the cache ------------------------------------------------------------------------------
 
-struct gentry {
-    uint32_t key[CTX_FRAMES];
-    uint8_t n_key;
-    bool full;      // the key is the whole stack: no uncertain tokens
-    uint64_t *bits; // owned: accepted tokens
-    uint32_t *unc;  // owned: uncertain subtrees (trie nodes)
-    size_t n_unc;
-};
-
-struct gmask_cache {
-    struct gmask_cache *next; // the grammar's caches for other vocabularies
-    uint64_t vocab_uid;       // the vocabulary the entries are for (a freed trie's address may
-                              // be reused by another, its uid never)
-    struct gentry **slots;    // owned, open addressing
-    size_t n_slots, n;
-    size_t bytes;
-};
-
-static void entry_free(struct gentry *e)
-{
-    if (!e) return;
-    free(e->bits);
-    free(e->unc);
-    free(e);
-}
-
-void tl__gmask_cache_free(struct gmask_cache *c)
-{
-    while (c) {
-        struct gmask_cache *next = c->next;
-        for (size_t i = 0; i < c->n_slots; i++)
-            entry_free(c->slots[i]);
-        free(c->slots);
-        free(c);
-        c = next;
-    }
-}
-
-// The grammar's cache for vocabulary v, created on first use (g->mu held). NULL when the
-// grammar already has caches for CACHE_MAX_VOCABS other vocabularies (masks are then computed
-// without caching: entries handed out are never freed before the grammar, so a cache is never
-// replaced) or on allocation failure.
-static struct gmask_cache *cache_for(struct tl_grammar *g, const struct tl_gvocab *v)
-{
-    int n = 0;
-    for (struct gmask_cache *c = g->cache; c; c = c->next, n++)
-        if (c->vocab_uid == v->uid) return c;
-    if (n >= CACHE_MAX_VOCABS) return NULL;
-    struct gmask_cache *c = tl_malloc(sizeof(*c));
-    if (!c) return NULL;
-    memset(c, 0, sizeof(*c));
-    c->vocab_uid = v->uid;
-    c->next = g->cache;
-    g->cache = c;
-    return c;
-}
-
-static uint64_t key_hash(const uint32_t *k, size_t n, bool full)
-{
-    uint64_t h = 0xcbf29ce484222325ull ^ (n * 2 + full);
-    for (size_t i = 0; i < n; i++)
-        h = (h ^ k[i]) * 0x100000001b3ull;
-    return h ^ (h >> 31);
-}
-
-static struct gentry *cache_find(struct gmask_cache *c, const uint32_t *k, size_t n, bool full)
-{
-    if (!c->n_slots) return NULL;
-    size_t j = key_hash(k, n, full) & (c->n_slots - 1);
-    for (struct gentry *e; (e = c->slots[j]); j = (j + 1) & (c->n_slots - 1))
-        if (e->n_key == n && e->full == full && !memcmp(e->key, k, n * sizeof(uint32_t))) return e;
-    return NULL;
-}
-
-static bool cache_insert(struct gmask_cache *c, struct gentry *e, size_t bytes)
-{
-    if (c->bytes + bytes > CACHE_MAX_BYTES) return false;
-    if (2 * (c->n + 1) > c->n_slots) {
-        size_t ns = c->n_slots ? c->n_slots * 2 : 64;
-        struct gentry **sl = tl_calloc_array(ns, sizeof(*sl));
-        if (!sl) return false;
-        for (size_t i = 0; i < c->n_slots; i++) {
-            struct gentry *x = c->slots[i];
-            if (!x) continue;
-            size_t j = key_hash(x->key, x->n_key, x->full) & (ns - 1);
-            while (sl[j])
-                j = (j + 1) & (ns - 1);
-            sl[j] = x;
-        }
-        free(c->slots);
-        c->slots = sl;
-        c->n_slots = ns;
-    }
-    size_t j = key_hash(e->key, e->n_key, e->full) & (c->n_slots - 1);
-    while (c->slots[j])
-        j = (j + 1) & (c->n_slots - 1);
-    c->slots[j] = e;
-    c->n++;
-    c->bytes += bytes;
-    return true;
-}
-
 // The entry for a stack; *temp says the caller must free it (not cached). NULL on failure.
 static struct gentry *get_entry(struct tl_gmatcher *m, const struct tl_gvocab *v, const uint32_t *f,
                                 size_t n, bool *temp)
@@ -588,8 +276,8 @@ static struct gentry *get_entry(struct tl_gmatcher *m, const struct tl_gvocab *v
     const uint32_t *k = f + n - nk;
     *temp = true;
     pthread_mutex_lock(&g->mu);
-    struct gmask_cache *c = cache_for(g, v);
-    struct gentry *e = c ? cache_find(c, k, nk, full) : NULL;
+    struct gmask_cache *c = tl__gmask_cache_for(g, v->uid);
+    struct gentry *e = c ? tl__gmask_cache_find(c, k, nk, full) : NULL;
     pthread_mutex_unlock(&g->mu);
     if (e) {
         *temp = false;
@@ -610,30 +298,25 @@ static struct gentry *get_entry(struct tl_gmatcher *m, const struct tl_gvocab *v
     e->unc = unc.nodes;
     e->n_unc = unc.n;
     pthread_mutex_lock(&g->mu);
-    struct gentry *had = c ? cache_find(c, k, nk, full) : NULL;
+    struct gentry *had = c ? tl__gmask_cache_find(c, k, nk, full) : NULL;
     if (had) {
-        entry_free(e);
+        tl__gentry_free(e);
         e = had;
         *temp = false;
-    } else if (c && cache_insert(c, e, words * 8 + unc.n * 4 + sizeof(*e))) {
+    } else if (c && tl__gmask_cache_insert(c, e, words * 8 + unc.n * 4 + sizeof(*e))) {
         *temp = false;
     }
     pthread_mutex_unlock(&g->mu);
     return e;
 fail:
     free(unc.nodes);
-    entry_free(e);
+    tl__gentry_free(e);
     return NULL;
 }
 
 size_t tl__gmask_cache_entries(struct tl_grammar *g, const struct tl_gvocab *v)
 {
-    size_t n = 0;
-    pthread_mutex_lock(&g->mu);
-    for (struct gmask_cache *c = g->cache; c; c = c->next)
-        if (c->vocab_uid == v->uid) n = c->n;
-    pthread_mutex_unlock(&g->mu);
-    return n;
+    return tl__gmask_cache_count(g, v->uid);
 }
 
 // ---- masks ----------------------------------------------------------------------------------
@@ -662,11 +345,11 @@ bool tl_gmatcher_fill_mask(struct tl_gmatcher *m, const struct tl_gvocab *v, uin
             }
             if (d < nd->depth) continue;
             if (!walk(m, v, e->unc[u], nd->end, nd->depth - 1u, mask, NULL)) {
-                if (temp) entry_free(e);
+                if (temp) tl__gentry_free(e);
                 goto nomem;
             }
         }
-        if (temp) entry_free(e);
+        if (temp) tl__gentry_free(e);
     }
     if (m->cur.ended)
         for (int32_t i = 0; i < v->n_eog; i++)

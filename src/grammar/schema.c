@@ -73,10 +73,6 @@ static void child_path(char *out, size_t cap, const char *path, const char *seg)
     snprintf(out, cap, "%s/%s", path, seg);
 }
 
-const char *const tl__schema_annotations[] = {"title",    "description", "default",  "examples",
-                                              "$schema",  "$id",         "$comment", "deprecated",
-                                              "readOnly", "writeOnly",   "$anchor",  "strict",
-                                              "$defs",    "definitions", NULL};
 #define ANNOTATIONS tl__schema_annotations
 static const char *const KEYWORDS[] = {"type",
                                        "properties",

@@ -15,6 +15,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+// Defined here rather than in schema.c so that schema_check.c and this file, which schema.c
+// calls, need nothing from schema.c.
+const char *const tl__schema_annotations[] = {"title",    "description", "default",  "examples",
+                                              "$schema",  "$id",         "$comment", "deprecated",
+                                              "readOnly", "writeOnly",   "$anchor",  "strict",
+                                              "$defs",    "definitions", NULL};
+
 tl_status tl__schema_err(const char *path, const char *fmt, const char *arg)
 {
     char msg[512];

@@ -25,6 +25,7 @@
 
 #include "core/clock.h"
 #include "core/error.h"
+#include "core/hash.h"
 
 #include <grpc/support/time.h>
 
@@ -150,10 +151,7 @@ static grpc_status_code code_of(tl_status st)
 
 static uint64_t next_seed(struct tl_grpc_front *g)
 {
-    uint64_t z = (g->rng += 0x9E3779B97F4A7C15ull); // splitmix64
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
+    return tl_splitmix64(&g->rng);
 }
 
 // Milliseconds left before the call's deadline (0 = none).

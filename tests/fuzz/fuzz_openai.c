@@ -22,6 +22,7 @@
  * tests/unit/test_server_fuzz.c includes this file (with TL_FUZZ_NO_MAIN) and runs a short
  * deterministic burst in `make test`.
  */
+#include "core/hash.h"
 #include "server/chat_template.h"
 #include "server/openai.h"
 
@@ -96,13 +97,10 @@ static const char *const fuzz_dict[] = {
 };
 #define FUZZ_N_DICT (sizeof(fuzz_dict) / sizeof(fuzz_dict[0]))
 
+// xorshift64* (core/hash.h): fast, deterministic, good enough to pick mutations.
 static uint64_t fuzz_next(uint64_t *s)
 {
-    // xorshift64*: fast, deterministic, good enough to pick mutations.
-    *s ^= *s >> 12;
-    *s ^= *s << 25;
-    *s ^= *s >> 27;
-    return *s * 0x2545F4914F6CDD1Dull;
+    return tl_xorshift64s(s);
 }
 
 // Inserts src (n bytes) at `at`, keeping the body under the cap.
@@ -199,8 +197,8 @@ static const char *fuzz_check_accepted(const struct tl_oai_params *p, enum tl_oa
         static struct tl_chat_template tmpl[TL_CHAT_COUNT];
         int f = (int)(len % TL_CHAT_COUNT);
         if (!tmpl[f].jinja &&
-            tl_chat_template_init(&tmpl[f], tl_chat_family_name((enum tl_chat_family)f), NULL,
-                                  NULL, "<s>", "</s>"))
+            tl_chat_template_init(&tmpl[f], tl_chat_family_name((enum tl_chat_family)f), NULL, NULL,
+                                  "<s>", "</s>"))
             return "built-in chat template failed to load";
         char *out = NULL;
         size_t out_len = 0;

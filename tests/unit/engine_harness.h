@@ -31,11 +31,10 @@ static inline void harness_run_all(tl_engine *e)
     }
 }
 
-// A number in [0, n) from the LCG state *s (Knuth's MMIX constants).
+// A number in [0, n) from the project's xorshift64* (core/hash.h) with state *s (never 0).
 static inline uint32_t harness_rnd(uint64_t *s, uint32_t n)
 {
-    *s = *s * 6364136223846793005ull + 1442695040888963407ull;
-    return (uint32_t)(*s >> 33) % n;
+    return (uint32_t)(tl_xorshift64s(s) >> 32) % n;
 }
 
 #endif

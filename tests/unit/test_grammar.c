@@ -114,10 +114,10 @@ static void make_pieces(void)
     static const char alpha[] = "abcdefghij\"{}[],: 0123456789.-\\e\n";
     while (n_pieces < N_PIECES - 1) {
         char s[8];
-        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
-        int len = 2 + (int)(x % 5);
+        uint64_t r = tl_xorshift64s(&x);
+        int len = 2 + (int)(r % 5);
         for (int k = 0; k < len; k++)
-            s[k] = alpha[(x >> (8 + 5 * k)) % (sizeof(alpha) - 1)];
+            s[k] = alpha[(r >> (8 + 5 * k)) % (sizeof(alpha) - 1)];
         s[len] = 0;
         add_piece(s);
     }
@@ -179,10 +179,10 @@ static int walks_over(struct tl_grammar *g, const struct walk_vocab *wv, int n_w
                 if (bit) allowed[n_allowed++] = t;
             }
             assert_true(n_allowed > 0); // never a dead end
-            seed ^= seed << 13, seed ^= seed >> 7, seed ^= seed << 17;
-            int32_t t = allowed[seed % (uint64_t)n_allowed];
+            uint64_t r = tl_xorshift64s(&seed);
+            int32_t t = allowed[r % (uint64_t)n_allowed];
             bool can_end = (mask[eog >> 6] >> (eog & 63)) & 1;
-            if (can_end && (seed >> 40) % 3 == 0) t = eog;
+            if (can_end && (r >> 40) % 3 == 0) t = eog;
             if (t == eog) {
                 assert_true(tl_gmatcher_can_end(m));
                 text[len] = 0;

@@ -13,15 +13,52 @@
 
 #include <time.h>
 
-static const char *const FRAGS[] = {
-    "(",       ")",           "|",          "*",          "+",          "?",
-    "{0,99}",  "{5,2}",       "{999999}",   "[",          "]",          "[^",
-    "\\",      "\\x",         "\\u12",      "\\U0010FFFF", "\"",         "::=",
-    "root",    " root ::= ",  "\n",         "#",          "x ::= x",    "..",
-    "\xff",    "\xe6\x97",    "{",          "}",          "\"$ref\":\"#\"", "\"type\":",
-    "\"items\":", "\"maxItems\":100000", "\"minimum\":1e308", "\"pattern\":\"(a|\"",
-    "\"enum\":[]", "\"anyOf\":[{}]", "[1,2", "null", "true", "\"format\":\"uuid\"",
-    "(?:",     "(?=",         "\\1",        "\\d{3,}",    "^",          "$"};
+static const char *const FRAGS[] = {"(",
+                                    ")",
+                                    "|",
+                                    "*",
+                                    "+",
+                                    "?",
+                                    "{0,99}",
+                                    "{5,2}",
+                                    "{999999}",
+                                    "[",
+                                    "]",
+                                    "[^",
+                                    "\\",
+                                    "\\x",
+                                    "\\u12",
+                                    "\\U0010FFFF",
+                                    "\"",
+                                    "::=",
+                                    "root",
+                                    " root ::= ",
+                                    "\n",
+                                    "#",
+                                    "x ::= x",
+                                    "..",
+                                    "\xff",
+                                    "\xe6\x97",
+                                    "{",
+                                    "}",
+                                    "\"$ref\":\"#\"",
+                                    "\"type\":",
+                                    "\"items\":",
+                                    "\"maxItems\":100000",
+                                    "\"minimum\":1e308",
+                                    "\"pattern\":\"(a|\"",
+                                    "\"enum\":[]",
+                                    "\"anyOf\":[{}]",
+                                    "[1,2",
+                                    "null",
+                                    "true",
+                                    "\"format\":\"uuid\"",
+                                    "(?:",
+                                    "(?=",
+                                    "\\1",
+                                    "\\d{3,}",
+                                    "^",
+                                    "$"};
 #define N_FRAGS (sizeof(FRAGS) / sizeof(FRAGS[0]))
 
 static const char *const SCHEMAS[] = {
@@ -36,8 +73,7 @@ static const char *const REGEXES[] = {"[A-Z][a-z]{1,4}( \\d+)?", "(ab|cd)*e?", "
 static uint64_t rng_state = 0x5eed5eedull;
 static uint32_t rnd(uint32_t n)
 {
-    rng_state ^= rng_state << 13, rng_state ^= rng_state >> 7, rng_state ^= rng_state << 17;
-    return (uint32_t)(rng_state >> 11) % n;
+    return (uint32_t)(tl_xorshift64s(&rng_state) >> 32) % n;
 }
 
 static size_t mutate(char *buf, size_t len, size_t cap)

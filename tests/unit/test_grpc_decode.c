@@ -347,12 +347,10 @@ static void test_reply_roundtrip(void **state)
 
 // ---- fuzz ------------------------------------------------------------------------------------
 
+// splitmix64 (core/hash.h).
 static uint64_t rng_next(uint64_t *s)
 {
-    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
+    return tl_splitmix64(s);
 }
 
 static void check_accepted(const struct tl_grpc_gen *g)

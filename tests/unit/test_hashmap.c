@@ -27,8 +27,25 @@ static void test_hash_published_vectors(void **state)
     assert_true(tl_fnv1a64("", 0) == 0xcbf29ce484222325ull);
     assert_true(tl_fnv1a64("a", 1) == 0xaf63dc4c8601ec8cull);
     assert_true(tl_fnv1a64("foobar", 6) == 0x85944171f73967e8ull);
+    assert_true(tl_fnv1a64_more(tl_fnv1a64("foo", 3), "bar", 3) == 0x85944171f73967e8ull);
     assert_true(tl_hash_bytes("foobar", 6) == tl_mix64(0x85944171f73967e8ull));
     assert_true(tl_mix64(0) == 0); // so tl_hash_bytes must (and does) avoid 0 itself
+
+    // Word-wise FNV-1a over words below 256 is byte-wise FNV-1a over those bytes: the same
+    // published vectors, one word per byte.
+    const uint32_t foobar[] = {'f', 'o', 'o', 'b', 'a', 'r'};
+    assert_true(tl_fnv1a64_u32(TL_FNV64_OFFSET, foobar, 0) == 0xcbf29ce484222325ull);
+    assert_true(tl_fnv1a64_u32(TL_FNV64_OFFSET, foobar + 4, 1) == 0xaf63dc4c8601ec8cull);
+    assert_true(tl_fnv1a64_u32(TL_FNV64_OFFSET, foobar, 6) == 0x85944171f73967e8ull);
+    // Continuing a hash is hashing the concatenation.
+    assert_true(tl_fnv1a64_u32(tl_fnv1a64_u32(TL_FNV64_OFFSET, foobar, 2), foobar + 2, 4) ==
+                0x85944171f73967e8ull);
+    // A word's upper bytes count: 'f' + 256 is another key.
+    const uint32_t f256 = 'f' + 256;
+    assert_true(tl_fnv1a64_u32(TL_FNV64_OFFSET, &f256, 1) !=
+                tl_fnv1a64_u32(TL_FNV64_OFFSET, foobar, 1));
+    assert_true(tl_hash_u32s(foobar, 6, 0) == 0x85944171f73967e8ull);
+    assert_true(tl_hash_u32s(foobar, 6, 1) != tl_hash_u32s(foobar, 6, 0)); // the salt counts
 }
 
 // The table's invariant, by brute force over the slot array.
@@ -170,6 +187,50 @@ static void test_hmap_multi_entries(void **state)
     tl_hmap_free(&m);
 }
 
+// Clearing keeps the slots, empties the table, and the table works again afterwards.
+static void test_hmap_clear(void **state)
+{
+    (void)state;
+    struct tl_hmap m;
+    tl_hmap_init(&m);
+    tl_hmap_clear(&m); // an empty, unallocated table
+    assert_null(m.slots);
+    for (int round = 0; round < 3; round++) {
+        for (uint64_t k = 1; k <= 100; k++)
+            assert_int_equal(tl_hmap_add(&m, k * 7919, k + (uint64_t)round), TL_OK);
+        assert_int_equal(m.n, 100);
+        size_t cap = m.cap;
+        tl_hmap_clear(&m);
+        assert_int_equal(m.n, 0);
+        assert_int_equal(m.cap, cap);
+        check_invariant(&m);
+        for (uint64_t k = 1; k <= 100; k++)
+            assert_false(tl_hmap_get(&m, k * 7919, NULL));
+        assert_int_equal(tl_hmap_put(&m, 5, 50), TL_OK); // usable without reallocating
+        assert_int_equal(m.cap, cap);
+        uint64_t v = 0;
+        assert_true(tl_hmap_get(&m, 5, &v) && v == 50);
+        tl_hmap_clear(&m);
+    }
+    // A big table holding few entries gives its slots back; one still well used keeps them.
+    for (uint64_t k = 1; k <= 2000; k++)
+        assert_int_equal(tl_hmap_put(&m, k, k), TL_OK);
+    size_t big = m.cap;
+    assert_true(big > 1024);
+    tl_hmap_clear(&m);
+    assert_int_equal(m.cap, big); // it held 2000 of 4096
+    for (uint64_t k = 1; k <= 10; k++)
+        assert_int_equal(tl_hmap_put(&m, k, k), TL_OK);
+    tl_hmap_clear(&m);
+    assert_int_equal(m.n, 0);
+    assert_int_equal(m.cap, 0); // 10 of 4096: freed
+    assert_null(m.slots);
+    assert_false(tl_hmap_get(&m, 3, NULL));
+    assert_int_equal(tl_hmap_put(&m, 3, 30), TL_OK); // and usable again
+    assert_true(tl_hmap_get(&m, 3, NULL));
+    tl_hmap_free(&m);
+}
+
 static void test_hmap_bad_input_and_alloc_failure(void **state)
 {
     (void)state;
@@ -205,5 +266,5 @@ static void test_hmap_bad_input_and_alloc_failure(void **state)
 TL_TEST_MAIN(cmocka_unit_test(test_hash_published_vectors),
              cmocka_unit_test(test_hmap_random_ops_match_linear_scan),
              cmocka_unit_test(test_hmap_colliding_keys_and_wraparound),
-             cmocka_unit_test(test_hmap_multi_entries),
+             cmocka_unit_test(test_hmap_multi_entries), cmocka_unit_test(test_hmap_clear),
              cmocka_unit_test(test_hmap_bad_input_and_alloc_failure))

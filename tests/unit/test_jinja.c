@@ -129,13 +129,12 @@ static void test_errors_carry_messages(void **state)
     assert_int_equal(kind, TL_JINJA_ERROR);
     // The exact message of raise_exception; other errors say where they happened.
     assert_string_equal(err, "line 2, column 13: 'nothing' is undefined (attribute access)");
-    expect_render_error("{{ [1, 2] | tojson | length }}{{ ([1] | map('string')) | tojson }}",
-                        NULL, TL_JINJA_ERROR, "not JSON serializable");
+    expect_render_error("{{ [1, 2] | tojson | length }}{{ ([1] | map('string')) | tojson }}", NULL,
+                        TL_JINJA_ERROR, "not JSON serializable");
     expect_render_error("{{ unknown_function() }}", NULL, TL_JINJA_ERROR, "undefined");
     expect_render_error("{{ 1 | no_such_filter }}", NULL, TL_JINJA_ERROR, "no filter");
     expect_render_error("{{ 1 is no_such_test }}", NULL, TL_JINJA_ERROR, "no test");
-    expect_render_error("{% set x = [1] %}{% set x.a = 1 %}", NULL, TL_JINJA_ERROR,
-                        "namespace");
+    expect_render_error("{% set x = [1] %}{% set x.a = 1 %}", NULL, TL_JINJA_ERROR, "namespace");
 }
 
 // ---- one template, many threads
@@ -169,7 +168,8 @@ static void test_shared_template_renders_on_many_threads(void **state)
         "<{{ m.role }}>{{ m.content | upper }}{% endfor %}{{ ns.n }}{{ messages | tojson }}");
     json_t *vars = json_pack("{s:[{s:s,s:s},{s:s,s:s}]}", "messages", "role", "user", "content",
                              "hi", "role", "assistant", "content", "yo");
-    struct thread_arg args[4] = {{t, vars, NULL}, {t, vars, NULL}, {t, vars, NULL}, {t, vars, NULL}};
+    struct thread_arg args[4] = {
+        {t, vars, NULL}, {t, vars, NULL}, {t, vars, NULL}, {t, vars, NULL}};
     pthread_t th[4];
     for (int i = 0; i < 4; i++)
         assert_int_equal(pthread_create(&th[i], NULL, render_thread, &args[i]), 0);
@@ -192,10 +192,7 @@ static void test_shared_template_renders_on_many_threads(void **state)
 static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
 static uint64_t rng(void)
 {
-    rng_state ^= rng_state << 13;
-    rng_state ^= rng_state >> 7;
-    rng_state ^= rng_state << 17;
-    return rng_state;
+    return tl_xorshift64s(&rng_state);
 }
 
 static void test_mutated_templates_never_crash(void **state)
@@ -204,12 +201,14 @@ static void test_mutated_templates_never_crash(void **state)
     static const char *const names[] = {"meetkai-functionary-medium-v3.2.jinja",
                                         "meta-llama-Llama-3.1-8B-Instruct.jinja",
                                         "Qwen-Qwen2.5-7B-Instruct.jinja"};
-    static const char *const snippets[] = {"{{", "}}", "{%", "%}", "{% endif %}", "{% for x in ",
-                                           "(", ")", "[", "|", " is ", "'", "-", "{#", "loop.",
-                                           " ~ ", "**", "{% macro m() %}", "caller()"};
-    json_t *vars = json_pack("{s:[{s:s,s:s}],s:b,s:s,s:s}", "messages", "role", "user",
-                             "content", "hi", "add_generation_prompt", 1, "bos_token", "<s>",
-                             "eos_token", "</s>");
+    static const char *const snippets[] = {
+        "{{",      "}}", "{%",    "%}",  "{% endif %}", "{% for x in ",
+        "(",       ")",  "[",     "|",   " is ",        "'",
+        "-",       "{#", "loop.", " ~ ", "**",          "{% macro m() %}",
+        "caller()"};
+    json_t *vars =
+        json_pack("{s:[{s:s,s:s}],s:b,s:s,s:s}", "messages", "role", "user", "content", "hi",
+                  "add_generation_prompt", 1, "bos_token", "<s>", "eos_token", "</s>");
     struct tl_jinja_limits lim = tl_jinja_default_limits();
     lim.max_steps = 100000;
     lim.max_time_ms = 500;

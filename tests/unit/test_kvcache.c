@@ -183,10 +183,10 @@ static void test_random_sequences_keep_invariants(void **state)
     } seq[NSEQ] = {{{0}, {0}, 0}};
     uint64_t rng = 12345;
     for (int it = 0; it < 5000; it++) {
-        rng = rng * 6364136223846793005ull + 1442695040888963407ull;
-        int s = (int)((rng >> 33) % NSEQ), op = (int)((rng >> 20) % 4);
+        uint64_t r = tl_xorshift64s(&rng);
+        int s = (int)((r >> 33) % NSEQ), op = (int)((r >> 20) % 4);
         // Tokens of block j of any sequence are a function of j only -> lots of sharing.
-        int32_t toks[BS] = {(int32_t)seq[s].n, (int32_t)(rng >> 60) & 1};
+        int32_t toks[BS] = {(int32_t)seq[s].n, (int32_t)(r >> 60) & 1};
         if (op < 3 && seq[s].n < MAXB) {
             int j = seq[s].n;
             uint64_t parent = j ? seq[s].keys[j - 1] : 0, key = tl_kv_block_hash(parent, toks, BS);

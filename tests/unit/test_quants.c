@@ -609,9 +609,8 @@ static void write_random_model(const char *path, enum tl_dtype type, int64_t *n_
         assert_true(tl_dtype_row_bytes(mt->type, n_in, &rb));
         mt->data = malloc(rb * (size_t)mt->ne[1]);
         float *row = malloc(sizeof(float) * (size_t)n_in);
-        uint64_t seed = 1469598103934665603ull;
-        for (const char *c = mt->name; *c; c++)
-            seed = (seed ^ (uint8_t)*c) * 1099511628211ull;
+        // FNV-1a of the name from mkmodel's (shortened) basis: the same data as before.
+        uint64_t seed = tl_fnv1a64_more(1469598103934665603ull, mt->name, strlen(mt->name));
         for (int64_t r = 0; r < mt->ne[1]; r++) {
             for (int64_t i = 0; i < n_in; i += 2) { // Box-Muller, N(0, 0.02^2)
                 double u1 = ((double)(tl_splitmix64(&seed) >> 11) + 1.0) * 0x1p-53;

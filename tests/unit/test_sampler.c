@@ -66,12 +66,13 @@ static void test_logprobs_match_scalar_log_softmax(void **state)
     float logits[V];
     uint64_t x = 99;
     for (int i = 0; i < V; i++) {
-        x = x * 6364136223846793005ull + 1;
-        logits[i] = (float)((double)(x >> 40) / (double)(1 << 24) * 20.0 - 10.0);
+        logits[i] = (float)((double)(tl_xorshift64s(&x) >> 40) / (double)(1 << 24) * 20.0 - 10.0);
     }
     double mx = -1e30, sum = 0;
-    for (int i = 0; i < V; i++) mx = fmax(mx, logits[i]);
-    for (int i = 0; i < V; i++) sum += exp(logits[i] - mx);
+    for (int i = 0; i < V; i++)
+        mx = fmax(mx, logits[i]);
+    for (int i = 0; i < V; i++)
+        sum += exp(logits[i] - mx);
     struct tl_sampler *s = tl_sampler_create(V);
     struct tl_sampling p = params(0.8f);
     p.n_logprobs = 5;
@@ -86,7 +87,8 @@ static void test_logprobs_match_scalar_log_softmax(void **state)
     for (int k = 0; k < 5; k++) {
         // The k-th best by a plain count of how many are larger.
         int32_t id = res.top[k].id, larger = 0;
-        for (int i = 0; i < V; i++) larger += logits[i] > logits[id];
+        for (int i = 0; i < V; i++)
+            larger += logits[i] > logits[id];
         assert_int_equal(larger, k);
         TL_ASSERT_NEAR(res.top[k].logprob, logits[id] - mx - log(sum), 1e-4, k);
     }
@@ -109,8 +111,10 @@ static void check_freq(const float *logits, int V, const struct tl_sampling *p,
     }
     for (int i = 0; i < V; i++) {
         double f = (double)counts[i] / n, sd = sqrt(expect[i] * (1 - expect[i]) / n);
-        if (expect[i] == 0) assert_int_equal(counts[i], 0);
-        else TL_ASSERT_NEAR(f, expect[i], 5 * sd + 1e-9, i);
+        if (expect[i] == 0)
+            assert_int_equal(counts[i], 0);
+        else
+            TL_ASSERT_NEAR(f, expect[i], 5 * sd + 1e-9, i);
     }
     tl_sampler_destroy(s);
 }
@@ -120,13 +124,16 @@ static void test_distribution_temperature_topk_topp_minp(void **state)
     (void)state;
     const double pr[4] = {0.5, 0.3, 0.15, 0.05};
     float logits[4];
-    for (int i = 0; i < 4; i++) logits[i] = (float)log(pr[i]);
+    for (int i = 0; i < 4; i++)
+        logits[i] = (float)log(pr[i]);
     struct tl_sampling p = params(1.0f);
     check_freq(logits, 4, &p, pr, 200000);
     // Temperature 2: p_i proportional to sqrt(pr_i).
     double t2[4], z = 0;
-    for (int i = 0; i < 4; i++) z += t2[i] = sqrt(pr[i]);
-    for (int i = 0; i < 4; i++) t2[i] /= z;
+    for (int i = 0; i < 4; i++)
+        z += t2[i] = sqrt(pr[i]);
+    for (int i = 0; i < 4; i++)
+        t2[i] /= z;
     p.temperature = 2.0f;
     check_freq(logits, 4, &p, t2, 200000);
     p.temperature = 1.0f;
@@ -233,7 +240,8 @@ static void test_same_seed_same_tokens(void **state)
     (void)state;
     enum { V = 50 };
     float logits[V];
-    for (int i = 0; i < V; i++) logits[i] = (float)sin(i * 0.7) * 2;
+    for (int i = 0; i < V; i++)
+        logits[i] = (float)sin(i * 0.7) * 2;
     struct tl_sampler *s = tl_sampler_create(V);
     struct tl_sampling p = params(1.0f);
     p.top_p = 0.9f;
@@ -313,7 +321,8 @@ static void test_logit_bias(void **state)
     (void)state;
     const double pr[4] = {0.5, 0.3, 0.15, 0.05};
     float logits[4];
-    for (int i = 0; i < 4; i++) logits[i] = (float)log(pr[i]);
+    for (int i = 0; i < 4; i++)
+        logits[i] = (float)log(pr[i]);
     const struct tl_logit_bias bias[2] = {{3, 2.0f}, {0, -100.0f}};
     struct tl_sampling p = params(1.0f);
     p.logit_bias = bias;
@@ -324,7 +333,8 @@ static void test_logit_bias(void **state)
         double b = i == 3 ? 2.0 : i == 0 ? -100.0 : 0.0;
         z += want[i] = exp(log(pr[i]) + b);
     }
-    for (int i = 0; i < 4; i++) want[i] /= z;
+    for (int i = 0; i < 4; i++)
+        want[i] /= z;
     check_freq(logits, 4, &p, want, 200000);
 
     struct tl_sampler *s = tl_sampler_create(4);
@@ -420,7 +430,8 @@ static void test_draw_matches_sequential_reference(void **state)
     const struct {
         float temp, min_p;
         int32_t top_k;
-    } cases[] = {{1.0f, 0, 0}, {0.8f, 0.05f, 0}, {0.7f, 0, 40}, {1.3f, 0.01f, 300}, {2.0f, 0, 1036}};
+    } cases[] = {
+        {1.0f, 0, 0}, {0.8f, 0.05f, 0}, {0.7f, 0, 40}, {1.3f, 0.01f, 300}, {2.0f, 0, 1036}};
     uint64_t x = 12345;
     int n_checked = 0, seen_high = 0;
     for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
@@ -432,8 +443,7 @@ static void test_draw_matches_sequential_reference(void **state)
         for (int it = 0; it < 60; it++) {
             float spread = it % 3 == 0 ? 1.0f : it % 3 == 1 ? 4.0f : 12.0f;
             for (int i = 0; i < REF_V; i++) {
-                x = x * 6364136223846793005ull + 1442695040888963407ull;
-                logits[i] = spread * ((float)(x >> 40) / 16777216.0f - 0.5f);
+                logits[i] = spread * ((float)(tl_xorshift64s(&x) >> 40) / 16777216.0f - 0.5f);
             }
             struct tl_rng copy = r;
             double u = tl_rng_uniform(&copy);
@@ -441,7 +451,7 @@ static void test_draw_matches_sequential_reference(void **state)
             tl_sampler_sample(s, logits, &p, NULL, 0, 0, &r, &res);
             assert_int_equal(res.token, ref_draw(logits, &p, u));
             assert_memory_equal(&r, &copy, sizeof(r)); // one draw consumed
-            seen_high += res.token >= 1024; // the last, partial block is reachable
+            seen_high += res.token >= 1024;            // the last, partial block is reachable
             n_checked++;
         }
     }

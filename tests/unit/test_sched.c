@@ -15,8 +15,7 @@ enum { V = 48 };
 static uint64_t rng_state = 777;
 static uint32_t rnd(uint32_t n)
 {
-    rng_state = rng_state * 6364136223846793005ull + 1442695040888963407ull;
-    return (uint32_t)(rng_state >> 33) % n;
+    return (uint32_t)(tl_xorshift64s(&rng_state) >> 33) % n;
 }
 
 static struct tl_engine_config config(int32_t budget, int64_t blocks, int32_t batch)
@@ -50,7 +49,8 @@ enum { R_MAX = 50 };
 
 static void init_prompt(void)
 {
-    for (int i = 0; i < 37; i++) R_prompt[i] = 1 + (i * 7) % 40;
+    for (int i = 0; i < 37; i++)
+        R_prompt[i] = 1 + (i * 7) % 40;
 }
 
 static uint64_t submit_R(tl_engine *e, struct collected *c, int32_t priority)
@@ -76,7 +76,8 @@ static void submit_other(tl_engine *e, struct collected *c, int32_t priority, in
     int32_t prompt[100];
     int n = 1 + (int)rnd((uint32_t)max_len);
     bool share = rnd(3) == 0;
-    for (int i = 0; i < n; i++) prompt[i] = share && i < 37 ? R_prompt[i] : 1 + (int32_t)rnd(V - 1);
+    for (int i = 0; i < n; i++)
+        prompt[i] = share && i < 37 ? R_prompt[i] : 1 + (int32_t)rnd(V - 1);
     struct tl_request r;
     tl_request_default(&r);
     r.prompt_tokens = prompt;
@@ -129,14 +130,17 @@ static void test_determinism_in_a_crowd(void **state)
         struct collected *c = calloc(64, sizeof(*c));
         int pos = (int)rnd(64);
         for (int i = 0; i < 64; i++) {
-            if (i == pos) submit_R(e, &c[i], 0);
-            else submit_other(e, &c[i], 0, 100);
+            if (i == pos)
+                submit_R(e, &c[i], 0);
+            else
+                submit_other(e, &c[i], 0, 100);
         }
         fake_run(e);
         assert_int_equal(f.violations, 0);
         assert_true(f.max_batch_tok > 64); // they really shared steps
         assert_same_tokens(ref, &c[pos]);
-        for (int i = 0; i < 64; i++) assert_int_equal(c[i].n_done, 1);
+        for (int i = 0; i < 64; i++)
+            assert_int_equal(c[i].n_done, 1);
         tl_engine_destroy(e);
         free(c);
     }
@@ -154,7 +158,8 @@ static void test_determinism_across_chunk_sizes(void **state)
         tl_engine *e = fake_engine(&f, &cfg, V, 256);
         struct collected *c = calloc(8, sizeof(*c));
         submit_R(e, &c[0], 0);
-        for (int i = 1; i < 8; i++) submit_other(e, &c[i], 0, 100);
+        for (int i = 1; i < 8; i++)
+            submit_other(e, &c[i], 0, 100);
         fake_run(e);
         assert_int_equal(f.violations, 0);
         assert_true(f.max_batch_tok <= budgets[k]);
@@ -272,7 +277,8 @@ static void test_determinism_after_preemption(void **state)
         struct tl_engine_stats st;
         tl_engine_get_stats(e, &st);
         assert_true(st.preemptions_total >= c[0].done.n_preempted);
-        for (int i = 0; i < 41; i++) assert_int_equal(c[i].n_done, 1);
+        for (int i = 0; i < 41; i++)
+            assert_int_equal(c[i].n_done, 1);
         tl_engine_destroy(e);
         free(c);
     }
@@ -299,7 +305,8 @@ static uint64_t submit_stamped(tl_engine *e, struct stamped *s, int n_prompt, in
                                int32_t priority)
 {
     int32_t prompt[200];
-    for (int i = 0; i < n_prompt; i++) prompt[i] = 1 + (int32_t)rnd(V - 1);
+    for (int i = 0; i < n_prompt; i++)
+        prompt[i] = 1 + (int32_t)rnd(V - 1);
     struct tl_request r;
     tl_request_default(&r);
     r.prompt_tokens = prompt;
@@ -460,9 +467,9 @@ static void test_priority_and_arrival_order(void **state)
     tl_engine *e = fake_engine(&f, &cfg, V, 256);
     struct stamped *s = calloc(4, sizeof(*s));
     step_no = 0;
-    submit_stamped(e, &s[0], 5, 5, 5); // low priority, first
-    submit_stamped(e, &s[1], 5, 5, 0); // high, second
-    submit_stamped(e, &s[2], 5, 5, 0); // high, third
+    submit_stamped(e, &s[0], 5, 5, 5);  // low priority, first
+    submit_stamped(e, &s[1], 5, 5, 0);  // high, second
+    submit_stamped(e, &s[2], 5, 5, 0);  // high, third
     submit_stamped(e, &s[3], 5, 5, -1); // highest, last
     run_stamped(e);
     // One at a time: -1, then the two 0s in arrival order, then 5.
@@ -482,11 +489,13 @@ static void test_preemption_victims(void **state)
     struct tl_engine_config cfg = config(512, 16, 8);
     tl_engine *e = fake_engine(&f, &cfg, V, 256);
     struct stamped *s = calloc(3, sizeof(*s));
-    for (int i = 0; i < 3; i++) submit_stamped(e, &s[i], 4, 40, 0);
+    for (int i = 0; i < 3; i++)
+        submit_stamped(e, &s[i], 4, 40, 0);
     run_stamped(e);
     assert_int_equal(s[0].c.done.n_preempted, 0);
     assert_true(s[2].c.done.n_preempted > 0);
-    for (int i = 0; i < 3; i++) assert_int_equal(s[i].c.n_tokens, 40);
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(s[i].c.n_tokens, 40);
     tl_engine_destroy(e);
     // Priority beats admission order: the earliest admitted but lowest priority is the victim.
     e = fake_engine(&f, &cfg, V, 256);
@@ -537,7 +546,8 @@ static void test_whole_pool_request_finishes(void **state)
     }
     assert_int_equal(big->c.n_done, 1);
     assert_int_equal(big->c.n_tokens, 31);
-    for (int i = 0; i < 60; i++) assert_int_equal(small[i].n_done, 1);
+    for (int i = 0; i < 60; i++)
+        assert_int_equal(small[i].n_done, 1);
     tl_engine_destroy(e);
     free(big);
     free(small);
@@ -550,7 +560,8 @@ static void test_prefix_cache_sharing_and_eviction(void **state)
     struct tl_engine_config cfg = config(512, 40, 8);
     tl_engine *e = fake_engine(&f, &cfg, V, 256);
     int32_t p[21];
-    for (int i = 0; i < 21; i++) p[i] = 1 + i;
+    for (int i = 0; i < 21; i++)
+        p[i] = 1 + i;
     struct collected *c = calloc(8, sizeof(*c));
     fake_submit(e, p, 21, NULL, 3, &c[0]);
     fake_run(e);
@@ -570,7 +581,8 @@ static void test_prefix_cache_sharing_and_eviction(void **state)
     assert_int_equal(tl__engine_check(e), TL_OK);
     struct tl_kv_cache *kv = tl__engine_kv(e);
     int shared = 0;
-    for (int b = 0; b < 40; b++) shared += tl_kv_block_refcount(kv, b) == 2;
+    for (int b = 0; b < 40; b++)
+        shared += tl_kv_block_refcount(kv, b) == 2;
     assert_int_equal(shared, 4);
     fake_run(e);
     assert_int_equal(c[1].done.n_cached_tokens, 16);
@@ -578,7 +590,8 @@ static void test_prefix_cache_sharing_and_eviction(void **state)
     // Fill the pool with unrelated work: cached blocks are evicted, invariants hold.
     for (int i = 3; i < 8; i++) {
         int32_t u[30];
-        for (int k = 0; k < 30; k++) u[k] = 1 + (int32_t)rnd(V - 1);
+        for (int k = 0; k < 30; k++)
+            u[k] = 1 + (int32_t)rnd(V - 1);
         fake_submit(e, u, 30, NULL, 6, &c[i]);
     }
     fake_run(e);

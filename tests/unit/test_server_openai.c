@@ -370,11 +370,11 @@ static void test_mutated_bodies(void **state)
         memcpy(buf, seed, n);
         int edits = 1 + (int)(iter % 4);
         for (int e = 0; e < edits; e++) {
-            rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
-            size_t at = (size_t)(rng % n);
-            switch ((rng >> 32) % 3) {
+            uint64_t r = tl_xorshift64s(&rng);
+            size_t at = (size_t)(r % n);
+            switch ((r >> 32) % 3) {
             case 0:
-                buf[at] = (char)(rng >> 40);
+                buf[at] = (char)(r >> 40);
                 break; // flip a byte
             case 1:
                 n = at;

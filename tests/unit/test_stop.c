@@ -14,8 +14,8 @@ static char *tl_test_strndup_(const char *s, size_t n)
 
 // Feeds pieces one by one like the engine does; returns the released text (malloc'd) and
 // whether a stop string ended it. Checks that every release extends the previous one.
-static char *stream(const char *const *stops, int n_stops, const char *const *pieces,
-                    int n_pieces, bool *stopped)
+static char *stream(const char *const *stops, int n_stops, const char *const *pieces, int n_pieces,
+                    bool *stopped)
 {
     struct tl_stop_set s;
     assert_int_equal(tl_stop_set_init(&s, stops, n_stops), TL_OK);
@@ -121,20 +121,22 @@ static void test_random_against_brute_force(void **state)
 {
     (void)state;
     uint64_t x = 2024;
-#define RND(n) ((int)((x = x * 6364136223846793005ull + 1442695040888963407ull) >> 33) % (n))
+#define RND(n) ((int)((tl_xorshift64s(&x) >> 33) % (uint64_t)(n)))
     for (int iter = 0; iter < 3000; iter++) {
         char stop_buf[4][8], piece_buf[24][6];
         const char *stops[4], *pieces[24];
         int n_stops = 1 + RND(4), n_pieces = 1 + RND(24);
         for (int k = 0; k < n_stops; k++) {
             int l = 1 + RND(5);
-            for (int j = 0; j < l; j++) stop_buf[k][j] = (char)('a' + RND(3));
+            for (int j = 0; j < l; j++)
+                stop_buf[k][j] = (char)('a' + RND(3));
             stop_buf[k][l] = '\0';
             stops[k] = stop_buf[k];
         }
         for (int i = 0; i < n_pieces; i++) {
             int l = RND(5);
-            for (int j = 0; j < l; j++) piece_buf[i][j] = (char)('a' + RND(3));
+            for (int j = 0; j < l; j++)
+                piece_buf[i][j] = (char)('a' + RND(3));
             piece_buf[i][l] = '\0';
             pieces[i] = piece_buf[i];
         }

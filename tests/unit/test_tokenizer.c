@@ -785,10 +785,7 @@ static void test_bad_vocabularies(void **state)
 
 static uint64_t rng_next(uint64_t *s)
 {
-    *s ^= *s << 13;
-    *s ^= *s >> 7;
-    *s ^= *s << 17;
-    return *s;
+    return tl_xorshift64s(s); // core/hash.h
 }
 
 // Any bytes give tokens: NULs, invalid UTF-8, lone continuation bytes, surrogates, overlongs.
