@@ -84,6 +84,7 @@ static size_t align64(size_t n)
 
 static tl_status prepare_weights(struct tl_model *m)
 {
+    if (m->bert) return TL_OK; // encode.c multiplies with the weights as in the file
     const int64_t n = n_packed(m);
     size_t total = 0, bytes;
     for (int64_t i = 0; i < n; i++) {
@@ -199,6 +200,12 @@ static tl_status check_weight(const struct tl_model *m, const char *what, int il
 tl_status tl__model_validate(const struct tl_model *m)
 {
     const struct tl_hparams *hp = &m->hp;
+    if (m->bert) // shapes checked by its loader (arch_bert.c)
+        return tl_vocab_n_tokens(m->vocab) > hp->n_vocab
+                   ? tl__errorf(TL_ERR_FORMAT,
+                                "%s: vocabulary has %d tokens but the embedding only %d rows",
+                                m->path, tl_vocab_n_tokens(m->vocab), hp->n_vocab)
+                   : TL_OK;
     if (hp->n_embd <= 0 || hp->n_layer <= 0 || hp->n_head <= 0 || hp->n_head_kv <= 0 ||
         hp->n_ff <= 0 || hp->n_vocab <= 0 || hp->head_dim <= 0 || hp->n_ctx_train <= 0)
         return tl__errorf(
