@@ -8,7 +8,8 @@ the GGUF itself (gguf_reader.py) in float64; the engine side is tests/models/dum
 (tl_model_embed).
 
 Random-weight files from `tokenloom mkmodel --arch bert` (its built-in WordPiece vocabulary).
-Checked: every input and pooling within TOL = 1e-5 (max abs difference of the normalised
+Checked (F32 files; F16 within TOL too, Q8_0 within 2e-2, measured 5e-3 .. 8e-3): every input and
+pooling within TOL = 1e-5 (max abs difference of the normalised
 vectors, relative to the largest element for raw ones; measured <= 5e-7), unnormalised too;
 negative controls (the reference without token types, without positions, with a causal mask,
 without the LayerNorm biases: misses of 8e-2 .. 0.2; with tanh GELU instead of erf: 4.4e-5, ~90x
@@ -141,6 +142,20 @@ def main():
                            f"{pool} pooling ({mode}, {'normalised' if normalize else 'raw'}), "
                            f"{len(ids)} tokens: within {TOL}", err or f"max diff {diff:.3g}")
         print(f"# worst relative difference {worst:.3g} (tolerance {TOL})")
+        # Other weight types: F16 (exact in the reference; the engine's f32 sums) and Q8_0
+        # (the engine quantizes activations to 8 bits, hence the looser bound).
+        for wtype, tol in (("f16", TOL), ("q8_0", 2e-2)):
+            path = os.path.join(tmp, f"bert-{wtype}.gguf")
+            p = subprocess.run([BIN, "mkmodel", "-o", path, "--arch", "bert", "--type", wtype]
+                               + SHAPE, capture_output=True, text=True)
+            gt = GGUF(path)
+            for ids in inputs[2:5]:
+                got, err = engine(path, ids, "file", True, tmp)
+                diff = (float(np.max(np.abs(got - reference(gt, ids, 1, True))))
+                        if got is not None else math.inf)
+                result(p.returncode == 0 and diff <= tol,
+                       f"{wtype} weights, {len(ids)} tokens: within {tol}",
+                       err or p.stderr.strip() or f"max diff {diff:.3g}")
         # Another pooling than the file's, asked for by name.
         ids = inputs[3]
         got, err = engine(files["mean"], ids, "cls", True, tmp)
