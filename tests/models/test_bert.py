@@ -124,6 +124,12 @@ def main():
                ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] and
                g.kv["bert.attention.causal"] is False and g.kv["bert.pooling_type"] == 1,
                "the file: WordPiece vocab with BERT's special ids, causal false, pooling mean")
+        info = subprocess.run([BIN, "info", "-m", files["cls"]], capture_output=True, text=True)
+        rows = {ln[:22].strip(): ln[22:].strip() for ln in info.stdout.splitlines()}
+        result(rows.get("architecture") == "bert" and rows.get("pooling type") == "2" and
+               rows.get("causal attention") == "false" and rows.get("layer norm eps") == "1e-12",
+               "tokenloom info shows bert's pooling type, causal flag and LayerNorm epsilon",
+               str({k: rows.get(k) for k in ("pooling type", "causal attention", "layer norm eps")}))
         n_vocab = len(vocab)
         inputs = [[101], [101, 102], [101, 110, 120, 130, 102]]
         inputs += [[101] + list(rng.integers(104, n_vocab, size=k)) + [102] for k in (9, 20)]
