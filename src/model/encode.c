@@ -2,7 +2,7 @@
  * The BERT encoder's forward pass over one sequence (HF transformers' BertModel, as llama.cpp
  * runs the `bert` GGUF), and the pooling that makes one embedding of it:
  *
- *   x = LayerNorm(token_embd[id] + position_embd[pos] + token_types[0])   (token_embd_norm)
+ *   x = LayerNorm(token_embd[id] + position_embd[pos] + token_types[type]) (token_embd_norm)
  *   per layer:  a = softmax(q k^T / sqrt(head_dim)) v per head, over ALL positions (no mask)
  *               x = LayerNorm(x + attn_output(a))                         (attn_output_norm)
  *               x = LayerNorm(x + ffn_down(GELU(ffn_up(x))))              (layer_output_norm)
@@ -131,6 +131,10 @@ tl_status tl_model_embed(const struct tl_model *m, struct tl_pool *pool, const i
             return tl__errorf(TL_ERR_INVALID_ARG, "%s: token id %d outside the vocabulary (%d)",
                               m->name, ids[i], hp->n_vocab);
     const struct tl_bert *b = m->bert;
+    for (int64_t i = 0; opts->types && i < n; i++)
+        if (opts->types[i] < 0 || opts->types[i] >= b->type_embd.n_out)
+            return tl__errorf(TL_ERR_INVALID_ARG, "%s: token type %d outside 0..%lld", m->name,
+                              opts->types[i], (long long)b->type_embd.n_out - 1);
     const int64_t d = hp->n_embd, ff = hp->n_ff;
     const float eps = hp->rms_eps;
     size_t work_bytes = 0;
@@ -158,7 +162,7 @@ tl_status tl_model_embed(const struct tl_model *m, struct tl_pool *pool, const i
         float *xt = x + t * d;
         memset(xt, 0, sizeof(float) * (size_t)d);
         if (!add_row(&m->tok_embd, ids[t], row, xt) || !add_row(&b->pos_embd, t, row, xt) ||
-            !add_row(&b->type_embd, 0, row, xt)) {
+            !add_row(&b->type_embd, opts->types ? opts->types[t] : 0, row, xt)) {
             rc = tl__errorf(TL_ERR_UNSUPPORTED, "%s: an embedding tensor has an unsupported type",
                             m->name);
             goto out;

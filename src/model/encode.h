@@ -32,12 +32,16 @@ struct tl_embed_opts {
     enum tl_pooling pooling; // TL_POOLING_NONE: the file's <arch>.pooling_type
     bool normalize;          // L2-normalise the pooled vector
     bool allow_decoder;      // pool a decoder's final hidden state (--embeddings); not yet done
+    const int32_t *types;    // (n) token type of each token (a cross-encoder's second segment
+                             // is 1), or NULL: all 0
 };
 
-// Runs the encoder over ids[0..n) (one sequence, token type 0, positions 0..n-1) and writes the
+// Runs the encoder over ids[0..n) (one sequence, positions 0..n-1, token types opts->types or 0)
+// and writes the
 // pooled vector of n_embd floats to out. Errors (one line, naming the model): a decoder model
 // (TL_ERR_UNSUPPORTED naming its architecture: it is not an embedding model), n outside
-// 1..context_length or an id outside the vocabulary (TL_ERR_INVALID_ARG), no usable pooling
+// 1..context_length, an id outside the vocabulary or a type outside token_types
+// (TL_ERR_INVALID_ARG), no usable pooling
 // (none or rank: TL_ERR_UNSUPPORTED), out of memory.
 tl_status tl_model_embed(const struct tl_model *m, struct tl_pool *pool, const int32_t *ids,
                          int64_t n, const struct tl_embed_opts *opts, float *out) TL_WARN_UNUSED;

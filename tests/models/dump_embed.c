@@ -3,7 +3,8 @@
  * runs tl_model_embed over the given tokens and writes the pooled vector (n_embd f32) to OUT.
  *
  * usage: dump_embed MODEL OUT.f32 POOLING NORMALIZE TOKEN...
- *   POOLING: file (the model's pooling_type), mean, cls or last; NORMALIZE: 0 or 1.
+ *   POOLING: file (the model's pooling_type), mean, cls or last; NORMALIZE: 0 or 1;
+ *   TOKEN: an id, or ID/TYPE for a token type other than 0.
  * Exit 1 with one line on stderr on any error. The pool has 2 threads.
  */
 #include "core/error.h"
@@ -31,13 +32,17 @@ int main(int argc, char **argv)
     }
     int64_t n = argc - 5;
     int32_t *ids = calloc((size_t)n, sizeof(*ids));
+    int32_t *types = calloc((size_t)n, sizeof(*types));
     tl_model *m = NULL;
     struct tl_pool *pool = tl_pool_create(2);
     float *out = NULL;
     int rc = 1;
-    if (!ids || !pool) goto done;
-    for (int64_t i = 0; i < n; i++)
+    if (!ids || !types || !pool) goto done;
+    for (int64_t i = 0; i < n; i++) {
+        char *slash = strchr(argv[5 + i], '/');
         ids[i] = atoi(argv[5 + i]);
+        if (slash) types[i] = atoi(slash + 1), opts.types = types;
+    }
     if (tl_model_load(argv[1], NULL, &m)) {
         fprintf(stderr, "dump_embed: load: %s\n", tl_last_error());
         goto done;
@@ -58,6 +63,7 @@ int main(int argc, char **argv)
 done:
     free(out);
     free(ids);
+    free(types);
     tl_model_destroy(m);
     tl_pool_destroy(pool);
     return rc;

@@ -51,8 +51,9 @@ def gelu_tanh(x):
     return 0.5 * x * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x ** 3)))
 
 
-def reference(g, ids, pooling, normalize, ctl=None):
-    """BertModel's last_hidden_state, pooled. ctl: a negative control (a fact left out)."""
+def reference(g, ids, pooling, normalize, ctl=None, types=None):
+    """BertModel's last_hidden_state, pooled. ctl: a negative control (a fact left out).
+    types: each token's type (None: all 0)."""
     t = g.tensor
     eps = g.kv["bert.attention.layer_norm_epsilon"]
     n_head = g.kv["bert.attention.head_count"]
@@ -61,7 +62,7 @@ def reference(g, ids, pooling, normalize, ctl=None):
     if ctl != "no_pos":
         x = x + t("position_embd.weight")[:n]
     if ctl != "no_types":
-        x = x + t("token_types.weight")[0]
+        x = x + t("token_types.weight")[types if types is not None else 0]
     nb = ctl == "no_ln_bias"
     x = layer_norm(x, t("token_embd_norm.weight"), 0 if nb else t("token_embd_norm.bias"), eps)
     d = x.shape[1]
@@ -168,6 +169,20 @@ def main():
         ref = reference(g, ids, 2, True)
         result(got is not None and np.max(np.abs(got - ref)) <= TOL,
                "cls pooling asked for on a mean-pooling file", err)
+        # Token types: a cross-encoder's pair, [CLS] a [SEP] as type 0, b [SEP] as type 1.
+        ids, types = inputs[4], [0] * 8 + [1] * (len(inputs[4]) - 8)
+        out = os.path.join(tmp, "t.f32")
+        p = subprocess.run([DUMP, files["cls"], out, "file", "1"]
+                           + [f"{i}/{ty}" for i, ty in zip(ids, types)],
+                           capture_output=True, text=True)
+        got = np.fromfile(out, np.float32) if p.returncode == 0 else None
+        ref = reference(GGUF(files["cls"]), ids, 2, True, types=types)
+        diff = float(np.max(np.abs(got - ref))) if got is not None else math.inf
+        miss = float(np.max(np.abs(ref - reference(GGUF(files["cls"]), ids, 2, True))))
+        result(diff <= TOL and miss > 4 * TOL,
+               "token types 0 and 1 (a sentence pair): within TOL, and type 1 matters",
+               p.stderr.strip() or f"max diff {diff:.3g}, all-0 types differ by {miss:.3g}")
+        ids = inputs[3]
         # Negative controls: each fact left out of the reference misses the engine by far.
         got, _ = engine(files["mean"], ids, "file", True, tmp)
         for ctl in ("no_types", "no_pos", "causal", "gelu_tanh", "no_ln_bias"):
@@ -179,6 +194,7 @@ def main():
             ("too long", ["file", "1"] + ["101"] * (CTX + 1), f"{CTX + 1} tokens, expected 1..{CTX}"),
             ("an id outside the vocabulary", ["file", "1", "101", str(n_vocab)],
              f"token id {n_vocab} outside the vocabulary"),
+            ("token type 2", ["file", "1", "101", "105/2"], "token type 2 outside 0..1"),
         ]:
             p = subprocess.run([DUMP, files["mean"], os.path.join(tmp, "x.f32")] + args,
                                capture_output=True, text=True)
