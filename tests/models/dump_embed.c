@@ -5,7 +5,7 @@
  * usage: dump_embed MODEL OUT.f32 POOLING NORMALIZE TOKEN...
  *   POOLING: file (the model's pooling_type), mean, cls or last; NORMALIZE: 0 or 1;
  *   TOKEN: an id, or ID/TYPE for a token type other than 0.
- * Exit 1 with one line on stderr on any error. The pool has 2 threads.
+ * Exit 1 with one line on stderr on any error. The pool has 2 threads, or $TL_DUMP_THREADS.
  */
 #include "core/error.h"
 #include "core/pool.h"
@@ -34,7 +34,8 @@ int main(int argc, char **argv)
     int32_t *ids = calloc((size_t)n, sizeof(*ids));
     int32_t *types = calloc((size_t)n, sizeof(*types));
     tl_model *m = NULL;
-    struct tl_pool *pool = tl_pool_create(2);
+    const char *threads = getenv("TL_DUMP_THREADS");
+    struct tl_pool *pool = tl_pool_create(threads ? atoi(threads) : 2);
     float *out = NULL;
     int rc = 1;
     if (!ids || !types || !pool) goto done;

@@ -182,6 +182,16 @@ def main():
         result(diff <= TOL and miss > 4 * TOL,
                "token types 0 and 1 (a sentence pair): within TOL, and type 1 matters",
                p.stderr.strip() or f"max diff {diff:.3g}, all-0 types differ by {miss:.3g}")
+        # The thread count does not change a bit (tl_matmul's contract; the rest is serial).
+        for path in (files["mean"], os.path.join(tmp, "bert-q8_0.gguf")):
+            outs = []
+            for th in ("1", "3"):
+                out = os.path.join(tmp, f"th{th}.f32")
+                subprocess.run([DUMP, path, out, "file", "1"] + [str(i) for i in inputs[5]],
+                               env=dict(os.environ, TL_DUMP_THREADS=th))
+                outs.append(open(out, "rb").read() if os.path.exists(out) else b"")
+            result(outs[0] == outs[1] and len(outs[0]) == 4 * 64,
+                   f"{os.path.basename(path)}: 1 and 3 threads give the same bits")
         ids = inputs[3]
         # Negative controls: each fact left out of the reference misses the engine by far.
         got, _ = engine(files["mean"], ids, "file", True, tmp)
