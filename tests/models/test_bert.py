@@ -15,6 +15,7 @@ negative controls (the reference without token types, without positions, with a 
 without the LayerNorm biases: misses of 8e-2 .. 0.2; with tanh GELU instead of erf: 4.4e-5, ~90x
 the engine's worst error) miss the engine by more than 4 x TOL, so each fact is exercised; bad inputs and bad files give one clear error line.
 Prints TAP."""
+import json
 import math
 import os
 import subprocess
@@ -182,6 +183,29 @@ def main():
         result(diff <= TOL and miss > 4 * TOL,
                "token types 0 and 1 (a sentence pair): within TOL, and type 1 matters",
                p.stderr.strip() or f"max diff {diff:.3g}, all-0 types differ by {miss:.3g}")
+        # `tokenloom embed`: the text's WordPiece ids ([CLS] ... [SEP], from `tokenloom tokenize`)
+        # through the same pass, printed as JSON.
+        text = "Hello world, the quick brown fox jumps over the lazy dog!"
+        tk = subprocess.run([BIN, "tokenize", "-m", files["mean"]], input=text,
+                            capture_output=True, text=True)
+        tids = [int(x) for x in tk.stdout.split()]
+        for args, pool, normalize in (([], 1, True), (["--pooling", "cls", "--no-normalize"], 2,
+                                                      False)):
+            p = subprocess.run([BIN, "embed", "-m", files["mean"]] + args, input=text,
+                               capture_output=True, text=True)
+            try:
+                got = np.array(json.loads(p.stdout))
+                ref = reference(g, tids, pool, normalize)
+                diff = float(np.max(np.abs(got - ref))) / (1 if normalize else np.max(np.abs(ref)))
+            except ValueError:
+                diff = math.inf
+            result(len(tids) > 4 and tids[0] == 101 and tids[-1] == 102 and diff <= TOL,
+                   f"tokenloom embed {' '.join(args)}: [CLS] ... [SEP] ids, within TOL",
+                   p.stderr.strip() or f"ids {tids}, max diff {diff:.3g}")
+        p = subprocess.run([BIN, "embed", "-m", os.path.join(SHARED, "models", "stories260K.gguf")],
+                           input="hi", capture_output=True, text=True)
+        result(p.returncode == 1 and p.stderr.strip().endswith("is not an embedding model"),
+               "tokenloom embed on a decoder: not an embedding model", p.stderr.strip())
         # The thread count does not change a bit (tl_matmul's contract; the rest is serial).
         for path in (files["mean"], os.path.join(tmp, "bert-q8_0.gguf")):
             outs = []
