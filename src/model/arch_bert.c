@@ -136,6 +136,14 @@ static tl_status load_bert(struct tl_model *m)
     return TL_OK;
 }
 
+struct tl_weight *tl__bert_weight(struct tl_bert *b, int64_t i)
+{
+    struct tl_bert_layer *L = &b->layers[i / TL_BERT_LAYER_WEIGHTS];
+    struct tl_weight *ws[TL_BERT_LAYER_WEIGHTS] = {&L->wq, &L->wk,   &L->wv,
+                                                   &L->wo, &L->w_up, &L->w_down};
+    return ws[i % TL_BERT_LAYER_WEIGHTS];
+}
+
 const struct tl_arch_desc tl__arch_bert = {
     .arch = TL_ARCH_BERT,
     .name = "bert",

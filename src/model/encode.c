@@ -10,9 +10,9 @@
  *
  * Every projection has its bias; GELU is the exact erf form HF's "gelu" uses; LayerNorm's
  * epsilon is attention.layer_norm_epsilon (hp.rms_eps). Matmuls go through tl_matmul (any
- * weight type the kernels read); the rest is plain C in f32 with the softmax and LayerNorm sums
- * in double. No KV cache: every token attends to every other, so an encoder sequence is one
- * whole prefill. Scratch is allocated per call.
+ * weight type the kernels read, packed at load as a decoder's are); the rest is plain C in f32 with
+ * the softmax and LayerNorm sums in double. No KV cache: every token attends to every other, so an
+ * encoder sequence is one whole prefill. Scratch is allocated per call.
  */
 #include "model/encode.h"
 

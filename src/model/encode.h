@@ -28,6 +28,11 @@ struct tl_bert {
     struct tl_bert_layer *layers;           // (n_layer), in model->owned
 };
 
+// The matrices of an encoder's layers, for packing (model.c): layer i / 6's q, k, v, output,
+// up, down.
+#define TL_BERT_LAYER_WEIGHTS 6
+struct tl_weight *tl__bert_weight(struct tl_bert *b, int64_t i);
+
 struct tl_embed_opts {
     enum tl_pooling pooling; // TL_POOLING_NONE: the file's <arch>.pooling_type
     bool normalize;          // L2-normalise the pooled vector

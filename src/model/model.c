@@ -7,6 +7,7 @@
 #include "model/loader.h"
 
 #include "model/arch.h"
+#include "model/encode.h"
 
 #include "core/alloc.h"
 #include "core/error.h"
@@ -57,9 +58,11 @@ struct tl_weight *tl_layer_weight(struct tl_layer *L, int64_t i)
     return ex[(i - 5) % 3];
 }
 
-// Every matrix the forward pass multiplies with: output, then each layer's in order.
+// Every matrix the forward pass multiplies with: output, then each layer's in order (an
+// encoder's: its layers' six, tl__bert_weight).
 static int64_t n_packed(const struct tl_model *m)
 {
+    if (m->bert) return TL_BERT_LAYER_WEIGHTS * (int64_t)m->hp.n_layer;
     int64_t n = 1;
     for (int il = 0; il < m->hp.n_layer; il++)
         n += tl_layer_n_weights(&m->layers[il]);
@@ -68,6 +71,7 @@ static int64_t n_packed(const struct tl_model *m)
 
 static struct tl_weight *packed_weight(struct tl_model *m, int64_t i)
 {
+    if (m->bert) return tl__bert_weight(m->bert, i);
     if (i == 0) return &m->output;
     i--;
     for (int il = 0;; il++) {
@@ -84,7 +88,6 @@ static size_t align64(size_t n)
 
 static tl_status prepare_weights(struct tl_model *m)
 {
-    if (m->bert) return TL_OK; // encode.c multiplies with the weights as in the file
     const int64_t n = n_packed(m);
     size_t total = 0, bytes;
     for (int64_t i = 0; i < n; i++) {
