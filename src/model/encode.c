@@ -10,9 +10,10 @@
  *
  * Every projection has its bias; GELU is the exact erf form HF's "gelu" uses; LayerNorm's
  * epsilon is attention.layer_norm_epsilon (hp.rms_eps). Matmuls go through tl_matmul (any
- * weight type the kernels read, packed at load as a decoder's are); the rest is plain C in f32 with
- * the softmax and LayerNorm sums in double. No KV cache: every token attends to every other, so an
- * encoder sequence is one whole prefill. Scratch is allocated per call.
+ * weight type the kernels read, packed at load as a decoder's are), attention's two products
+ * too (f32, per head); the rest is plain C in f32 with the LayerNorm sums in double. No KV cache:
+ * every token attends to every other, so an encoder sequence is one whole prefill. Scratch is
+ * allocated per call.
  */
 #include "model/encode.h"
 
@@ -68,36 +69,41 @@ static bool add_row(const struct tl_weight *w, int64_t row, float *tmp, float *a
     return true;
 }
 
-// Bidirectional multi-head attention of n tokens: att[t] = softmax(q[t] . k / sqrt(hd)) v.
-static void attention(const float *q, const float *k, const float *v, int64_t n, int n_head, int hd,
-                      float *scores, float *att)
+// An f32 (rows, cols) matrix as a weight for tl_matmul.
+static struct tl_weight f32_weight(const float *data, int64_t rows, int64_t cols)
+{
+    return (struct tl_weight){.type = TL_DTYPE_F32,
+                              .n_in = cols,
+                              .n_out = rows,
+                              .row_bytes = (size_t)cols * sizeof(float),
+                              .data = data};
+}
+
+// Bidirectional multi-head attention of n tokens: per head h, P = softmax(Q_h K_h^T / sqrt(hd))
+// over all n positions, att_h = P V_h. Both products are f32 tl_matmul calls (K_h and V_h^T as
+// weights; rows fan out over the pool, bits independent of the thread count); qh/kh/vt/p are
+// scratch of n * d, n * d, d * n and n * n floats.
+static void attention(struct tl_pool *pool, const float *q, const float *k, const float *v,
+                      int64_t n, int n_head, int hd, float *qh, float *kh, float *vt, float *p,
+                      float *att, void *work)
 {
     const int64_t d = (int64_t)n_head * hd;
-    const double scale = 1.0 / sqrt((double)hd);
-    for (int64_t t = 0; t < n; t++)
-        for (int h = 0; h < n_head; h++) {
-            const float *qh = q + t * d + (int64_t)h * hd;
-            double mx = -INFINITY, sum = 0;
-            for (int64_t s = 0; s < n; s++) {
-                const float *kh = k + s * d + (int64_t)h * hd;
-                double dot = 0;
-                for (int i = 0; i < hd; i++)
-                    dot += (double)qh[i] * kh[i];
-                scores[s] = (float)(dot * scale);
-                if (scores[s] > mx) mx = scores[s];
-            }
-            for (int64_t s = 0; s < n; s++) {
-                scores[s] = (float)exp(scores[s] - mx);
-                sum += scores[s];
-            }
-            float *out = att + t * d + (int64_t)h * hd;
+    const float scale = (float)(1.0 / sqrt((double)hd));
+    for (int h = 0; h < n_head; h++) {
+        for (int64_t t = 0; t < n; t++)
             for (int i = 0; i < hd; i++) {
-                double acc = 0;
-                for (int64_t s = 0; s < n; s++)
-                    acc += (double)scores[s] * v[s * d + (int64_t)h * hd + i];
-                out[i] = (float)(acc / sum);
+                qh[t * hd + i] = q[t * d + (int64_t)h * hd + i] * scale;
+                kh[t * hd + i] = k[t * d + (int64_t)h * hd + i];
+                vt[(int64_t)i * n + t] = v[t * d + (int64_t)h * hd + i];
             }
-        }
+        struct tl_weight kw = f32_weight(kh, n, hd), vw = f32_weight(vt, hd, n);
+        tl_matmul(pool, &kw, qh, n, p, work); // p[t][s] = q_t . k_s * scale
+        for (int64_t t = 0; t < n; t++)
+            tl_softmax(p + t * n, n);
+        tl_matmul(pool, &vw, p, n, qh, work); // qh[t][i] = sum_s p[t][s] v_s[i]
+        for (int64_t t = 0; t < n; t++)
+            memcpy(att + t * d + (int64_t)h * hd, qh + t * hd, sizeof(float) * (size_t)hd);
+    }
 }
 
 static size_t max_sz(size_t a, size_t b)
@@ -144,8 +150,11 @@ tl_status tl_model_embed(const struct tl_model *m, struct tl_pool *pool, const i
         for (int i = 0; i < 6; i++)
             work_bytes = max_sz(work_bytes, tl_matmul_work_bytes(ws[i], n));
     }
-    // x, q, k, v, att, tmp: n x d each; h: n x ff; scores: n; a row of d.
-    size_t floats = (size_t)n * (size_t)(6 * d + ff) + (size_t)n + (size_t)d;
+    struct tl_weight kw = f32_weight(NULL, n, hp->head_dim), vw = f32_weight(NULL, hp->head_dim, n);
+    work_bytes = max_sz(work_bytes, tl_matmul_work_bytes(&kw, n));
+    work_bytes = max_sz(work_bytes, tl_matmul_work_bytes(&vw, n));
+    // x, q, k, v, att, tmp, qh, kh, vt: n x d each; h: n x ff; p: n x n; a row of d.
+    size_t floats = (size_t)n * (size_t)(9 * d + ff + n) + (size_t)d;
     float *buf = tl_aligned_alloc(floats * sizeof(float));
     void *work = tl_aligned_alloc(work_bytes ? work_bytes : 64);
     if (!buf || !work) {
@@ -155,7 +164,8 @@ tl_status tl_model_embed(const struct tl_model *m, struct tl_pool *pool, const i
                           (long long)n);
     }
     float *x = buf, *q = x + n * d, *k = q + n * d, *v = k + n * d, *att = v + n * d;
-    float *tmp = att + n * d, *h = tmp + n * d, *scores = h + n * ff, *row = scores + n;
+    float *tmp = att + n * d, *qh = tmp + n * d, *kh = qh + n * d, *vt = kh + n * d;
+    float *h = vt + n * d, *p = h + n * ff, *row = p + n * n;
     tl_status rc = TL_OK;
 
     for (int64_t t = 0; t < n; t++) {
@@ -174,7 +184,7 @@ tl_status tl_model_embed(const struct tl_model *m, struct tl_pool *pool, const i
         linear(pool, &L->wq, L->bq, x, n, q, work);
         linear(pool, &L->wk, L->bk, x, n, k, work);
         linear(pool, &L->wv, L->bv, x, n, v, work);
-        attention(q, k, v, n, hp->n_head, hp->head_dim, scores, att);
+        attention(pool, q, k, v, n, hp->n_head, hp->head_dim, qh, kh, vt, p, att, work);
         linear(pool, &L->wo, L->bo, att, n, tmp, work);
         for (int64_t t = 0; t < n; t++) {
             tl_add(tmp + t * d, x + t * d, d);
