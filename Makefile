@@ -192,7 +192,7 @@ bench: $(BENCH_BIN) $(BUILD)/tokenloom
 
 # tests/models: the engine side of the NumPy reference tests (a helper, not a test: tests/run.sh
 # runs tests/models/run.sh, which calls it).
-MODEL_TOOLS := $(BUILD)/tests/models/dump_logits
+MODEL_TOOLS := $(BUILD)/tests/models/dump_logits $(BUILD)/tests/models/dump_embed
 $(BUILD)/tests/models/%: tests/models/%.c $(LIBS_A)
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) -o $@ $< $(LIBS_A) $(LDFLAGS) $(LDLIBS)

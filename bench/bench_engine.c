@@ -449,6 +449,12 @@ int main(int argc, char **argv)
         fprintf(stderr, "bench_engine: %s\n", tl_last_error());
         return 1;
     }
+    if (m->bert) { // an encoder: no decode steps to measure (and no decoder layers)
+        fprintf(stderr, "bench_engine: %s is an embedding model (encoder); nothing to decode\n",
+                model_path);
+        tl_model_destroy(m);
+        return 1;
+    }
     struct tl_model_info mi;
     tl_model_get_info(m, &mi);
     int max_c = 1;

@@ -69,7 +69,7 @@ for t in tests/tokenizer/test_*.py; do
     run_one "$(basename "$t")" python3 "$t"
 done
 # Model families against NumPy references written from the HF model definitions.
-for t in families bad_files; do
+for t in families bad_files bert; do
     if [ -f "tests/models/test_$t.py" ]; then run_one "models_$t" sh tests/models/run.sh "$t"; fi
 done
 # ... and through the engine, over the Python binding (needs $BUILD/libtokenloom.so, as above).

@@ -14,6 +14,7 @@ int tl_cmd_serve(int argc, char **argv);
 int tl_cmd_info(int argc, char **argv);
 int tl_cmd_tokenize(int argc, char **argv);
 int tl_cmd_mkmodel(int argc, char **argv);
+int tl_cmd_embed(int argc, char **argv);
 int tl_cmd_bench(int argc, char **argv);
 int tl_cmd_version(int argc, char **argv);
 int tl_cmd_devices(int argc, char **argv);

@@ -175,7 +175,7 @@ static void print_summary(const struct tl_gguf *g)
         arch_line(g, arch, "attention.layer_norm_rms_epsilon", "rms eps", "");
         arch_line(g, arch, "vocab_size", "vocab size", " (absent: the token count applies)");
         // Family hyperparameters: head size, granite's multipliers, experts, sliding window,
-        // soft-capping (gemma2), granite's RoPE switch.
+        // soft-capping (gemma2), granite's RoPE switch, bert's encoder keys.
         arch_line_opt(g, arch, "attention.key_length", "key length");
         arch_line_opt(g, arch, "attention.value_length", "value length");
         arch_line_opt(g, arch, "embedding_scale", "embedding scale");
@@ -188,6 +188,10 @@ static void print_summary(const struct tl_gguf *g)
         arch_line_opt(g, arch, "attn_logit_softcapping", "attention soft-cap");
         arch_line_opt(g, arch, "final_logit_softcapping", "final soft-cap");
         arch_line_opt(g, arch, "rope.scaling.finetuned", "rope finetuned");
+        // Encoders (bert): LayerNorm epsilon, attention mask, pooling (llama.cpp's enum).
+        arch_line_opt(g, arch, "attention.layer_norm_epsilon", "layer norm eps");
+        arch_line_opt(g, arch, "attention.causal", "causal attention");
+        arch_line_opt(g, arch, "pooling_type", "pooling type");
     }
 
     // Tensors: count, type histogram, parameters.

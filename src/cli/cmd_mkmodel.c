@@ -2,7 +2,7 @@
  * tokenloom mkmodel: writes a GGUF model with random weights, for tests and benchmarks of shapes
  * we have no trained weights for (up to a TinyLlama-sized 1B model), in any family the loader
  * reads (--arch llama, qwen2, qwen3, qwen3moe, granite, smollm3, phi3; llama with --experts is
- * a Mixtral-style MoE).
+ * a Mixtral-style MoE; bert, the encoder of embedding models: see mkmodel_bert.c).
  *
  * The file follows llama.cpp's conventions so llama.cpp could load it: tensor names
  * token_embd / output_norm / output / blk.N.{attn_norm, attn_q, attn_k, attn_v, attn_output,
@@ -86,7 +86,7 @@ static void usage(FILE *f)
     fprintf(
         f, "usage: tokenloom mkmodel -o OUT.gguf [options]\n"
            "  --arch ARCH                   llama (default), qwen2, qwen3, qwen3moe, granite,\n"
-           "                                smollm3, phi3\n"
+           "                                smollm3, phi3, bert\n"
            "  --size 260K|15M|42M|110M|1B   shape preset (default 260K)\n"
            "  --type TYPE                   weight type (default f32; norms stay f32): f32, f16,\n"
            "                                bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q2_k, q3_k, q4_k,\n"
@@ -108,6 +108,7 @@ static void usage(FILE *f)
            "  --experts N --experts-used K --expert-ff F   experts per layer (qwen3moe: 8;\n"
            "                                llama: a Mixtral-style MoE, experts --ff wide),\n"
            "                                experts per token (2), qwen3moe's expert width (--ff)\n"
+           "  --pooling mean|cls|last       bert.pooling_type (bert; default mean)\n"
            "  --name NAME                   general.name\n");
 }
 
@@ -294,6 +295,7 @@ int tl_cmd_mkmodel(int argc, char **argv)
     int rope_orig_ctx = 8192;
     int ctx = 0, dim = 0, layers = 0, heads = 0, kv_heads = 0, ff = 0, head_dim = 0;
     int experts = 0, experts_used = 2, expert_ff = 0;
+    uint32_t pooling = 1;               // bert: llama.cpp's LLAMA_POOLING_TYPE_MEAN
     for (int i = 1; i < argc; i += 2) { // every option takes one value
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -302,28 +304,12 @@ int tl_cmd_mkmodel(int argc, char **argv)
             usage(stdout);
             return 0;
         }
-        static const char *const known[] = {"--out",
-                                            "-o",
-                                            "--size",
-                                            "--type",
-                                            "--tokenizer-from",
-                                            "--name",
-                                            "--seed",
-                                            "--ctx",
-                                            "--dim",
-                                            "--layers",
-                                            "--heads",
-                                            "--kv-heads",
-                                            "--ff",
-                                            "--help",
-                                            "--arch",
-                                            "--head-dim",
-                                            "--weight-std",
-                                            "--experts",
-                                            "--experts-used",
-                                            "--expert-ff",
-                                            "--rope-llama3",
-                                            NULL};
+        static const char *const known[] = {
+            "--out",         "-o",           "--size",    "--type",         "--tokenizer-from",
+            "--name",        "--seed",       "--ctx",     "--dim",          "--layers",
+            "--heads",       "--kv-heads",   "--ff",      "--help",         "--arch",
+            "--head-dim",    "--weight-std", "--experts", "--experts-used", "--expert-ff",
+            "--rope-llama3", "--pooling",    NULL};
         if (!v) {
             size_t d;
             if (!tl_cli_closest(a, known, &d) || d)
@@ -379,7 +365,12 @@ int tl_cmd_mkmodel(int argc, char **argv)
             ok = parse_int(v, 1 << 18, &expert_ff);
         else if (!strcmp(a, "--head-dim"))
             ok = parse_int(v, 1 << 12, &head_dim);
-        else
+        else if (!strcmp(a, "--pooling")) {
+            static const char *const names[] = {"mean", "cls", "last"};
+            ok = false;
+            for (uint32_t k = 0; k < 3; k++)
+                if (!strcmp(v, names[k])) ok = true, pooling = k + 1;
+        } else
             return tl_cli_unknown_option("mkmodel", a, known, NULL);
         if (!ok) {
             fprintf(stderr, "tokenloom mkmodel: bad value '%s' for %s\n", v, a);
@@ -403,7 +394,7 @@ int tl_cmd_mkmodel(int argc, char **argv)
     if (!fam) {
         fprintf(stderr,
                 "tokenloom mkmodel: unknown --arch '%s' (llama, qwen2, qwen3, qwen3moe, granite, "
-                "smollm3, phi3)\n",
+                "smollm3, phi3, bert)\n",
                 arch);
         return 2;
     }
@@ -451,8 +442,11 @@ int tl_cmd_mkmodel(int argc, char **argv)
         return 2;
     }
 
-    // The donor tokenizer.
+    // The donor tokenizer (bert without one: the built-in WordPiece vocabulary).
     char tok_buf[PATH_MAX];
+    struct tl_gguf *tok = NULL;
+    int64_t n_vocab = tl__mk_bert_vocab_size();
+    if (fam->bert && !tok_from) goto have_vocab;
     if (!tok_from) {
         if (!tl_cli_find_shared_model(p->tokenizer, tok_buf, sizeof(tok_buf))) {
             fprintf(stderr,
@@ -463,7 +457,6 @@ int tl_cmd_mkmodel(int argc, char **argv)
         }
         tok_from = tok_buf;
     }
-    struct tl_gguf *tok;
     if (tl_gguf_open(tok_from, &tok)) {
         fprintf(stderr, "tokenloom: %s\n", tl_last_error());
         return 1;
@@ -475,13 +468,17 @@ int tl_cmd_mkmodel(int argc, char **argv)
         tl_gguf_close(tok);
         return 1;
     }
-    int64_t n_vocab = (int64_t)toks->arr.n;
+    n_vocab = (int64_t)toks->arr.n;
 
+have_vocab:;
     int rc = 1;
     struct tl_gguf_writer *w = tl_gguf_writer_create();
     struct tl_mk_shape shape0 = {.experts = moe ? experts : 0};
-    struct tl_mk_tensor count_only[TL_MK_MAX_LAYER_TENSORS];
-    int64_t n_jobs = 3 + tl__mk_layer_tensors(fam, &shape0, count_only) * (int64_t)layers;
+    struct tl_mk_tensor count_only[TL_MK_MAX_LAYER_TENSORS], head[5], tail[5];
+    int n_head = tl__mk_global_tensors(fam, &shape0, true, head);
+    int n_tail = tl__mk_global_tensors(fam, &shape0, false, tail);
+    int64_t n_jobs =
+        n_head + n_tail + tl__mk_layer_tensors(fam, &shape0, count_only) * (int64_t)layers;
     struct tensor_job *jobs = tl_calloc_array((size_t)n_jobs + 1, sizeof(*jobs)); // + rope_freqs
     int64_t max_row = dim > ff ? dim : ff;
     if (q_dim > max_row) max_row = q_dim;
@@ -516,9 +513,12 @@ int tl_cmd_mkmodel(int argc, char **argv)
         st = tl_gguf_writer_set_u32(w, KEY("attention.key_length"), (uint32_t)head_dim);
     if (!st && key_length)
         st = tl_gguf_writer_set_u32(w, KEY("attention.value_length"), (uint32_t)head_dim);
-    if (!st) st = tl_gguf_writer_set_f32(w, KEY("attention.layer_norm_rms_epsilon"), fam->rms_eps);
-    if (!st) st = tl_gguf_writer_set_u32(w, KEY("rope.dimension_count"), (uint32_t)head_dim);
-    if (!st) st = tl_gguf_writer_set_f32(w, KEY("rope.freq_base"), fam->rope_base);
+    if (!st && fam->bert) st = tl__mk_bert_keys(w, fam->rms_eps, pooling);
+    if (!st && !fam->bert)
+        st = tl_gguf_writer_set_f32(w, KEY("attention.layer_norm_rms_epsilon"), fam->rms_eps);
+    if (!st && !fam->bert)
+        st = tl_gguf_writer_set_u32(w, KEY("rope.dimension_count"), (uint32_t)head_dim);
+    if (!st && !fam->bert) st = tl_gguf_writer_set_f32(w, KEY("rope.freq_base"), fam->rope_base);
     if (!st && fam->multipliers)
         st = tl_gguf_writer_set_f32(w, KEY("embedding_scale"), GRANITE_EMBEDDING_SCALE);
     if (!st && fam->multipliers)
@@ -534,7 +534,8 @@ int tl_cmd_mkmodel(int argc, char **argv)
         st = tl_gguf_writer_set_u32(w, KEY("expert_feed_forward_length"), (uint32_t)expert_ff);
     if (!st) st = tl_gguf_writer_set_u32(w, KEY("vocab_size"), (uint32_t)n_vocab);
 #undef KEY
-    for (int64_t i = 0; !st && i < tl_gguf_n_kv(tok); i++) {
+    if (!st && !tok) st = tl__mk_bert_vocab(w);
+    for (int64_t i = 0; !st && tok && i < tl_gguf_n_kv(tok); i++) {
         const struct tl_gguf_kv *kv = tl_gguf_kv_at(tok, i);
         char tkey[256];
         if (kv->key.len < 10 || kv->key.len >= sizeof(tkey) ||
@@ -557,9 +558,13 @@ int tl_cmd_mkmodel(int argc, char **argv)
                                 .head_dim = head_dim,
                                 .ff = ff,
                                 .experts = moe ? experts : 0,
-                                .expert_ff = expert_ff};
+                                .expert_ff = expert_ff,
+                                .vocab = n_vocab,
+                                .ctx = ctx};
     struct tl_mk_tensor blk[TL_MK_MAX_LAYER_TENSORS];
     int nb = tl__mk_layer_tensors(fam, &shape, blk);
+    n_head = tl__mk_global_tensors(fam, &shape, true, head);
+    n_tail = tl__mk_global_tensors(fam, &shape, false, tail);
     for (int64_t t = 0; t < n_jobs; t++) {
         struct tensor_job *j = &jobs[nj++];
         int64_t n_in, n_out, layer = -1;
@@ -567,17 +572,12 @@ int tl_cmd_mkmodel(int argc, char **argv)
         enum tl_mk_fill fill = TL_MK_FILL_NORMAL;
         int64_t n_exp = 0;
         bool f32 = false;
-        if (t == 0) {
-            snprintf(j->name, sizeof(j->name), "token_embd.weight");
-            n_in = dim, n_out = n_vocab, suffix = "token_embd";
-        } else if (t == n_jobs - 2) {
-            snprintf(j->name, sizeof(j->name), "output_norm.weight");
-            n_in = dim, n_out = 0, suffix = "output_norm", fill = TL_MK_FILL_ONES;
-        } else if (t == n_jobs - 1) {
-            snprintf(j->name, sizeof(j->name), "output.weight");
-            n_in = dim, n_out = n_vocab, suffix = "output";
+        if (t < n_head || t >= n_jobs - n_tail) {
+            const struct tl_mk_tensor *g = t < n_head ? &head[t] : &tail[t - (n_jobs - n_tail)];
+            snprintf(j->name, sizeof(j->name), "%s.%s", g->suffix, g->kind);
+            n_in = g->n_in, n_out = g->n_out, suffix = g->suffix, fill = g->fill, f32 = g->f32;
         } else {
-            int64_t l = (t - 1) / nb, k = (t - 1) % nb;
+            int64_t l = (t - n_head) / nb, k = (t - n_head) % nb;
             snprintf(j->name, sizeof(j->name), "blk.%" PRId64 ".%s.%s", l, blk[k].suffix,
                      blk[k].kind);
             n_in = blk[k].n_in, n_out = blk[k].n_out, suffix = blk[k].suffix, layer = l;

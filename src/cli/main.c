@@ -14,6 +14,7 @@ static const struct {
     {"generate", tl_cmd_generate, "generate text from a prompt, or a JSONL batch job"},
     {"info", tl_cmd_info, "print a model's architecture, hyperparameters and tensors"},
     {"tokenize", tl_cmd_tokenize, "print the token ids of text read from stdin"},
+    {"embed", tl_cmd_embed, "print the embedding of text read from stdin (bert models)"},
     {"mkmodel", tl_cmd_mkmodel, "write a random-weight Llama-shaped GGUF model"},
     {"bench", tl_cmd_bench, "load-test a running server"},
     {"devices", tl_cmd_devices, "list the CPU and the Vulkan devices --device can pick"},

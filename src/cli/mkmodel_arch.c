@@ -10,14 +10,16 @@
 #include <string.h>
 
 static const struct tl_mk_family families[] = {
-    // name, rms_eps, rope_base, attn_bias, qk_norm, multipliers, key_length, moe, fused
-    {"llama", 1e-5f, 10000.0f, false, false, false, false, false, false},
-    {"qwen2", 1e-6f, 1000000.0f, true, false, false, false, false, false},
-    {"qwen3", 1e-6f, 1000000.0f, false, true, false, true, false, false},
-    {"qwen3moe", 1e-6f, 1000000.0f, false, true, false, true, true, false},
-    {"granite", 1e-5f, 10000.0f, false, false, true, false, false, false},
-    {"smollm3", 1e-6f, 5000000.0f, false, false, false, false, false, false},
-    {"phi3", 1e-5f, 10000.0f, false, false, false, false, false, true},
+    // name, eps, rope_base, attn_bias, qk_norm, multipliers, key_length, moe, fused, bert
+    {"llama", 1e-5f, 10000.0f, false, false, false, false, false, false, false},
+    {"qwen2", 1e-6f, 1000000.0f, true, false, false, false, false, false, false},
+    {"qwen3", 1e-6f, 1000000.0f, false, true, false, true, false, false, false},
+    {"qwen3moe", 1e-6f, 1000000.0f, false, true, false, true, true, false, false},
+    {"granite", 1e-5f, 10000.0f, false, false, true, false, false, false, false},
+    {"smollm3", 1e-6f, 5000000.0f, false, false, false, false, false, false, false},
+    {"phi3", 1e-5f, 10000.0f, false, false, false, false, false, true, false},
+    // BERT's layer_norm_eps (bert-base, bge, e5, all-MiniLM); no RoPE
+    {"bert", 1e-12f, 0.0f, true, false, false, false, false, false, true},
 };
 
 const struct tl_mk_family *tl__mk_family(const char *name)
@@ -33,9 +35,53 @@ static struct tl_mk_tensor tensor(const char *suffix, const char *kind, int64_t 
     return (struct tl_mk_tensor){suffix, kind, n_in, n_out, fill, 0, false};
 }
 
+// A BERT layer as llama.cpp's converter writes it: every projection with its bias, the
+// post-attention and post-FFN LayerNorms (weight near 1, bias random so a reference can tell
+// both are applied), an up/down GELU FFN.
+static int bert_layer(const struct tl_mk_shape *s, struct tl_mk_tensor *out)
+{
+    int n = 0;
+    const char *proj[4] = {"attn_q", "attn_k", "attn_v", "attn_output"};
+    for (int i = 0; i < 4; i++) {
+        out[n++] = tensor(proj[i], "weight", s->dim, s->dim, TL_MK_FILL_NORMAL);
+        out[n++] = tensor(proj[i], "bias", s->dim, 0, TL_MK_FILL_NORMAL);
+    }
+    out[n++] = tensor("attn_output_norm", "weight", s->dim, 0, TL_MK_FILL_NEAR_ONE);
+    out[n++] = tensor("attn_output_norm", "bias", s->dim, 0, TL_MK_FILL_NORMAL);
+    out[n++] = tensor("ffn_up", "weight", s->dim, s->ff, TL_MK_FILL_NORMAL);
+    out[n++] = tensor("ffn_up", "bias", s->ff, 0, TL_MK_FILL_NORMAL);
+    out[n++] = tensor("ffn_down", "weight", s->ff, s->dim, TL_MK_FILL_NORMAL);
+    out[n++] = tensor("ffn_down", "bias", s->dim, 0, TL_MK_FILL_NORMAL);
+    out[n++] = tensor("layer_output_norm", "weight", s->dim, 0, TL_MK_FILL_NEAR_ONE);
+    out[n++] = tensor("layer_output_norm", "bias", s->dim, 0, TL_MK_FILL_NORMAL);
+    return n;
+}
+
+int tl__mk_global_tensors(const struct tl_mk_family *f, const struct tl_mk_shape *s, bool before,
+                          struct tl_mk_tensor *out)
+{
+    int n = 0;
+    if (before) {
+        out[n++] = tensor("token_embd", "weight", s->dim, s->vocab, TL_MK_FILL_NORMAL);
+        if (f->bert) { // BERT's type_vocab_size is 2; llama.cpp keeps these two F32
+            out[n] = tensor("token_types", "weight", s->dim, 2, TL_MK_FILL_NORMAL);
+            out[n++].f32 = true;
+            out[n] = tensor("position_embd", "weight", s->dim, s->ctx, TL_MK_FILL_NORMAL);
+            out[n++].f32 = true;
+            out[n++] = tensor("token_embd_norm", "weight", s->dim, 0, TL_MK_FILL_NEAR_ONE);
+            out[n++] = tensor("token_embd_norm", "bias", s->dim, 0, TL_MK_FILL_NORMAL);
+        }
+    } else if (!f->bert) {
+        out[n++] = tensor("output_norm", "weight", s->dim, 0, TL_MK_FILL_ONES);
+        out[n++] = tensor("output", "weight", s->dim, s->vocab, TL_MK_FILL_NORMAL);
+    }
+    return n;
+}
+
 int tl__mk_layer_tensors(const struct tl_mk_family *f, const struct tl_mk_shape *s,
                          struct tl_mk_tensor *out)
 {
+    if (f->bert) return bert_layer(s, out);
     int n = 0;
     out[n++] = tensor("attn_norm", "weight", s->dim, 0, TL_MK_FILL_ONES);
     if (f->fused) {

@@ -25,6 +25,7 @@ static tl_status mb_prepare(void *ctx, int64_t max_tok, int64_t max_ctx, int32_t
     mb->pool = tl_pool_create(n_threads);
     if (!mb->pool) return tl__error_prefix(TL_ERR_NOMEM, "engine: thread pool");
     mb->fwd = tl_forward_create(mb->m, max_tok, max_ctx, mb->pool);
+    if (!mb->fwd && mb->m->bert) return tl__error_prefix(TL_ERR_UNSUPPORTED, "engine");
     if (!mb->fwd) return tl__error_prefix(TL_ERR_NOMEM, "engine: forward scratch");
     return TL_OK;
 }

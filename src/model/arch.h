@@ -51,10 +51,13 @@ struct tl_arch_desc {
     enum tl_arch_experts experts; // whether its FFNs are mixtures of experts
     // The family's own keys, after the shared ones are in hp; NULL when it has none.
     tl_status (*read_hparams)(const struct tl_arch_keys *k, struct tl_hparams *hp);
+    // Encoders: loads every tensor itself (token_embd included) and checks their shapes, instead
+    // of the decoder layout; NULL for decoders.
+    tl_status (*load_encoder)(struct tl_model *m);
 };
 
 extern const struct tl_arch_desc tl__arch_llama, tl__arch_qwen2, tl__arch_qwen3, tl__arch_qwen3moe,
-    tl__arch_granite, tl__arch_smollm3, tl__arch_phi3;
+    tl__arch_granite, tl__arch_smollm3, tl__arch_phi3, tl__arch_bert;
 
 // The descriptor of a general.architecture value; NULL when the family is not supported.
 const struct tl_arch_desc *tl__arch_find(struct tl_gguf_str name);

@@ -25,6 +25,7 @@
  */
 #include "model/model.h"
 
+#include "model/arch.h"
 #include "model/moe.h"
 
 #include "core/alloc.h"
@@ -72,6 +73,12 @@ struct tl_forward *tl_forward_create(const struct tl_model *m, int64_t max_tok, 
                                      struct tl_pool *pool)
 {
     const struct tl_hparams *hp = &m->hp;
+    if (m->bert) { // an encoder has no decoder pass: encode.c (tl_model_embed) runs it
+        tl__errorf(TL_ERR_UNSUPPORTED,
+                   "%s: architecture %s is an embedding model (encoder); it cannot generate text",
+                   m->path, tl__arch_of(hp->arch)->name);
+        return NULL;
+    }
     struct tl_forward *f = tl_calloc_array(1, sizeof(*f));
     if (!f) goto out_destroy;
     f->model = m;

@@ -17,4 +17,12 @@ bool tl__model_own(struct tl_model *m, void *buf);
 // Checks hyperparameters and weight shapes against each other; errors name the file.
 tl_status tl__model_validate(const struct tl_model *m) TL_WARN_UNUSED;
 
+// For an encoder's own loader (load_encoder in arch.h), the GGUF loader's tensor readers: a 1-D
+// f32 vector of n elements (F16/BF16 converted into an owned buffer), and a 2-D matrix view.
+// A missing tensor is an error naming it when required, else leaves *out NULL / w->data NULL.
+tl_status tl__gguf_vec(struct tl_model *m, const char *name, int64_t n, bool required,
+                       const float **out) TL_WARN_UNUSED;
+tl_status tl__gguf_mat(struct tl_model *m, const char *name, bool required,
+                       struct tl_weight *w) TL_WARN_UNUSED;
+
 #endif

@@ -152,6 +152,19 @@ static tl_status load_moe(struct ctx *c, int il, struct tl_layer *L)
     return TL_OK;
 }
 
+tl_status tl__gguf_vec(struct tl_model *m, const char *name, int64_t n, bool required,
+                       const float **out)
+{
+    struct ctx c = {.m = m};
+    return load_vec(&c, name, n, required, out);
+}
+
+tl_status tl__gguf_mat(struct tl_model *m, const char *name, bool required, struct tl_weight *w)
+{
+    struct ctx c = {.m = m};
+    return load_mat(&c, name, required, w);
+}
+
 static tl_status load_layer(struct ctx *c, int il, struct tl_layer *L)
 {
     char name[96];
@@ -314,6 +327,11 @@ tl_status tl__model_load_gguf(struct tl_model *m)
         if (!m->name) return tl__errorf(TL_ERR_NOMEM, "%s: out of memory", m->path);
     }
     m->chat_template = dup_gguf_str(m->gguf, "tokenizer.chat_template");
+    if (desc->load_encoder) { // bert: its own tensors (arch_bert.c)
+        if ((rc = desc->load_encoder(m))) return rc;
+        pick_weight_type(m);
+        return TL_OK;
+    }
 
     if ((rc = load_mat(&c, "token_embd.weight", true, &m->tok_embd))) return rc;
     m->hp.n_vocab = (int32_t)m->tok_embd.n_out;

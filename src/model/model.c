@@ -7,6 +7,7 @@
 #include "model/loader.h"
 
 #include "model/arch.h"
+#include "model/encode.h"
 
 #include "core/alloc.h"
 #include "core/error.h"
@@ -57,9 +58,11 @@ struct tl_weight *tl_layer_weight(struct tl_layer *L, int64_t i)
     return ex[(i - 5) % 3];
 }
 
-// Every matrix the forward pass multiplies with: output, then each layer's in order.
+// Every matrix the forward pass multiplies with: output, then each layer's in order (an
+// encoder's: its layers' six, tl__bert_weight).
 static int64_t n_packed(const struct tl_model *m)
 {
+    if (m->bert) return TL_BERT_LAYER_WEIGHTS * (int64_t)m->hp.n_layer;
     int64_t n = 1;
     for (int il = 0; il < m->hp.n_layer; il++)
         n += tl_layer_n_weights(&m->layers[il]);
@@ -68,6 +71,7 @@ static int64_t n_packed(const struct tl_model *m)
 
 static struct tl_weight *packed_weight(struct tl_model *m, int64_t i)
 {
+    if (m->bert) return tl__bert_weight(m->bert, i);
     if (i == 0) return &m->output;
     i--;
     for (int il = 0;; il++) {
@@ -199,6 +203,12 @@ static tl_status check_weight(const struct tl_model *m, const char *what, int il
 tl_status tl__model_validate(const struct tl_model *m)
 {
     const struct tl_hparams *hp = &m->hp;
+    if (m->bert) // shapes checked by its loader (arch_bert.c)
+        return tl_vocab_n_tokens(m->vocab) > hp->n_vocab
+                   ? tl__errorf(TL_ERR_FORMAT,
+                                "%s: vocabulary has %d tokens but the embedding only %d rows",
+                                m->path, tl_vocab_n_tokens(m->vocab), hp->n_vocab)
+                   : TL_OK;
     if (hp->n_embd <= 0 || hp->n_layer <= 0 || hp->n_head <= 0 || hp->n_head_kv <= 0 ||
         hp->n_ff <= 0 || hp->n_vocab <= 0 || hp->head_dim <= 0 || hp->n_ctx_train <= 0)
         return tl__errorf(

@@ -23,7 +23,20 @@ enum tl_arch {
     TL_ARCH_SMOLLM3 = 4,
     TL_ARCH_QWEN3MOE = 5,
     TL_ARCH_PHI3 = 6,
+    TL_ARCH_BERT = 7, // an encoder (embeddings only): arch_bert.c, encode.c
 };
+
+// How an encoder turns its per-token states into one vector: llama.cpp's llama_pooling_type
+// values, as `<arch>.pooling_type` stores them.
+enum tl_pooling {
+    TL_POOLING_NONE = 0, // per-token embeddings (not one vector)
+    TL_POOLING_MEAN = 1,
+    TL_POOLING_CLS = 2,  // the first token's state
+    TL_POOLING_LAST = 3, // the last token's state
+    TL_POOLING_RANK = 4, // a cross-encoder's classification head (rerankers)
+};
+
+struct tl_bert; // encode.h: an encoder's weights
 
 struct tl_hparams {
     enum tl_arch arch;
@@ -49,6 +62,8 @@ struct tl_hparams {
     int32_t n_expert;      // experts per layer
     int32_t n_expert_used; // experts each token is routed to (top-k)
     int32_t n_ff_exp;      // hidden width of one expert
+    // Encoders (bert): rms_eps holds the LayerNorm epsilon.
+    enum tl_pooling pooling; // <arch>.pooling_type (TL_POOLING_NONE when absent)
 };
 
 struct tl_layer {
@@ -102,6 +117,9 @@ struct tl_model {
     int n_owned;
     int64_t n_params;
     const char *weight_type; // name of the most common matrix type
+    // An encoder's weights (bert; then layers, output and output_norm are unset and the decoder
+    // forward pass refuses the model); NULL for decoders. In model->owned.
+    struct tl_bert *bert;
 };
 
 // ---- the batched forward pass -----------------------------------------------------------------

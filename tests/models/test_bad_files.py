@@ -18,7 +18,7 @@ BUILD = os.environ.get("BUILD", "build")
 BIN = os.environ.get("TL_BIN", f"{BUILD}/tokenloom")
 SHARED = os.environ.get("TL_SHARED", "../shared")
 SHAPE = ["--dim", "64", "--heads", "4", "--kv-heads", "2", "--ff", "96", "--layers", "2"]
-SUPPORTED = "(supported: llama, qwen2, qwen3, qwen3moe, granite, smollm3, phi3)"
+SUPPORTED = "(supported: llama, qwen2, qwen3, qwen3moe, granite, smollm3, phi3, bert)"
 MOE = ["--experts", "8", "--experts-used", "2", "--expert-ff", "32"]
 
 # name, base arch, write_gguf edits, text the one error line must hold
