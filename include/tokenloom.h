@@ -61,7 +61,7 @@ typedef enum tl_status {
     TL_ERR_STATE = -9,       // the object is in the wrong state for this call (e.g. shutting down)
 } tl_status;
 
-// A short constant name for a status ("TL_ERR_FORMAT" -> "format error").
+// A short constant name for a status ("TL_ERR_FORMAT" -> "format error"). Thread-safe.
 const char *tl_status_str(tl_status st);
 
 // The message of the last error raised on the calling thread (never NULL; "" if none).
@@ -78,11 +78,13 @@ struct tl_model_params {
     const char *tokenizer_path;
 };
 
-// Loads a GGUF model (architectures llama, qwen2) or a llama2.c checkpoint. params may be NULL.
-// OUT: *out. The model is immutable afterwards and may be shared by engines and threads.
+// Loads a GGUF model (the architectures docs/internals/model.md lists) or a llama2.c checkpoint.
+// params may be NULL. OUT: *out. The model is immutable afterwards and may be shared by engines
+// and threads. Thread-safe (each call loads its own model).
 tl_status tl_model_load(const char *path, const struct tl_model_params *params,
                         tl_model **out) TL_WARN_UNUSED;
-void tl_model_destroy(tl_model *m); // NULL is a no-op; engines using it must be destroyed first
+// NULL is a no-op; engines using it must be destroyed first. Not while another thread uses m.
+void tl_model_destroy(tl_model *m);
 
 struct tl_model_info {
     const char *arch; // "llama", "qwen2"
@@ -96,16 +98,18 @@ struct tl_model_info {
     const char *chat_template; // tokenizer.chat_template, or NULL
     int32_t bos, eos, eot;     // -1 when absent
 };
-void tl_model_get_info(const tl_model *m, struct tl_model_info *out); // pointers live with m
+// Pointers in *out live with m. Thread-safe.
+void tl_model_get_info(const tl_model *m, struct tl_model_info *out);
 
 // Tokenizes text with the model's tokenizer (see tl_tokenize in src/tokenizer). OUT: *ids
 // (malloc'd, caller frees) and *n_ids. Thread-safe.
 tl_status tl_model_tokenize(const tl_model *m, const char *text, size_t len, bool add_special,
                             bool parse_special, int32_t **ids, int64_t *n_ids) TL_WARN_UNUSED;
 // Detokenizes into a malloc'd NUL-terminated string (NULL on failure or an out-of-range id).
+// Thread-safe.
 char *tl_model_detokenize(const tl_model *m, const int32_t *ids, int64_t n, bool render_special);
 // The text of one token (space/byte handling undone; may be a partial UTF-8 character). Writes
-// up to cap bytes, returns the full length.
+// up to cap bytes, returns the full length. Thread-safe.
 size_t tl_model_token_text(const tl_model *m, int32_t id, char *buf, size_t cap);
 
 // ---- engine ----------------------------------------------------------------------------------
@@ -145,13 +149,14 @@ struct tl_engine_config {
     // uncapped, 8 keep the fixed cap. 0 = default; -1 = the fixed cap only.
     int32_t prefill_tokens_per_decode;
 };
-void tl_engine_config_default(struct tl_engine_config *c);
+void tl_engine_config_default(struct tl_engine_config *c); // thread-safe (fills c only)
 
 // Creates an engine over m (borrowed; must outlive the engine). Allocates the whole KV pool
-// now. OUT: *out.
+// now. OUT: *out. Thread-safe (engines over one model are independent).
 tl_status tl_engine_create(const tl_model *m, const struct tl_engine_config *c,
                            tl_engine **out) TL_WARN_UNUSED;
-// Destroys the engine; requests still pending get no further events.
+// Destroys the engine; requests still pending get no further events. Call once, when no other
+// thread uses e (after the engine thread has left tl_engine_step).
 void tl_engine_destroy(tl_engine *e);
 
 // One entry of OpenAI's logit_bias: added to the token's logit before sampling.
@@ -176,7 +181,7 @@ struct tl_sampling {
     const struct tl_logit_bias *logit_bias;
     int32_t n_logit_bias; // 0..TL_MAX_LOGIT_BIAS; a repeated token gets the sum
 };
-void tl_sampling_default(struct tl_sampling *s);
+void tl_sampling_default(struct tl_sampling *s); // thread-safe (fills s only)
 
 enum tl_finish_reason {
     TL_FINISH_NONE = 0,      // still running
@@ -239,8 +244,8 @@ typedef void (*tl_event_fn)(void *user, const struct tl_event *ev);
 
 // Structured output: a compiled grammar the generated text must be a sentence of (tokens whose
 // bytes would leave the language are masked out; end-of-generation only where it is complete).
-// Compiled from a source by tl_grammar_get (src/grammar/grammar.h: GBNF, JSON Schema,
-// json_object, regex, choices), refcounted, immutable and shareable between requests.
+// Compiled from a source by tl_grammar_compile (GBNF, JSON Schema, json_object, regex, choices),
+// refcounted, immutable and shareable between requests and engines.
 enum tl_grammar_kind {
     TL_GRAMMAR_NONE = 0,
     TL_GRAMMAR_GBNF = 1,        // llama.cpp GBNF text, rule "root"
@@ -250,6 +255,18 @@ enum tl_grammar_kind {
     TL_GRAMMAR_CHOICE = 5,      // a JSON array of strings: the output is one of them
 };
 typedef struct tl_grammar tl_grammar;
+
+// Compiles src[0..len) of the given kind (TL_GRAMMAR_JSON_OBJECT ignores src; TL_GRAMMAR_CHOICE
+// takes a JSON array of strings). OUT: *out (refcount 1). Errors are TL_ERR_INVALID_ARG with a
+// message that names the construct and its position (line:column for GBNF and regexes, a JSON
+// pointer for schemas). Grammars are independent of models: one serves every vocabulary.
+// Thread-safe.
+tl_status tl_grammar_compile(enum tl_grammar_kind kind, const char *src, size_t len,
+                             tl_grammar **out) TL_WARN_UNUSED;
+// Takes a reference (returns g); thread-safe. Refcounted, so its release is _unref, not _destroy.
+tl_grammar *tl_grammar_ref(tl_grammar *g);
+// Drops a reference; the last one frees the grammar. NULL is a no-op. Thread-safe.
+void tl_grammar_unref(tl_grammar *g);
 
 struct tl_request {
     const char *prompt;           // text, tokenized by the engine, or
@@ -280,6 +297,7 @@ struct tl_request {
     void *user;           // passed to on_event
 };
 // Zeroes r and sets the defaults: tl_sampling_default, max_tokens 16, add_special true.
+// Thread-safe (fills r only).
 void tl_request_default(struct tl_request *r);
 
 // Submits a request; thread-safe. Validates it (a prompt plus max_tokens that can never fit the

@@ -33,18 +33,11 @@ struct tl_grammar;
 // --grammar-compile-ms`). Values below 1 are taken as 1.
 void tl_grammar_set_compile_limit_ms(int ms);
 
-// Compiles src[0..len) of the given kind (TL_GRAMMAR_JSON_OBJECT ignores src; TL_GRAMMAR_CHOICE
-// takes a JSON array of strings). OUT: *out (refcount 1). Errors are TL_ERR_INVALID_ARG with a
-// message that names the construct and its position (line:column for GBNF and regexes, a JSON
-// pointer for schemas). Thread-safe.
-tl_status tl_grammar_compile(enum tl_grammar_kind kind, const char *src, size_t len,
-                             struct tl_grammar **out) TL_WARN_UNUSED;
+// tl_grammar_compile, tl_grammar_ref and tl_grammar_unref are public (include/tokenloom.h).
 // As tl_grammar_compile, through a process-wide LRU keyed by (kind, source): 32 grammars at
 // most. Errors are not cached. Thread-safe.
 tl_status tl_grammar_get(enum tl_grammar_kind kind, const char *src, size_t len,
                          struct tl_grammar **out) TL_WARN_UNUSED;
-struct tl_grammar *tl_grammar_ref(struct tl_grammar *g);
-void tl_grammar_unref(struct tl_grammar *g); // NULL is a no-op
 
 // Compiles a JSON Schema (or json_object when schema_json is NULL) or a regex into GBNF text;
 // tl_grammar_compile parses that text. OUT: *gbnf (malloc'd). Used by tests to show the grammar.
