@@ -165,7 +165,7 @@ int main(int argc, char **argv)
             printf(" %9.1f %-14s", best, what);
         }
         printf("\n");
-        tl_jinja_free(t);
+        tl_jinja_destroy(t);
         free(src);
         free(names[k]);
     }

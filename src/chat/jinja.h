@@ -25,10 +25,10 @@ typedef struct tl_jinja_template tl_jinja_template;
 
 // Parses template source (len bytes, need not be NUL-terminated). On error returns
 // TL_ERR_FORMAT and writes "line L, column C: what" into err (err_size bytes, may be 0).
-// OUT: *out, freed with tl_jinja_free.
+// OUT: *out, freed with tl_jinja_destroy.
 tl_status tl_jinja_parse(const char *src, size_t len, tl_jinja_template **out, char *err,
                          size_t err_size) TL_WARN_UNUSED;
-void tl_jinja_free(tl_jinja_template *t);
+void tl_jinja_destroy(tl_jinja_template *t);
 
 // Whether the template loops over a message's content (for x in message['content'], also through
 // a variable set from it): such templates take content as a list of parts, as vLLM detects

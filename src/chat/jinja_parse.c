@@ -308,7 +308,7 @@ tl_status tl_jinja_parse(const char *src, size_t len, tl_jinja_template **out, c
     t->arena.err_size = err_size;
     if (setjmp(p->fail)) {
         free(p);
-        tl_jinja_free(t);
+        tl_jinja_destroy(t);
         return TL_ERR_FORMAT;
     }
     tl__jlex(p, src, len);
@@ -319,7 +319,7 @@ tl_status tl_jinja_parse(const char *src, size_t len, tl_jinja_template **out, c
     return TL_OK;
 }
 
-void tl_jinja_free(tl_jinja_template *t)
+void tl_jinja_destroy(tl_jinja_template *t)
 {
     if (!t) return;
     tl__jarena_free(&t->arena);

@@ -217,6 +217,7 @@ static tl_status scan(tl_toolcall_parser *p, bool eos)
             struct tl__tc_list l = {0};
             bool nomem = false;
             bool ok = p->region->parse(p->region, p->buf, n, &l) && report_calls(p, &l, &nomem);
+            nomem = nomem || l.nomem;
             tl__tc_list_free(&l);
             if (nomem) return TL_ERR_NOMEM;
             if (!ok) emit_content(p, n);

@@ -23,6 +23,7 @@ struct tl__tc_found {
 struct tl__tc_list {
     struct tl__tc_found *v; // owned, n entries
     int n, cap;
+    bool nomem; // a parse ran out of memory: fail with TL_ERR_NOMEM, not "no call"
 };
 
 enum tl__tc_end {

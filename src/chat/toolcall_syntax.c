@@ -91,7 +91,21 @@ static char *dup_n(const char *s, size_t n)
     return d;
 }
 
-// Appends a call; takes args (a new reference) in every case. false on a bad name or no memory.
+// json_loadb that tells running out of memory apart from bad JSON: on the first, out->nomem is
+// set (the caller then fails with TL_ERR_NOMEM instead of passing the region on as text).
+// Jansson 2.14 says so with json_error_out_of_memory only in some places: when its first
+// allocations fail it returns NULL with the error text left empty, which a syntax error never
+// does, so that counts too. (A failure inside its lexer still reads as a syntax error there.)
+static json_t *load_json(struct tl__tc_list *out, const char *s, size_t len, size_t flags)
+{
+    json_error_t e;
+    json_t *v = json_loadb(s, len, flags, &e);
+    if (!v && (json_error_code(&e) == json_error_out_of_memory || !e.text[0])) out->nomem = true;
+    return v;
+}
+
+// Appends a call; takes args (a new reference) in every case. false on a bad name or no memory
+// (which also sets l->nomem).
 static bool list_add(struct tl__tc_list *l, const char *name, size_t name_len, json_t *args,
                      const char *id)
 {
@@ -102,7 +116,10 @@ static bool list_add(struct tl__tc_list *l, const char *name, size_t name_len, j
     if (l->n == l->cap) {
         int cap = l->cap ? l->cap * 2 : 4;
         struct tl__tc_found *v = tl_realloc_array(l->v, (size_t)cap, sizeof(*v));
-        if (!v) goto out;
+        if (!v) {
+            l->nomem = true;
+            goto out;
+        }
         l->v = v;
         l->cap = cap;
     }
@@ -110,6 +127,7 @@ static bool list_add(struct tl__tc_list *l, const char *name, size_t name_len, j
     f->name = dup_n(name, name_len);
     f->id = id ? strdup(id) : NULL;
     if (!f->name || (id && !f->id)) {
+        l->nomem = true;
         free(f->name);
         free(f->id);
         goto out;
@@ -124,11 +142,11 @@ out:
 }
 
 // The arguments of a call object: an object, or a string holding one (new reference or NULL).
-static json_t *args_of(json_t *v)
+static json_t *args_of(json_t *v, struct tl__tc_list *out)
 {
     if (json_is_object(v)) return json_incref(v);
     if (json_is_string(v)) {
-        json_t *o = json_loadb(json_string_value(v), json_string_length(v), 0, NULL);
+        json_t *o = load_json(out, json_string_value(v), json_string_length(v), 0);
         if (json_is_object(o)) return o;
         json_decref(o);
     }
@@ -154,7 +172,8 @@ static bool add_call_object(json_t *o, struct tl__tc_list *out)
                               json_string_length(id) <= 64 && !strchr(json_string_value(id), '"')
                           ? json_string_value(id)
                           : NULL;
-    return list_add(out, json_string_value(name), json_string_length(name), args_of(args), ids);
+    return list_add(out, json_string_value(name), json_string_length(name), args_of(args, out),
+                    ids);
 }
 
 // One call object, a list of them, or {"tool_calls": [...]} / {"tool_call": {...}}.
@@ -178,7 +197,7 @@ static bool add_json_calls(json_t *v, struct tl__tc_list *out)
 
 static bool parse_json_text(const char *s, size_t len, struct tl__tc_list *out)
 {
-    json_t *v = json_loadb(s, len, 0, NULL);
+    json_t *v = load_json(out, s, len, 0);
     bool ok = v && add_json_calls(v, out);
     json_decref(v);
     return ok;
@@ -280,7 +299,7 @@ static bool parse_builtin_call(const char *s, size_t len, struct tl__tc_list *ou
                 break;
             }
         }
-        json_t *val = json_loadb(v, (size_t)(p - v), JSON_DECODE_ANY, NULL);
+        json_t *val = load_json(out, v, (size_t)(p - v), JSON_DECODE_ANY);
         char key[128];
         if (!val || klen >= sizeof(key)) {
             json_decref(val);
@@ -331,7 +350,7 @@ static bool parse_function_tag(const struct tl__tc_trigger *t, const char *s, si
     const char *b = gt + 1;
     size_t blen = len - n - 1;
     trim(&b, &blen);
-    json_t *args = json_loadb(b, blen, 0, NULL);
+    json_t *args = load_json(out, b, blen, 0);
     return list_add(out, s, n, args, NULL);
 }
 
@@ -363,7 +382,7 @@ static bool parse_functionary(const struct tl__tc_trigger *t, const char *s, siz
     const char *b = nl + 1;
     size_t blen = len - n - 1;
     trim(&b, &blen);
-    if (blen && *b == '{') return list_add(out, s, n, json_loadb(b, blen, 0, NULL), NULL);
+    if (blen && *b == '{') return list_add(out, s, n, load_json(out, b, blen, 0), NULL);
     if (n == 6 && starts(s, len, "python") && blen)
         return list_add(out, s, n, code_args(b, blen), NULL);
     return false;
@@ -421,7 +440,7 @@ static bool parse_deepseek(const struct tl__tc_trigger *t, const char *s, size_t
             b += 3, blen -= 3;
         if (blen >= 3 && !memcmp(b + blen - 3, "```", 3)) blen -= 3;
         trim(&b, &blen);
-        if (!list_add(out, name, name_len, json_loadb(b, blen, 0, NULL), NULL)) return false;
+        if (!list_add(out, name, name_len, load_json(out, b, blen, 0), NULL)) return false;
         n_calls++;
         if (!cend) break;
         len -= (size_t)(cend - s) + strlen(DS_CALL_END);

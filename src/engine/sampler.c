@@ -12,13 +12,14 @@
  * kept tokens in a fixed order (whole bins in id order, then the cut bin in rank order) against
  * u * total mass, sums in double in a fixed order (per block of 64 ids, then the blocks), so it
  * finds its block among n / 64 sums. Without a top-k or top-p cut nothing is binned. The
- * vocabulary-wide passes use SSE2 (x86-64's baseline) with identical scalar twins.
- * Log-probabilities come from the raw logits (as OpenAI reports them), independent of the sampling
- * parameters.
+ * vocabulary-wide passes (sampler_passes.c) use SSE2 (x86-64's baseline) with identical scalar
+ * twins. Log-probabilities come from the raw logits (as OpenAI reports them), independent of the
+ * sampling parameters.
  *
  * Thread model: a tl_sampler is one thread's scratch; the functions are re-entrant otherwise.
  */
 #include "engine/sampler.h"
+#include "engine/sampler_passes.h"
 
 #include "kernels/kernels.h"
 
@@ -226,126 +227,6 @@ static void apply_penalties(struct tl_sampler *s, const struct tl_sampling *p,
 
 // ---- normalizers and cuts -------------------------------------------------------------------
 
-// ---- vocabulary-wide passes ---------------------------------------------------------------------
-//
-// Every sampled token walks the whole vocabulary several times (32000 entries for Llama 2: at
-// 64 sequences that was ~10% of a decode step), so these passes are written for SSE2 (the
-// x86-64 baseline) with a scalar twin elsewhere. Both compute the same values: max over
-// NaN-free floats (the only difference, +0 vs -0 for the max, changes no later result), and
-// double sums in the same fixed lanes and order.
-
-// v[i] = logits[i], NaN as -inf; returns the max (-inf when empty).
-static float copy_sanitize_max(const float *logits, float *v, int32_t n)
-{
-    float mx = -INFINITY;
-    int32_t i = 0;
-#if defined(__SSE2__)
-    const __m128 ninf = _mm_set1_ps(-INFINITY);
-    __m128 m4 = ninf;
-    for (; i + 4 <= n; i += 4) {
-        __m128 x = _mm_loadu_ps(logits + i), nan = _mm_cmpunord_ps(x, x);
-        x = _mm_or_ps(_mm_andnot_ps(nan, x), _mm_and_ps(nan, ninf));
-        _mm_storeu_ps(v + i, x);
-        m4 = _mm_max_ps(m4, x);
-    }
-    float t[4];
-    _mm_storeu_ps(t, m4);
-    for (int j = 0; j < 4; j++)
-        mx = t[j] > mx ? t[j] : mx;
-#endif
-    for (; i < n; i++) {
-        float x = logits[i];
-        v[i] = isnan(x) ? -INFINITY : x;
-        if (v[i] > mx) mx = v[i];
-    }
-    return mx;
-}
-
-// v[i] *= f (f > 0, v NaN-free); returns the new max.
-static float scale_max(float *v, float f, int32_t n)
-{
-    float mx = -INFINITY;
-    int32_t i = 0;
-#if defined(__SSE2__)
-    const __m128 f4 = _mm_set1_ps(f);
-    __m128 m4 = _mm_set1_ps(-INFINITY);
-    for (; i + 4 <= n; i += 4) {
-        __m128 x = _mm_mul_ps(_mm_loadu_ps(v + i), f4);
-        _mm_storeu_ps(v + i, x);
-        m4 = _mm_max_ps(m4, x);
-    }
-    float t[4];
-    _mm_storeu_ps(t, m4);
-    for (int j = 0; j < 4; j++)
-        mx = t[j] > mx ? t[j] : mx;
-#endif
-    for (; i < n; i++) {
-        v[i] *= f;
-        if (v[i] > mx) mx = v[i];
-    }
-    return mx;
-}
-
-// The max of v (NaN-free), -inf when empty.
-static float max_of(const float *v, int32_t n)
-{
-    float mx = -INFINITY;
-    int32_t i = 0;
-#if defined(__SSE2__)
-    __m128 m4 = _mm_set1_ps(-INFINITY);
-    for (; i + 4 <= n; i += 4)
-        m4 = _mm_max_ps(m4, _mm_loadu_ps(v + i));
-    float t[4];
-    _mm_storeu_ps(t, m4);
-    for (int j = 0; j < 4; j++)
-        mx = t[j] > mx ? t[j] : mx;
-#endif
-    for (; i < n; i++)
-        if (v[i] > mx) mx = v[i];
-    return mx;
-}
-
-// The sum of p[0..n) in double: eight lanes (lane j takes p[8k + j]), the tail first, then the
-// lanes in order.
-static double sum8(const float *p, int32_t n)
-{
-    double lane[8] = {0};
-    int32_t i = 0;
-#if defined(__SSE2__)
-    __m128d a0 = _mm_setzero_pd(), a1 = a0, a2 = a0, a3 = a0;
-    for (; i + 8 <= n; i += 8) {
-        __m128 lo = _mm_loadu_ps(p + i), hi = _mm_loadu_ps(p + i + 4);
-        a0 = _mm_add_pd(a0, _mm_cvtps_pd(lo));
-        a1 = _mm_add_pd(a1, _mm_cvtps_pd(_mm_movehl_ps(lo, lo)));
-        a2 = _mm_add_pd(a2, _mm_cvtps_pd(hi));
-        a3 = _mm_add_pd(a3, _mm_cvtps_pd(_mm_movehl_ps(hi, hi)));
-    }
-    _mm_storeu_pd(lane, a0);
-    _mm_storeu_pd(lane + 2, a1);
-    _mm_storeu_pd(lane + 4, a2);
-    _mm_storeu_pd(lane + 6, a3);
-#else
-    for (; i + 8 <= n; i += 8)
-        for (int j = 0; j < 8; j++)
-            lane[j] += (double)p[i + j];
-#endif
-    double sum = 0;
-    for (; i < n; i++)
-        sum += (double)p[i];
-    for (int j = 0; j < 8; j++)
-        sum += lane[j];
-    return sum;
-}
-
-// prob[i] = e^(v[i] - m) for i < n (v[i] <= m; -inf gives exactly 0), with the kernels'
-// vectorized exp (libm's scalar expf over a 32000-token vocabulary was ~40% of sampling);
-// returns the sum (sum8).
-static double exp_sum(const float *v, float m, float *prob, int32_t n)
-{
-    tl_exp_sub(v, m, prob, n);
-    return sum8(prob, n);
-}
-
 // bin[i] = the bin of v[i] below cmax (see N_BINS), with every bin's count and mass. The mass
 // goes to two interleaved histograms (even, odd ids; summed at the end) so that runs of one bin
 // do not chain every add on the previous one's store.
@@ -387,22 +268,6 @@ static void fill_bins(struct tl_sampler *s, const float *v, float cmax)
         s->bin_count[b] = cnt[0][b] + cnt[1][b];
         s->bin_mass[b] = mass[0][b] + mass[1][b];
     }
-}
-
-// The first id whose v equals m (m the max of v, finite), or -1.
-static int32_t first_equal(const float *v, float m, int32_t n)
-{
-    int32_t i = 0;
-#if defined(__SSE2__)
-    const __m128 m4 = _mm_set1_ps(m);
-    for (; i + 4 <= n; i += 4) {
-        int hit = _mm_movemask_ps(_mm_cmpeq_ps(_mm_loadu_ps(v + i), m4));
-        if (hit) return i + __builtin_ctz((unsigned)hit);
-    }
-#endif
-    for (; i < n; i++)
-        if (v[i] == m) return i;
-    return -1;
 }
 
 static int cmp_ranked(const void *a, const void *b)
@@ -497,8 +362,8 @@ static void find_cut(struct tl_sampler *s, const struct tl_sampling *p, int32_t 
 static double log_normalizer(struct tl_sampler *s, const float *logits)
 {
     const int32_t nv = s->n_vocab;
-    float *v = s->val, mx = copy_sanitize_max(logits, v, nv);
-    return mx > -INFINITY ? (double)mx + log(exp_sum(v, mx, s->prob, nv)) : 0.0;
+    float *v = s->val, mx = tl__copy_sanitize_max(logits, v, nv);
+    return mx > -INFINITY ? (double)mx + log(tl__exp_sum(v, mx, s->prob, nv)) : 0.0;
 }
 
 // The n_top best tokens of s->val (after log_normalizer) with their log-probabilities, best
@@ -660,13 +525,13 @@ void tl_sampler_sample_masked(struct tl_sampler *s, const float *logits,
     }
     if (p->temperature == 0.0f || p->top_k == 1) {
         // the best value, the lowest id among equals; all -inf: the fallback stays
-        float m = max_of(v, nv);
-        if (m > -INFINITY) chosen = first_equal(v, m, nv);
+        float m = tl__max_of(v, nv);
+        if (m > -INFINITY) chosen = tl__first_equal(v, m, nv);
         goto done;
     }
 
     // Temperature; probabilities relative to the best token; bins (only when there is a cut).
-    float cmax = scale_max(v, 1.0f / p->temperature, nv);
+    float cmax = tl__scale_max(v, 1.0f / p->temperature, nv);
     if (cmax == -INFINITY) goto done; // nothing possible: token 0
     tl_exp_sub(v, cmax, s->prob, nv);
     int32_t cut_bin = N_BINS;

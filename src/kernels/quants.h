@@ -151,6 +151,24 @@ struct tl__kq_aux {
     int32_t b6hi; // the same for bytes 16..31
 };
 
+// Type traits the ISA tiles fold at compile time (the type is a constant there): the integer
+// offset of a type's quants as a shift of the activations' negated sum (Q4_0's 8 = 1 << 3,
+// Q5_0's 16, Q6_K's 32, Q3_K's 4; -1: none), and whether it carries a per-block minimum.
+static inline __attribute__((always_inline)) int tl__qx_off_shift(int type)
+{
+    return type == TL_DTYPE_Q4_0   ? 3
+           : type == TL_DTYPE_Q5_0 ? 4
+           : type == TL_DTYPE_Q6_K ? 5
+           : type == TL_DTYPE_Q3_K ? 2
+                                   : -1;
+}
+
+static inline __attribute__((always_inline)) int tl__qx_has_min(int type)
+{
+    return type == TL_DTYPE_Q4_1 || type == TL_DTYPE_Q5_1 || type == TL_DTYPE_Q4_K ||
+           type == TL_DTYPE_Q5_K || type == TL_DTYPE_Q2_K;
+}
+
 struct tl__qx_mm {
     const struct tl_weight *w;
     const struct tl__qx_traits *tr;

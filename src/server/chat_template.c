@@ -194,7 +194,7 @@ nomem:
 
 void tl_chat_template_free(struct tl_chat_template *t)
 {
-    tl_jinja_free(t->jinja);
+    tl_jinja_destroy(t->jinja);
     free(t->source_name);
     free(t->bos_token);
     free(t->eos_token);

@@ -7,7 +7,7 @@
  * are stored as a second hash table keyed by the two token ids, holding the rank and the id of the
  * merged piece; a merge that names a piece missing from the vocabulary is a format error (and
  * so merging never needs strings). The rules that llama.cpp applies while loading are
- * reproduced, because they change tokenization:
+ * reproduced, because they change tokenization (the special-token ones live in vocab_specials.c):
  *   - defaults by tokenizer model: "llama" (SPM) has BOS=1, EOS=2, UNK=0, add_bos, a space
  *     prefix; "gpt2" (BPE) has no default ids and no BOS unless the pre-tokenizer type or
  *     tokenizer.ggml.add_bos_token says so;
@@ -174,211 +174,6 @@ static tl_status build_pieces(struct tl_vocab *v, const struct piece_ref *pieces
     return TL_OK;
 }
 
-static int32_t find_cstr(const struct tl_vocab *v, const char *s)
-{
-    return tl__vocab_find(v, s, strlen(s));
-}
-
-// First token whose piece is one of the NULL-terminated candidates (in list order), or -1.
-static int32_t find_any(const struct tl_vocab *v, const char *const *cands)
-{
-    for (int i = 0; cands[i]; i++) {
-        int32_t id = find_cstr(v, cands[i]);
-        if (id >= 0) return id;
-    }
-    return -1;
-}
-
-static void force_control(struct tl_vocab *v, int32_t id)
-{
-    if (id >= 0 && v->tokens[id].type != TL_TOKEN_CONTROL) {
-        TL_LOGD("%s: token %d '%s' looks like a control token; treating it as one", v->source, id,
-                tl__piece(v, id));
-        v->tokens[id].type = TL_TOKEN_CONTROL;
-    }
-}
-
-static int cmp_i32(const void *a, const void *b)
-{
-    int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
-    return (x > y) - (x < y);
-}
-
-// Order of the special list: longer pieces first (llama.cpp's order), ties by id so that the
-// result does not depend on the sort algorithm.
-static int cmp_special(const void *a, const void *b, void *ctx)
-{
-    const struct tl_vocab *v = ctx;
-    int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
-    uint32_t lx = v->tokens[x].len, ly = v->tokens[y].len;
-    if (lx != ly) return lx > ly ? -1 : 1;
-    return (x > y) - (x < y);
-}
-
-// Fixed ids from keys plus the text-based detection, EOG set, special list and attributes.
-// `fim` holds ids read from the FIM keys (-1 when absent).
-struct fim_ids {
-    int32_t pre, suf, mid, pad, rep, sep;
-};
-
-static tl_status finish_specials(struct tl_vocab *v, struct fim_ids fim, const char *model_name,
-                                 const char *arch)
-{
-    static const char *const eot_texts[] = {"<|eot_id|>",
-                                            "<|im_end|>",
-                                            "<|end|>",
-                                            "<end_of_turn>",
-                                            "<|endoftext|>",
-                                            "<|end_of_text|>",
-                                            "<EOT>",
-                                            "_<EOT>",
-                                            "<\xef\xbd\x9c"
-                                            "end\xe2\x96\x81of\xe2\x96\x81"
-                                            "sentence\xef\xbd\x9c>",
-                                            "<end_of_utterance>",
-                                            NULL};
-    static const char *const eom_texts[] = {"<|eom_id|>", NULL};
-    static const char *const fim_pre_texts[] = {"<|fim_prefix|>",
-                                                "<fim-prefix>",
-                                                "<fim_prefix>",
-                                                "<\xef\xbd\x9c"
-                                                "fim\xe2\x96\x81"
-                                                "begin\xef\xbd\x9c>",
-                                                "<PRE>",
-                                                "\xe2\x96\x81<PRE>",
-                                                "<|code_prefix|>",
-                                                NULL};
-    static const char *const fim_suf_texts[] = {"<|fim_suffix|>",
-                                                "<fim-suffix>",
-                                                "<fim_suffix>",
-                                                "<\xef\xbd\x9c"
-                                                "fim\xe2\x96\x81"
-                                                "hole\xef\xbd\x9c>",
-                                                "<SUF>",
-                                                "\xe2\x96\x81<SUF>",
-                                                "<|code_suffix|>",
-                                                NULL};
-    static const char *const fim_mid_texts[] = {"<|fim_middle|>",
-                                                "<fim-middle>",
-                                                "<fim_middle>",
-                                                "<\xef\xbd\x9c"
-                                                "fim\xe2\x96\x81"
-                                                "end\xef\xbd\x9c>",
-                                                "<MID>",
-                                                "\xe2\x96\x81<MID>",
-                                                "<|code_middle|>",
-                                                NULL};
-    static const char *const fim_pad_texts[] = {"<|fim_pad|>", "<fim-pad>", "<fim_pad>", "<PAD>",
-                                                NULL};
-    static const char *const fim_rep_texts[] = {"<|fim_repo|>", "<|repo_name|>", "<fim-repo>",
-                                                "<REPO>",       "<reponame>",    NULL};
-    static const char *const fim_sep_texts[] = {"<|file_sep|>", NULL};
-    static const char *const eog_texts[] = {
-        "<|eot_id|>",      "<|im_end|>",         "<|end|>",    "<|return|>", "<|call|>",
-        "<end_of_turn>",   "<|endoftext|>",      "<|eom_id|>", "<EOT>",      "_<EOT>",
-        "<|end_of_text|>", "<end_of_utterance>", NULL};
-
-    // Text-based detection only when the file did not name the token; detected ones are control.
-    if (v->eot < 0 && (v->eot = find_any(v, eot_texts)) >= 0) force_control(v, v->eot);
-    if (v->eom < 0 && (v->eom = find_any(v, eom_texts)) >= 0) force_control(v, v->eom);
-    struct {
-        int32_t *id;
-        const char *const *texts;
-    } fims[] = {{&fim.pre, fim_pre_texts}, {&fim.suf, fim_suf_texts}, {&fim.mid, fim_mid_texts},
-                {&fim.pad, fim_pad_texts}, {&fim.rep, fim_rep_texts}, {&fim.sep, fim_sep_texts}};
-    for (size_t i = 0; i < sizeof(fims) / sizeof(fims[0]); i++)
-        if (*fims[i].id < 0 && (*fims[i].id = find_any(v, fims[i].texts)) >= 0)
-            force_control(v, *fims[i].id);
-
-    // End-of-generation set (at most a handful of ids; kept sorted for bsearch).
-    int32_t eog[32];
-    int n_eog = 0;
-#define ADD_EOG(x)                                                                                 \
-    do {                                                                                           \
-        int32_t id_ = (x);                                                                         \
-        bool seen_ = false;                                                                        \
-        for (int k_ = 0; k_ < n_eog; k_++)                                                         \
-            seen_ |= eog[k_] == id_;                                                               \
-        if (id_ >= 0 && !seen_ && n_eog < 32) eog[n_eog++] = id_;                                  \
-    } while (0)
-    ADD_EOG(fim.pad);
-    ADD_EOG(fim.rep);
-    ADD_EOG(fim.sep);
-    for (int i = 0; eog_texts[i]; i++) {
-        int32_t id = find_cstr(v, eog_texts[i]);
-        if (id >= 0) {
-            ADD_EOG(id);
-            force_control(v, id);
-        }
-    }
-    // gpt-oss: these always render (llama.cpp makes them user-defined).
-    static const char *const render_texts[] = {"<|channel|>", "<|message|>", "<|start|>",
-                                               "<|constrain|>", NULL};
-    for (int i = 0; render_texts[i]; i++) {
-        int32_t id = find_cstr(v, render_texts[i]);
-        if (id >= 0) v->tokens[id].type = TL_TOKEN_USER_DEFINED;
-    }
-    ADD_EOG(v->eos);
-    ADD_EOG(v->eot);
-    ADD_EOG(v->eom);
-#undef ADD_EOG
-    // o200k_harmony: with <|return|> and <|call|> present, <|end|> ends a message, not the turn.
-    int32_t id_ret = find_cstr(v, "<|return|>"), id_call = find_cstr(v, "<|call|>");
-    int32_t id_end = find_cstr(v, "<|end|>");
-    if (id_ret >= 0 && id_call >= 0 && id_end >= 0) {
-        for (int i = 0; i < n_eog; i++)
-            if (eog[i] == id_end) eog[i] = eog[--n_eog];
-        v->tokens[id_end].type = TL_TOKEN_USER_DEFINED;
-        if (v->eot == id_end) v->eot = -1;
-    }
-    qsort(eog, (size_t)n_eog, sizeof(eog[0]), cmp_i32);
-    v->eog = tl_malloc_array((size_t)(n_eog ? n_eog : 1), sizeof(int32_t));
-    if (!v->eog) return tl__errorf(TL_ERR_NOMEM, "%s: out of memory", v->source);
-    memcpy(v->eog, eog, (size_t)n_eog * sizeof(int32_t));
-    v->n_eog = n_eog;
-
-    // Special tokens that are cut out of the text before encoding.
-    int32_t n_sp = 0;
-    for (int32_t i = 0; i < v->n_tokens; i++) {
-        uint8_t t = v->tokens[i].type;
-        n_sp += t == TL_TOKEN_CONTROL || t == TL_TOKEN_USER_DEFINED || t == TL_TOKEN_UNKNOWN;
-    }
-    v->specials = tl_malloc_array((size_t)(n_sp ? n_sp : 1), sizeof(int32_t));
-    if (!v->specials) return tl__errorf(TL_ERR_NOMEM, "%s: out of memory", v->source);
-    n_sp = 0;
-    for (int32_t i = 0; i < v->n_tokens; i++) {
-        uint8_t t = v->tokens[i].type;
-        if (t == TL_TOKEN_CONTROL || t == TL_TOKEN_USER_DEFINED || t == TL_TOKEN_UNKNOWN)
-            v->specials[n_sp++] = i;
-    }
-    qsort_r(v->specials, (size_t)n_sp, sizeof(int32_t), cmp_special, v);
-    v->n_specials = n_sp;
-
-    // Per-model strip attributes (llama.cpp sets these by name: the GGUF has no field for them).
-    char lname[256];
-    size_t ln = strlen(model_name);
-    if (ln >= sizeof(lname)) ln = sizeof(lname) - 1;
-    for (size_t i = 0; i < ln; i++)
-        lname[i] = (char)tolower((unsigned char)model_name[i]);
-    lname[ln] = '\0';
-    const char *pre = v->pre ? v->pre : "";
-    if (strstr(pre, "jina-v2-de") || strstr(pre, "jina-v2-es") || strstr(pre, "jina-v2-code") ||
-        strstr(arch, "nomic-bert-moe") || strstr(arch, "jina-bert-v3")) {
-        int32_t id = find_cstr(v, "<mask>");
-        if (id >= 0) v->tokens[id].flags |= TL__TOK_LSTRIP;
-    } else if (strstr(lname, "phi-3") || strstr(lname, "phi3")) {
-        for (int32_t i = 0; i < n_sp; i++)
-            v->tokens[v->specials[i]].flags |= TL__TOK_RSTRIP;
-        int32_t id = find_cstr(v, "</s>");
-        if (id >= 0) v->tokens[id].flags |= TL__TOK_RSTRIP;
-        static const char *const keep[] = {"<unk>", "<s>", "<|endoftext|>", NULL};
-        for (int i = 0; keep[i]; i++)
-            if ((id = find_cstr(v, keep[i])) >= 0) v->tokens[id].flags &= ~TL__TOK_RSTRIP;
-    }
-    return TL_OK;
-}
-
-// Byte fallback table: SPM "<0xXX>" (or the raw single byte), BPE the GPT-2 character.
 static void build_byte_table(struct tl_vocab *v)
 {
     for (int b = 0; b < 256; b++) {
@@ -386,7 +181,7 @@ static void build_byte_table(struct tl_vocab *v)
         int32_t id;
         if (v->type == TL_VOCAB_SPM) {
             snprintf(buf, sizeof(buf), "<0x%02X>", b);
-            id = find_cstr(v, buf);
+            id = tl__vocab_find(v, buf, strlen(buf));
             if (id < 0) {
                 buf[0] = (char)b;
                 id = tl__vocab_find(v, buf, 1);
@@ -596,7 +391,7 @@ static tl_status load_gguf(struct tl_vocab *v, const struct tl_gguf *g)
     }
     if ((rc = get_flag(v, g, "tokenizer.ggml.add_space_prefix", &v->add_space_prefix))) return rc;
 
-    struct fim_ids fim = {-1, -1, -1, -1, -1, -1};
+    struct tl__fim_ids fim = {-1, -1, -1, -1, -1, -1};
     struct {
         const char *key;
         int32_t *id;
@@ -635,7 +430,7 @@ static tl_status load_gguf(struct tl_vocab *v, const struct tl_gguf *g)
              name.ptr ? name.ptr : "");
     snprintf(abuf, sizeof(abuf), "%.*s", (int)(arch.len > 127 ? 127 : arch.len),
              arch.ptr ? arch.ptr : "");
-    if ((rc = finish_specials(v, fim, nbuf, abuf))) return rc;
+    if ((rc = tl__vocab_finish_specials(v, fim, nbuf, abuf))) return rc;
     build_byte_table(v);
     if (v->type == TL_VOCAB_BPE && (rc = tl__pretok_create(v->pre_kind, v->source, &v->pretok)))
         return rc;
@@ -782,8 +577,8 @@ static tl_status load_llama2c(struct tl_vocab *v, const char *path)
     v->unk = 0;
     v->add_bos = true;
     v->add_space_prefix = true;
-    struct fim_ids fim = {-1, -1, -1, -1, -1, -1};
-    if ((rc = finish_specials(v, fim, "", ""))) goto out_bufs;
+    struct tl__fim_ids fim = {-1, -1, -1, -1, -1, -1};
+    if ((rc = tl__vocab_finish_specials(v, fim, "", ""))) goto out_bufs;
     build_byte_table(v);
 out_bufs:
     free(scratch);
@@ -855,7 +650,7 @@ bool tl_vocab_add_eos(const struct tl_vocab *v)
 bool tl_vocab_is_eog(const struct tl_vocab *v, int32_t id)
 {
     if (id < 0) return false;
-    return bsearch(&id, v->eog, (size_t)v->n_eog, sizeof(int32_t), cmp_i32) != NULL;
+    return bsearch(&id, v->eog, (size_t)v->n_eog, sizeof(int32_t), tl__cmp_i32) != NULL;
 }
 
 enum tl_token_attr tl_vocab_attr(const struct tl_vocab *v, int32_t id)

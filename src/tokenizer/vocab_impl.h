@@ -72,6 +72,23 @@ struct tl_vocab {
 // Id of an exact piece, or -1.
 int32_t tl__vocab_find(const struct tl_vocab *v, const char *piece, size_t len);
 
+// qsort/bsearch order of int32_t ids.
+static inline int tl__cmp_i32(const void *a, const void *b)
+{
+    int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+    return (x > y) - (x < y);
+}
+
+// Ids read from the FIM keys (-1 when absent), handed to tl__vocab_finish_specials.
+struct tl__fim_ids {
+    int32_t pre, suf, mid, pad, rep, sep;
+};
+
+// Fixed ids from keys plus the text-based detection, EOG set, special list and attributes
+// (vocab_specials.c). `model_name` is general.name, `arch` general.architecture ("" if unknown).
+tl_status tl__vocab_finish_specials(struct tl_vocab *v, struct tl__fim_ids fim,
+                                    const char *model_name, const char *arch);
+
 // Merge rule for a pair of ids, or NULL.
 bool tl__vocab_merge(const struct tl_vocab *v, int32_t left, int32_t right, int32_t *rank,
                      int32_t *result);

@@ -68,7 +68,7 @@ static tl_status render(const char *src, const struct tl_jinja_limits *lim,
     tl_status st = tl_jinja_render(t, vars, NULL, lim, &out, &len, kind, err, err_size);
     json_decref(vars);
     free(out);
-    tl_jinja_free(t);
+    tl_jinja_destroy(t);
     return st;
 }
 
@@ -184,7 +184,7 @@ static void test_shared_template_renders_on_many_threads(void **state)
     for (int i = 0; i < 4; i++)
         free(args[i].out);
     json_decref(vars);
-    tl_jinja_free(t);
+    tl_jinja_destroy(t);
 }
 
 // ---- mutated real templates: errors are fine, crashes and hangs are not
@@ -259,7 +259,7 @@ static void test_mutated_templates_never_crash(void **state)
             else
                 assert_true(err[0] != 0);
             free(out);
-            tl_jinja_free(t);
+            tl_jinja_destroy(t);
         }
     }
     printf("# mutated templates: %d parsed, %d rendered\n", parsed, rendered);

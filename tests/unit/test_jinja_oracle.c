@@ -119,7 +119,7 @@ static void test_template(void **state)
         n++;
         ok += check_case(t, c);
     }
-    tl_jinja_free(t);
+    tl_jinja_destroy(t);
     g_total += n;
     g_matched += ok;
     printf("# %s: %d of %d cases match Jinja2\n", strrchr(path, '/') + 1, ok, n);

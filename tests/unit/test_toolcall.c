@@ -448,9 +448,68 @@ static void test_ids_deterministic_and_distinct(void **state)
     assert_string_not_equal(a.calls[0][0], b.calls[0][0]);
 }
 
+// ---- running out of memory --------------------------------------------------------------------
+
+// Jansson's allocator for the test below: the first json_ok allocations succeed, the rest fail.
+static int json_ok = -1; // -1: no limit
+
+static void *json_limited_malloc(size_t n)
+{
+    if (json_ok == 0) return NULL;
+    if (json_ok > 0) json_ok--;
+    return malloc(n);
+}
+
+// A call whose JSON cannot be read for want of memory fails the parser with TL_ERR_NOMEM; it
+// does not come back as text. Oracle: with every allocation allowed the reply is one call; with
+// Jansson's first allocation failing it is TL_ERR_NOMEM and no content. With the k-th failing
+// (k = 1..63) it is the call, TL_ERR_NOMEM, or (where Jansson 2.14 reports the failure as a
+// syntax error, see load_json) content; never a wrong call, and the parser stays usable.
+static void test_json_out_of_memory_is_an_error(void **state)
+{
+    const struct tl_toolcall_config c = config(TL_TOOL_HERMES);
+    const char *reply = "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": "
+                        "\"Paris\"}}\n</tool_call>";
+    json_set_alloc_funcs(json_limited_malloc, free);
+    int n_nomem = 0, n_whole = 0;
+    for (int k = -1; k < 64; k++) {
+        struct result r;
+        memset(&r, 0, sizeof(r));
+        tl_toolcall_parser *p = tl_toolcall_parser_create(&c, on_event, &r);
+        assert_non_null(p);
+        json_ok = k;
+        tl_status rc = tl_toolcall_parser_feed(p, reply, strlen(reply));
+        if (rc == TL_OK) rc = tl_toolcall_parser_finish(p);
+        json_ok = -1;
+        tl_toolcall_parser_destroy(p);
+        if (k <= 0) {
+            // -1: no limit; 0: the very first JSON allocation fails
+            assert_int_equal(rc, k < 0 ? TL_OK : TL_ERR_NOMEM);
+            assert_int_equal(r.n_content, 0);
+            assert_int_equal(r.n_calls, k < 0 ? 1 : 0);
+        }
+        if (rc == TL_ERR_NOMEM) {
+            assert_int_equal(r.n_calls, 0);
+            n_nomem++;
+        } else {
+            assert_int_equal(rc, TL_OK);
+            if (r.n_calls) {
+                assert_int_equal(r.n_calls, 1);
+                assert_string_equal(r.calls[0][1], "get_weather");
+                assert_string_equal(r.calls[0][2], "{\"city\":\"Paris\"}");
+                n_whole++;
+            }
+        }
+    }
+    json_set_alloc_funcs(malloc, free);
+    assert_true(n_nomem > 0);
+    assert_true(n_whole > 1); // no limit, and 63 allocations are enough for this reply
+}
+
 TL_TEST_MAIN(cmocka_unit_test(test_detect_shared_templates), cmocka_unit_test(test_hermes),
              cmocka_unit_test(test_malformed_calls_are_content), cmocka_unit_test(test_llama3),
              cmocka_unit_test(test_mistral), cmocka_unit_test(test_command_r),
              cmocka_unit_test(test_functionary), cmocka_unit_test(test_deepseek_r1),
              cmocka_unit_test(test_firefunction_and_generic), cmocka_unit_test(test_reasoning),
-             cmocka_unit_test(test_ids_deterministic_and_distinct))
+             cmocka_unit_test(test_ids_deterministic_and_distinct),
+             cmocka_unit_test(test_json_out_of_memory_is_an_error))

@@ -21,6 +21,7 @@
  */
 #include "kernels/cb4.h"
 #include "kernels/quants.h"
+#include "kernels/tiles.h"
 #include "kernels/x86/avx2_impl.h"
 
 #include "core/error.h"
@@ -299,27 +300,12 @@ static ALWAYS_INLINE void load_w(const int type, const uint8_t *row, int64_t n_i
 #endif
 enum { XR = 2, XT = 4 }; // rows x tokens
 
-static ALWAYS_INLINE int off_shift_of(int type)
-{
-    return type == TL_DTYPE_Q4_0   ? 3
-           : type == TL_DTYPE_Q5_0 ? 4
-           : type == TL_DTYPE_Q6_K ? 5
-           : type == TL_DTYPE_Q3_K ? 2
-                                   : -1;
-}
-
-static ALWAYS_INLINE int has_min_of(int type)
-{
-    return type == TL_DTYPE_Q4_1 || type == TL_DTYPE_Q5_1 || type == TL_DTYPE_Q4_K ||
-           type == TL_DTYPE_Q5_K || type == TL_DTYPE_Q2_K;
-}
-
 static ALWAYS_INLINE void tile(const struct tl__qx_mm *m, int64_t r, int64_t t, const int type,
                                const int R, const int T)
 {
     const struct tl_weight *w = m->w;
     const int64_t n = w->n_in, n_super = (n + 127) / 128;
-    const int k = off_shift_of(type), has_min = has_min_of(type);
+    const int k = tl__qx_off_shift(type), has_min = tl__qx_has_min(type);
     const size_t scb = w->row_bytes / (size_t)((n + 127) / 128); // bytes per superchunk (~)
     const __m256i ones = _mm256_set1_epi16(1);
     const uint8_t *wr[XR];
@@ -376,93 +362,30 @@ static ALWAYS_INLINE void tile(const struct tl__qx_mm *m, int64_t r, int64_t t, 
             m->y[(t + j) * w->n_out + r + i] = hsum256(acc[i][j]);
 }
 
-typedef void (*tile_fn)(const struct tl__qx_mm *m, int64_t r, int64_t t);
-
-#define DEF_TILE(NAME, TYPE, R, T)                                                                 \
-    static void NAME##_##R##x##T(const struct tl__qx_mm *m, int64_t r, int64_t t)                  \
-    {                                                                                              \
-        tile(m, r, t, TYPE, R, T);                                                                 \
-    }
-#define DEF_TILES_R(NAME, TYPE, R)                                                                 \
-    DEF_TILE(NAME, TYPE, R, 1)                                                                     \
-    DEF_TILE(NAME, TYPE, R, 2) DEF_TILE(NAME, TYPE, R, 3) DEF_TILE(NAME, TYPE, R, 4)
-#define DEF_TILES(NAME, TYPE) DEF_TILES_R(NAME, TYPE, 2) DEF_TILES_R(NAME, TYPE, 1)
-#define LIST_R(NAME, R)                                                                            \
-    {                                                                                              \
-        0, NAME##_##R##x1, NAME##_##R##x2, NAME##_##R##x3, NAME##_##R##x4                          \
-    }
-#define LIST(NAME)                                                                                 \
-    {                                                                                              \
-        LIST_R(NAME, 1), LIST_R(NAME, 2)                                                           \
-    }
+// [0]: one row, [1]: XR rows; index = token count
+#define DEF_TILES(NAME, TYPE)                                                                      \
+    TL__TILES_4(TL__QX_DEF_TILE, NAME, TYPE, 2)                                                    \
+    TL__TILES_4(TL__QX_DEF_TILE, NAME, TYPE, 1)                                                    \
+    static const tl__qx_tile_fn tiles_##NAME[2][5] = {TL__TILE_LIST_4(NAME, 1),                    \
+                                                      TL__TILE_LIST_4(NAME, 2)};
 
 _Static_assert(XR == 2 && XT == 4, "the tile lists below assume 2 x 4 tiles");
 
-DEF_TILES(q4_0, TL_DTYPE_Q4_0)
-DEF_TILES(q4_1, TL_DTYPE_Q4_1)
-DEF_TILES(q5_0, TL_DTYPE_Q5_0)
-DEF_TILES(q5_1, TL_DTYPE_Q5_1)
-DEF_TILES(q2_k, TL_DTYPE_Q2_K)
-DEF_TILES(q3_k, TL_DTYPE_Q3_K)
-DEF_TILES(q4_k, TL_DTYPE_Q4_K)
-DEF_TILES(q5_k, TL_DTYPE_Q5_K)
-DEF_TILES(q6_k, TL_DTYPE_Q6_K)
+TL__QX_TYPES(DEF_TILES)
 
-static const tile_fn tiles_q4_0[2][5] = LIST(q4_0);
-static const tile_fn tiles_q4_1[2][5] = LIST(q4_1);
-static const tile_fn tiles_q5_0[2][5] = LIST(q5_0);
-static const tile_fn tiles_q5_1[2][5] = LIST(q5_1);
-static const tile_fn tiles_q2_k[2][5] = LIST(q2_k);
-static const tile_fn tiles_q3_k[2][5] = LIST(q3_k);
-static const tile_fn tiles_q4_k[2][5] = LIST(q4_k);
-static const tile_fn tiles_q5_k[2][5] = LIST(q5_k);
-static const tile_fn tiles_q6_k[2][5] = LIST(q6_k);
-
-static const tile_fn (*tiles_for(enum tl_dtype type))[5]
-{
-    switch (type) {
-    case TL_DTYPE_Q4_0:
-        return tiles_q4_0;
-    case TL_DTYPE_Q4_1:
-        return tiles_q4_1;
-    case TL_DTYPE_Q5_0:
-        return tiles_q5_0;
-    case TL_DTYPE_Q5_1:
-        return tiles_q5_1;
-    case TL_DTYPE_Q2_K:
-        return tiles_q2_k;
-    case TL_DTYPE_Q3_K:
-        return tiles_q3_k;
-    case TL_DTYPE_Q4_K:
-        return tiles_q4_k;
-    case TL_DTYPE_Q5_K:
-        return tiles_q5_k;
-    case TL_DTYPE_Q6_K:
-        return tiles_q6_k;
-    default:
-        TL_ASSERT(!"unsupported weight type");
-        return NULL;
-    }
-}
+TL__QX_DEF_TILES_FOR(5)
 
 enum { CHUNK_BYTES = 256 * 1024 }; // activations of a token chunk stay in L2
 
 static void matmul_rows(const struct tl__qx_mm *m, int64_t r0, int64_t r1)
 {
-    const tile_fn(*tiles)[5] = tiles_for(m->w->type);
+    const tl__qx_tile_fn(*tiles)[5] = tiles_for(m->w->type);
     const size_t tok_bytes = (size_t)m->xa_stride * sizeof(struct tl__qa_chunk);
     int64_t chunk = (int64_t)(CHUNK_BYTES / tok_bytes) / XT * XT;
     if (chunk < XT) chunk = XT;
     for (int64_t c0 = 0; c0 < m->n_tok; c0 += chunk) {
         const int64_t c1 = c0 + chunk < m->n_tok ? c0 + chunk : m->n_tok;
-        for (int64_t r = r0; r < r1;) {
-            const int rows = r1 - r >= XR ? XR : 1;
-            for (int64_t t = c0; t < c1; t += XT) {
-                const int nt = c1 - t < XT ? (int)(c1 - t) : XT;
-                tiles[rows == XR][nt](m, r, t);
-            }
-            r += rows;
-        }
+        TL__TILE_CHUNK(m, r0, r1, XR, XT, c0, c1, tiles[1], tiles[0]);
     }
 }
 

@@ -35,6 +35,7 @@
  */
 #include "kernels/cb4.h"
 #include "kernels/quants.h"
+#include "kernels/tiles.h"
 #include "kernels/x86/avx512_impl.h"
 
 #include "core/error.h"
@@ -471,21 +472,6 @@ static ALWAYS_INLINE void load_w(const int type, const uint8_t *row, int64_t n_i
 // per-element arithmetic is the same in every shape, so the choice cannot change a result.
 enum { XR = 4, XT = 4, WR = 2, WT = 8 };
 
-static ALWAYS_INLINE int off_shift_of(int type)
-{
-    return type == TL_DTYPE_Q4_0   ? 3
-           : type == TL_DTYPE_Q5_0 ? 4
-           : type == TL_DTYPE_Q6_K ? 5
-           : type == TL_DTYPE_Q3_K ? 2
-                                   : -1;
-}
-
-static ALWAYS_INLINE int has_min_of(int type)
-{
-    return type == TL_DTYPE_Q4_1 || type == TL_DTYPE_Q5_1 || type == TL_DTYPE_Q4_K ||
-           type == TL_DTYPE_Q5_K || type == TL_DTYPE_Q2_K;
-}
-
 static ALWAYS_INLINE int split16_of(int type)
 {
     return type == TL_DTYPE_Q6_K || type == TL_DTYPE_Q3_K || type == TL_DTYPE_Q2_K;
@@ -496,7 +482,7 @@ static ALWAYS_INLINE void tile(const struct tl__qx_mm *m, int64_t r, int64_t t, 
 {
     const struct tl_weight *w = m->w;
     const int64_t n = w->n_in, n_super = (n + 127) / 128;
-    const int k = off_shift_of(type), has_min = has_min_of(type), split = split16_of(type);
+    const int k = tl__qx_off_shift(type), has_min = tl__qx_has_min(type), split = split16_of(type);
     const size_t scb = is_k_of(type) ? blk_bytes_of(type) / 2 : 4 * blk_bytes_of(type);
     const uint8_t *wr[8];
     const struct tl__qa_chunk *xr[8];
@@ -585,108 +571,34 @@ static ALWAYS_INLINE void tile(const struct tl__qx_mm *m, int64_t r, int64_t t, 
             m->y[(t + j) * w->n_out + r + i] = hsum512(acc[i][j]);
 }
 
-typedef void (*tile_fn)(const struct tl__qx_mm *m, int64_t r, int64_t t);
-
-#define DEF_TILE(NAME, TYPE, R, T)                                                                 \
-    static void NAME##_##R##x##T(const struct tl__qx_mm *m, int64_t r, int64_t t)                  \
-    {                                                                                              \
-        tile(m, r, t, TYPE, R, T);                                                                 \
-    }
-#define DEF_TILES_R4(NAME, TYPE, R)                                                                \
-    DEF_TILE(NAME, TYPE, R, 1)                                                                     \
-    DEF_TILE(NAME, TYPE, R, 2) DEF_TILE(NAME, TYPE, R, 3) DEF_TILE(NAME, TYPE, R, 4)
-#define DEF_TILES_R8(NAME, TYPE, R)                                                                \
-    DEF_TILES_R4(NAME, TYPE, R)                                                                    \
-    DEF_TILE(NAME, TYPE, R, 5)                                                                     \
-    DEF_TILE(NAME, TYPE, R, 6) DEF_TILE(NAME, TYPE, R, 7) DEF_TILE(NAME, TYPE, R, 8)
+// [0]: one row x 1..WT, [1]: XR x 1..XT, [2]: WR x 1..WT; index = token count
 #define DEF_TILES(NAME, TYPE)                                                                      \
-    DEF_TILES_R4(NAME, TYPE, 4) DEF_TILES_R8(NAME, TYPE, 2) DEF_TILES_R8(NAME, TYPE, 1)
-#define LIST4(NAME, R)                                                                             \
-    {                                                                                              \
-        0, NAME##_##R##x1, NAME##_##R##x2, NAME##_##R##x3, NAME##_##R##x4, 0, 0, 0, 0              \
-    }
-#define LIST8(NAME, R)                                                                             \
-    {                                                                                              \
-        0, NAME##_##R##x1, NAME##_##R##x2, NAME##_##R##x3, NAME##_##R##x4, NAME##_##R##x5,         \
-            NAME##_##R##x6, NAME##_##R##x7, NAME##_##R##x8                                         \
-    }
-// [0]: one row, [1]: XR x 1..XT, [2]: WR x 1..WT; index = token count
-#define LIST(NAME)                                                                                 \
-    {                                                                                              \
-        LIST8(NAME, 1), LIST4(NAME, 4), LIST8(NAME, 2)                                             \
-    }
+    TL__TILES_8(TL__QX_DEF_TILE, NAME, TYPE, 1)                                                    \
+    TL__TILES_4(TL__QX_DEF_TILE, NAME, TYPE, 4)                                                    \
+    TL__TILES_8(TL__QX_DEF_TILE, NAME, TYPE, 2)                                                    \
+    static const tl__qx_tile_fn tiles_##NAME[3][9] = {                                             \
+        TL__TILE_LIST_8(NAME, 1), TL__TILE_LIST_4(NAME, 4), TL__TILE_LIST_8(NAME, 2)};
 
 _Static_assert(XR == 4 && XT == 4 && WR == 2 && WT == 8, "the tile lists assume these shapes");
 
-DEF_TILES(q4_0, TL_DTYPE_Q4_0)
-DEF_TILES(q4_1, TL_DTYPE_Q4_1)
-DEF_TILES(q5_0, TL_DTYPE_Q5_0)
-DEF_TILES(q5_1, TL_DTYPE_Q5_1)
-DEF_TILES(q2_k, TL_DTYPE_Q2_K)
-DEF_TILES(q3_k, TL_DTYPE_Q3_K)
-DEF_TILES(q4_k, TL_DTYPE_Q4_K)
-DEF_TILES(q5_k, TL_DTYPE_Q5_K)
-DEF_TILES(q6_k, TL_DTYPE_Q6_K)
+TL__QX_TYPES(DEF_TILES)
 
-static const tile_fn tiles_q4_0[3][9] = LIST(q4_0);
-static const tile_fn tiles_q4_1[3][9] = LIST(q4_1);
-static const tile_fn tiles_q5_0[3][9] = LIST(q5_0);
-static const tile_fn tiles_q5_1[3][9] = LIST(q5_1);
-static const tile_fn tiles_q2_k[3][9] = LIST(q2_k);
-static const tile_fn tiles_q3_k[3][9] = LIST(q3_k);
-static const tile_fn tiles_q4_k[3][9] = LIST(q4_k);
-static const tile_fn tiles_q5_k[3][9] = LIST(q5_k);
-static const tile_fn tiles_q6_k[3][9] = LIST(q6_k);
-
-static const tile_fn (*tiles_for(enum tl_dtype type))[9]
-{
-    switch (type) {
-    case TL_DTYPE_Q4_0:
-        return tiles_q4_0;
-    case TL_DTYPE_Q4_1:
-        return tiles_q4_1;
-    case TL_DTYPE_Q5_0:
-        return tiles_q5_0;
-    case TL_DTYPE_Q5_1:
-        return tiles_q5_1;
-    case TL_DTYPE_Q2_K:
-        return tiles_q2_k;
-    case TL_DTYPE_Q3_K:
-        return tiles_q3_k;
-    case TL_DTYPE_Q4_K:
-        return tiles_q4_k;
-    case TL_DTYPE_Q5_K:
-        return tiles_q5_k;
-    case TL_DTYPE_Q6_K:
-        return tiles_q6_k;
-    default:
-        TL_ASSERT(!"unsupported weight type");
-        return NULL;
-    }
-}
+TL__QX_DEF_TILES_FOR(9)
 
 // Bytes of activations a token chunk may occupy: they stay in L2 while the rows stream.
 enum { CHUNK_BYTES = 512 * 1024 };
 
 static void matmul_rows(const struct tl__qx_mm *m, int64_t r0, int64_t r1)
 {
-    const tile_fn(*tiles)[9] = tiles_for(m->w->type);
+    const tl__qx_tile_fn(*tiles)[9] = tiles_for(m->w->type);
     const size_t tok_bytes = (size_t)m->xa_stride * sizeof(struct tl__qa_chunk);
     int64_t chunk = (int64_t)(CHUNK_BYTES / tok_bytes) / WT * WT;
     if (chunk < WT) chunk = WT;
     for (int64_t c0 = 0; c0 < m->n_tok; c0 += chunk) {
         const int64_t c1 = c0 + chunk < m->n_tok ? c0 + chunk : m->n_tok;
         const int wide = c1 - c0 >= WT;
-        const int R = wide ? WR : XR, T = wide ? WT : XT;
-        for (int64_t r = r0; r < r1;) {
-            const int rows = r1 - r >= R ? R : 1;
-            const tile_fn *list = tiles[rows == 1 ? 0 : wide ? 2 : 1];
-            for (int64_t t = c0; t < c1; t += T) {
-                const int nt = c1 - t < T ? (int)(c1 - t) : T;
-                list[nt](m, r, t);
-            }
-            r += rows;
-        }
+        TL__TILE_CHUNK(m, r0, r1, wide ? WR : XR, wide ? WT : XT, c0, c1, tiles[wide ? 2 : 1],
+                       tiles[0]);
     }
 }
 
