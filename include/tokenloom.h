@@ -132,6 +132,9 @@ struct tl_engine_config {
     // bench/README.md); at the default 7 and budget, 64 decoding sequences leave the budget
     // uncapped, 8 keep the fixed cap. 0 = default; -1 = the fixed cap only.
     int32_t prefill_tokens_per_decode;
+    // Where the steps run: NULL or "cpu" = the CPU; "vulkan" / "vulkan:N" = that Vulkan device
+    // (`tokenloom devices` lists them); borrowed for tl_engine_create only.
+    const char *device;
 };
 void tl_engine_config_default(struct tl_engine_config *c);
 

@@ -91,6 +91,7 @@ class EngineConfig(ctypes.Structure):
         ("max_prefill_tokens_decoding", ctypes.c_int32),
         ("prefill_backlog_tokens", ctypes.c_int32),
         ("prefill_tokens_per_decode", ctypes.c_int32),
+        ("device", ctypes.c_char_p),
         ("_reserved", ctypes.c_char * _RESERVED),
     ]
 

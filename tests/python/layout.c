@@ -29,6 +29,7 @@ int main(void)
     F(tl_engine_config, prefix_caching), F(tl_engine_config, n_threads);
     F(tl_engine_config, max_waiting), F(tl_engine_config, max_prefill_tokens_decoding);
     F(tl_engine_config, prefill_backlog_tokens), F(tl_engine_config, prefill_tokens_per_decode);
+    F(tl_engine_config, device);
     SZ(tl_sampling);
     F(tl_sampling, temperature), F(tl_sampling, top_k), F(tl_sampling, top_p);
     F(tl_sampling, min_p), F(tl_sampling, repetition_penalty), F(tl_sampling, presence_penalty);
