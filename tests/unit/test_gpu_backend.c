@@ -157,6 +157,9 @@ static void run_device(struct pair *p, struct step *s, float *logits)
     tl_gpu_device_stats(d, &s1);
     assert_int_equal(s1.n_submits - s0.n_submits, 1);
     assert_int_equal(s1.n_waits - s0.n_waits, 1);
+    // the embedding, 17 per llama layer, the output rows' gather + norm + projection
+    assert_int_equal(s1.n_dispatches - s0.n_dispatches,
+                     1 + 17 * p->m->hp.n_layer + (s->n_out ? 3 : 0));
     // uploads: ids, positions, the token table (2 per token + each sequence's blocks up to its
     // last position), the output rows; nothing else
     int64_t nb[2] = {0, 0};

@@ -9,12 +9,14 @@
  *   of every length) that keep the pool full: the reference sequence runs alone, in mixed
  *   prefill+decode batches, is thrown out and recomputed, and its tokens stay bit-identical
  *   (the engine's block invariants are checked after every step).
+ * And a device lost mid-run fails the requests with an error naming it, never a hang.
  */
 #define TL_TEST_RNG_SEED 0x9B05688C2B3E6C1Full
 #include "engine_harness.h"
 #include "gpu_test.h"
 
 #include "core/log.h"
+#include "gpu/backend.h"
 
 static int32_t ref_ids[1024];
 static int n_ref;
@@ -58,6 +60,7 @@ struct run {
     int n;
     struct tl_event done;
     int n_done;
+    char error[512];
 };
 
 static void on_event(void *user, const struct tl_event *ev)
@@ -65,8 +68,10 @@ static void on_event(void *user, const struct tl_event *ev)
     struct run *r = user;
     if (ev->type == TL_EVENT_TOKEN)
         r->tokens[r->n++] = ev->token;
-    else
+    else {
         r->done = *ev, r->n_done++;
+        if (ev->error) snprintf(r->error, sizeof(r->error), "%s", ev->error);
+    }
 }
 
 static struct tl_engine_config config(void)
@@ -177,5 +182,34 @@ static void test_reference_after_preemption(void **state)
     free(r);
 }
 
-TL_TEST_MAIN(cmocka_unit_test_setup_teardown(test_reference_with_prefix_hit, setup, teardown),
+// A device lost mid-run (injected: the next submission fails as VK_ERROR_DEVICE_LOST would):
+// the step's requests end with an error naming it, later requests fail the same way at their
+// first step, nothing hangs and the block accounting stays whole.
+static void test_device_lost(void **state)
+{
+    (void)state;
+    struct tl_engine_config c = config();
+    tl_engine *e = harness_engine(model, &c);
+    struct run *r = calloc(3, sizeof(*r));
+    submit_ref(e, &r[0], 0);
+    int64_t n = 1;
+    for (int i = 0; i < 3; i++) // prefill and two decodes on a healthy device
+        if (tl_engine_step(e, &n)) fail_msg("step: %s", tl_last_error());
+    assert_int_equal(r[0].n, 3);
+    tl_gpu_device_inject_lost(tl_gpu_engine_backend_device(e->be.ctx));
+    submit_ref(e, &r[1], 0);
+    harness_run_all(e);
+    submit_ref(e, &r[2], 0);
+    harness_run_all(e);
+    for (int i = 0; i < 3; i++) {
+        assert_int_equal(r[i].n_done, 1);
+        assert_int_equal(r[i].done.finish, TL_FINISH_ERROR);
+        if (!strstr(r[i].error, "device lost")) fail_msg("request %d: '%s'", i, r[i].error);
+    }
+    tl_engine_destroy(e);
+    free(r);
+}
+
+TL_TEST_MAIN(cmocka_unit_test_setup_teardown(test_device_lost, setup, teardown),
+             cmocka_unit_test_setup_teardown(test_reference_with_prefix_hit, setup, teardown),
              cmocka_unit_test_setup_teardown(test_reference_after_preemption, setup, teardown))
