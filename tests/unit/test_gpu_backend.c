@@ -1,8 +1,10 @@
 /*
  * The device engine backend (src/gpu/backend_vk.c) against the CPU forward pass
  * (src/model/forward.c), on the test device (lavapipe in CI; TAP skips without one), over the
- * real stories260K model (F32 weights) and the same model with its q/k/v/o/gate/up matrices
- * quantized to Q8_0 (rows layout; ffn_down stays F32: 172 inputs are not whole Q8_0 blocks).
+ * real stories260K model (F32 weights), the same model with random Q8_0 q/k/v/o/gate/up
+ * matrices (rows layout; ffn_down stays F32: 172 inputs are not whole Q8_0 blocks), and the
+ * same model run as qwen2 (NEOX RoPE, random q/k/v biases: the bias add and the other RoPE
+ * pairing on the device; F32 KV, the F32 tolerance below).
  *
  * Steps, through the same block tables on both sides (F16 KV, blocks out of order): a 20-token
  * prefill of sequence A (all rows out), then a mixed step (A decodes, B prefills 6 tokens),
@@ -157,9 +159,11 @@ static void run_device(struct pair *p, struct step *s, float *logits)
     tl_gpu_device_stats(d, &s1);
     assert_int_equal(s1.n_submits - s0.n_submits, 1);
     assert_int_equal(s1.n_waits - s0.n_waits, 1);
-    // the embedding, 17 per llama layer, the output rows' gather + norm + projection
+    // the embedding, 17 per llama layer (+3 bias adds), the output rows' gather + norm +
+    // projection
+    int per_layer = p->m->layers[0].bq ? 20 : 17;
     assert_int_equal(s1.n_dispatches - s0.n_dispatches,
-                     1 + 17 * p->m->hp.n_layer + (s->n_out ? 3 : 0));
+                     1 + per_layer * p->m->hp.n_layer + (s->n_out ? 3 : 0));
     // uploads: ids, positions, the token table (2 per token + each sequence's blocks up to its
     // last position), the output rows; nothing else
     int64_t nb[2] = {0, 0};
@@ -328,6 +332,31 @@ static void test_q8_0_model(void **state)
     free(layers);
 }
 
+// The qwen2 paths on stories260K's weights: NEOX RoPE (halves) and random q/k/v biases, F32 KV.
+static void test_qwen2_biases_neox(void **state)
+{
+    (void)state;
+    gpu_test_device();
+    const struct tl_hparams *hp = &model->hp;
+    struct tl_model m = *model;
+    m.hp.arch = TL_ARCH_QWEN2;
+    m.hp.rope_mode = TL_ROPE_NEOX;
+    struct tl_layer *layers = calloc((size_t)hp->n_layer, sizeof(*layers));
+    int64_t qd = (int64_t)hp->n_head * hp->head_dim, kvd = (int64_t)hp->n_head_kv * hp->head_dim;
+    float *bias = malloc((size_t)(qd + 2 * kvd) * hp->n_layer * sizeof(float));
+    for (int64_t i = 0; i < (qd + 2 * kvd) * hp->n_layer; i++)
+        bias[i] = tl_test_rnd_f() * 0.5f;
+    for (int il = 0; il < hp->n_layer; il++) {
+        layers[il] = model->layers[il];
+        float *b = bias + (qd + 2 * kvd) * il;
+        layers[il].bq = b, layers[il].bk = b + qd, layers[il].bv = b + qd + kvd;
+    }
+    m.layers = layers;
+    run_steps(&m, TL_DTYPE_F32, 1e-5, 0, true, "stories260K as qwen2 (NEOX, biases), F32 KV");
+    free(bias);
+    free(layers);
+}
+
 // Weights the device kernels do not take are one load error naming them.
 static void test_unsupported_type_refused(void **state)
 {
@@ -349,4 +378,5 @@ static void test_unsupported_type_refused(void **state)
 
 TL_TEST_MAIN(cmocka_unit_test_setup_teardown(test_f32_model, setup, teardown),
              cmocka_unit_test_setup_teardown(test_q8_0_model, setup, teardown),
+             cmocka_unit_test_setup_teardown(test_qwen2_biases_neox, setup, teardown),
              cmocka_unit_test_setup_teardown(test_unsupported_type_refused, setup, teardown))
