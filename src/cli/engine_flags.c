@@ -316,9 +316,9 @@ int tl_cli_engine_flag(const char *cmd, struct tl_engine_config *c, int argc, ch
     if ((m = tl_cli_flag(cmd, NAMES("--gpu-memory-utilization"), argc, argv, i, &val)) != 0) {
         if (m > 0)
             fprintf(stderr,
-                    "tokenloom %s: --gpu-memory-utilization: tokenloom runs on the CPU, there is "
-                    "no GPU memory to size; size the KV cache with --kv-bytes SIZE or "
-                    "--kv-blocks N\n",
+                    "tokenloom %s: --gpu-memory-utilization: not supported; size the KV cache "
+                    "(on the CPU, or in device memory with --device vulkan) with --kv-bytes "
+                    "SIZE or --kv-blocks N\n",
                     cmd);
         return -1;
     }
@@ -326,8 +326,9 @@ int tl_cli_engine_flag(const char *cmd, struct tl_engine_config *c, int argc, ch
         if (m < 0 || tl_cli_int(cmd, a, val, 0, INT32_MAX, &v)) return -1;
         if (v == 0) return 1; // nothing offloaded: what tokenloom does anyway
         fprintf(stderr,
-                "tokenloom %s: %s %lld: tokenloom runs on the CPU and has no GPU to offload "
-                "layers to; drop the flag (or give 0)\n",
+                "tokenloom %s: %s %lld: tokenloom does not split a model between the CPU and "
+                "a GPU; run every layer on the GPU with --device vulkan[:N], or drop the flag "
+                "(or give 0)\n",
                 cmd, a, v);
         return -1;
     }
@@ -378,5 +379,6 @@ void tl_cli_engine_flags_help(FILE *f)
             "                           F32/F16/BF16/Q8_0/Q4_K/Q5_K/Q6_K); auto takes a GPU,\n"
             "                           never lavapipe, else logs why it runs on the CPU\n"
             "                           (tokenloom devices lists the devices)\n"
-            "  CPU only: --gpu-memory-utilization and -ngl/--n-gpu-layers above 0 are refused\n");
+            "  --gpu-memory-utilization and -ngl/--n-gpu-layers above 0 are refused (use\n"
+            "                           --kv-bytes and --device)\n");
 }

@@ -111,9 +111,9 @@ usage_error "--enable_padding: batches are never padded" "^tokenloom serve: --en
     serve -m "$MODEL" --enable_padding
 usage_error "--pad_token_id: batches are never padded" "^tokenloom serve: --pad_token_id: .*never padded" \
     serve -m "$MODEL" --pad_token_id=0
-usage_error "--gpu-memory-utilization says there is no GPU" "gpu-memory-utilization.*(no GPU|CPU)" \
+usage_error "--gpu-memory-utilization points at --kv-bytes" "gpu-memory-utilization: not supported.*--kv-bytes" \
     serve -m "$MODEL" --gpu-memory-utilization 0.9
-usage_error "-ngl 99 says there is no GPU" "^tokenloom serve: -ngl 99: .*GPU" serve -m "$MODEL" -ngl 99
+usage_error "-ngl 99 points at --device" "^tokenloom serve: -ngl 99: .*--device vulkan" serve -m "$MODEL" -ngl 99
 usage_error "--n-gpu-layers in generate too" "GPU" generate -m "$MODEL" -p x --n-gpu-layers 33
 # --device (issue 19): vulkan:N runs on that device (tests/cli/gpu_generate.sh); an index the
 # loader does not have, or no driver, is one line at load, exit 1 (a build without Vulkan: a
