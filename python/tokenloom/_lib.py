@@ -202,6 +202,15 @@ class EngineStats(ctypes.Structure):
         ("decode_tokens_sum", ctypes.c_int64),
         ("prefill_hist_count", ctypes.c_int64 * STEP_HIST_BUCKETS),
         ("prefill_tokens_sum", ctypes.c_int64),
+        ("gpu_submits_total", ctypes.c_int64),
+        ("gpu_waits_total", ctypes.c_int64),
+        ("gpu_dispatches_total", ctypes.c_int64),
+        ("gpu_upload_bytes_total", ctypes.c_int64),
+        ("gpu_download_bytes_total", ctypes.c_int64),
+        ("gpu_busy_ns_total", ctypes.c_int64),
+        ("gpu_phase_ns_total", ctypes.c_int64 * 4),
+        ("gpu_weight_bytes", ctypes.c_int64),
+        ("gpu_kv_bytes", ctypes.c_int64),
         ("_reserved", ctypes.c_char * _RESERVED),
     ]
 

@@ -295,6 +295,7 @@ tl_status tl__engine_create_with(const struct tl_engine_backend *be,
     memcpy(e->stats.step_hist_le, le, sizeof(le));
     e->stats.kv_blocks_total = c->kv_blocks;
     e->stats.kv_blocks_free = c->kv_blocks;
+    if (be->device_stats) be->device_stats(be->ctx, &e->stats);
     e->snapshot = e->stats;
     *out = e;
     return TL_OK;
@@ -604,6 +605,7 @@ static void publish_stats(tl_engine *e)
     e->stats.kv_blocks_free = kc.n_free;
     e->stats.kv_blocks_used = kc.n_used;
     e->stats.kv_blocks_cached = kc.n_cached;
+    if (e->be.device_stats) e->be.device_stats(e->be.ctx, &e->stats);
     pthread_mutex_lock(&e->mu);
     e->n_unadmitted = (int64_t)(e->n_waiting + e->n_inbox);
     e->stats.n_waiting = e->n_unadmitted;

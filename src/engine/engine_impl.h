@@ -62,6 +62,8 @@ struct tl_engine_backend {
     // pool the engine chose (block ids < n_blocks index the backend's pool), before prepare.
     size_t (*kv_block_bytes)(void *ctx, int32_t block_size, enum tl_dtype type);
     tl_status (*kv_alloc)(void *ctx, int64_t n_blocks, int32_t block_size, enum tl_dtype type);
+    // Fills the st->gpu_* counters (device backends; NULL = none). Engine thread.
+    void (*device_stats)(void *ctx, struct tl_engine_stats *st);
     // The compute pool after prepare (sampling fans out over it too); NULL = run serially.
     struct tl_pool *(*pool)(void *ctx);
     void (*destroy)(void *ctx);

@@ -54,7 +54,7 @@ struct vk_backend {
     struct dev_weight tok_embd, output;
     tl_gpu_buffer *output_norm;
     struct dev_layer *layers; // (n_layer)
-    size_t weight_bytes;
+    size_t weight_bytes, kv_bytes;
     enum tl_dtype kv_type;
     int32_t block_size;
     int64_t n_blocks;
@@ -213,6 +213,7 @@ static tl_status vb_kv_alloc(void *ctx, int64_t n_blocks, int32_t block_size, en
         tl_status st = buf(g, bytes, &kv->k);
         if (!st) st = buf(g, bytes, &kv->v);
         if (st) return tl__error_prefix(st, "KV pool");
+        g->kv_bytes += 2 * bytes;
     }
     return TL_OK;
 }
@@ -382,6 +383,23 @@ out:
     }
 }
 
+static void vb_device_stats(void *ctx, struct tl_engine_stats *st)
+{
+    struct vk_backend *g = ctx;
+    struct tl_gpu_stats s;
+    tl_gpu_device_stats(g->d, &s);
+    st->gpu_submits_total = (int64_t)s.n_submits;
+    st->gpu_waits_total = (int64_t)s.n_waits;
+    st->gpu_dispatches_total = (int64_t)s.n_dispatches;
+    st->gpu_upload_bytes_total = (int64_t)s.upload_bytes;
+    st->gpu_download_bytes_total = (int64_t)s.download_bytes;
+    st->gpu_busy_ns_total = s.timed ? (int64_t)s.busy_ns : 0;
+    for (int p = 0; p < 4 && p < TL_GPU_PHASE_COUNT; p++)
+        st->gpu_phase_ns_total[p] = s.timed ? (int64_t)s.phase_ns[p] : 0;
+    st->gpu_weight_bytes = (int64_t)g->weight_bytes;
+    st->gpu_kv_bytes = (int64_t)g->kv_bytes;
+}
+
 static void vb_step_work(void *ctx, const struct tl_batch *b, const struct tl_kv_pages *kv,
                          struct tl_step_work *out)
 {
@@ -512,6 +530,7 @@ tl_status tl_gpu_engine_backend(const tl_model *m, const char *device, struct tl
         .detok_flush = vb_detok_flush,
         .kv_block_bytes = vb_kv_block_bytes,
         .kv_alloc = vb_kv_alloc,
+        .device_stats = vb_device_stats,
         .pool = NULL,
         .destroy = vb_destroy,
     };

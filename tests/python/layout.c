@@ -67,5 +67,10 @@ int main(void)
     F(tl_engine_stats, seqs_sum), F(tl_engine_stats, decode_hist_count);
     F(tl_engine_stats, decode_tokens_sum), F(tl_engine_stats, prefill_hist_count);
     F(tl_engine_stats, prefill_tokens_sum);
+    F(tl_engine_stats, gpu_submits_total), F(tl_engine_stats, gpu_waits_total);
+    F(tl_engine_stats, gpu_dispatches_total), F(tl_engine_stats, gpu_upload_bytes_total);
+    F(tl_engine_stats, gpu_download_bytes_total), F(tl_engine_stats, gpu_busy_ns_total);
+    F(tl_engine_stats, gpu_phase_ns_total), F(tl_engine_stats, gpu_weight_bytes);
+    F(tl_engine_stats, gpu_kv_bytes);
     return 0;
 }

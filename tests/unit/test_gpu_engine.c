@@ -17,6 +17,7 @@
 
 #include "core/log.h"
 #include "gpu/backend.h"
+#include "gpu/gpu_ops.h"
 
 static int32_t ref_ids[1024];
 static int n_ref;
@@ -141,6 +142,8 @@ static void test_reference_with_prefix_hit(void **state)
     struct tl_engine_config c = config();
     c.kv_block_size = 2; // "BOS Once upon a time": 2 full blocks cacheable
     tl_engine *e = harness_engine(model, &c);
+    struct tl_engine_stats s0, s1;
+    tl_engine_get_stats(e, &s0);
     struct run *r = calloc(2, sizeof(*r));
     submit_ref(e, &r[0], 0);
     harness_run_all(e);
@@ -149,6 +152,26 @@ static void test_reference_with_prefix_hit(void **state)
     harness_run_all(e);
     assert_int_equal(r[1].done.n_cached_tokens, 4);
     assert_reference(&r[1]);
+    // the step's shape in the engine's stats (/stats "device"): one submission and one wait per
+    // step; after load only the steps' small tables cross
+    tl_engine_get_stats(e, &s1);
+    int64_t steps = s1.steps_total - s0.steps_total;
+    assert_true(steps >= 2 * (n_ref - 5) - 1);
+    assert_int_equal(s1.gpu_submits_total - s0.gpu_submits_total, steps);
+    assert_int_equal(s1.gpu_waits_total - s0.gpu_waits_total, steps);
+    const struct tl_hparams *hp = &model->hp;
+    int64_t up = s1.gpu_upload_bytes_total - s0.gpu_upload_bytes_total;
+    // per step: ids, positions, outputs and 2 table entries per token (<= 5 tokens), and one
+    // block table (<= n_ref / 2 blocks); less than the weights in all
+    assert_true(up > 0 && up <= steps * 4 * (5 * 5 + n_ref / 2 + 1));
+    assert_true(up < s0.gpu_weight_bytes / 4);
+    assert_int_equal(s1.gpu_download_bytes_total - s0.gpu_download_bytes_total,
+                     steps * hp->n_vocab * 4);
+    assert_true(s0.gpu_weight_bytes > (int64_t)hp->n_vocab * hp->n_embd * 4);
+    assert_int_equal(s0.gpu_kv_bytes,
+                     2 * hp->n_layer *
+                         (int64_t)tl_gpu_kv_pool_bytes(TL_DTYPE_F16, c.kv_blocks, c.kv_block_size,
+                                                       hp->n_head_kv, hp->head_dim));
     tl_engine_destroy(e);
     free(r);
 }
