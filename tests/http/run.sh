@@ -12,6 +12,7 @@
 #     same requests one at a time, an overload burst against --max-queued-requests, and abusive
 #     clients (slowloris, partial bodies, garbage).
 # Needs curl, jq and node; $TL_BIN (tokenloom binary) and $TL_SHARED (shared data folder).
+# $TL_HTTP_DEVICE (e.g. vulkan:0) runs every server on that device (issue 19's Vulkan tier).
 set -u
 HERE=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)
@@ -53,7 +54,7 @@ start_server() {
     name=$1; shift
     log=$TMP/$name.log
     : >"$log"
-    "$TL_BIN" serve -m "$MODEL" --port 0 "$@" >"$log" 2>&1 &
+    "$TL_BIN" serve -m "$MODEL" --port 0 ${TL_HTTP_DEVICE:+--device "$TL_HTTP_DEVICE"} "$@" >"$log" 2>&1 &
     pid=$!
     PIDS="$PIDS $pid"
     eval "PID_$name=$pid"
