@@ -12,7 +12,6 @@
 #     same requests one at a time, an overload burst against --max-queued-requests, and abusive
 #     clients (slowloris, partial bodies, garbage).
 # Needs curl, jq and node; $TL_BIN (tokenloom binary) and $TL_SHARED (shared data folder).
-# $TL_HTTP_DEVICE (e.g. vulkan:0) runs every server on that device (issue 19's Vulkan tier).
 set -u
 HERE=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)
@@ -49,7 +48,8 @@ for tool in curl jq node; do
 done
 
 # start_server NAME [serve flags]: starts a server, waits until /health is 200, sets URL_NAME
-# and PID_NAME.
+# and PID_NAME. $TL_HTTP_DEVICE (e.g. vulkan:0) runs every server on that device (the Vulkan
+# tier of issue 19).
 start_server() {
     name=$1; shift
     log=$TMP/$name.log
