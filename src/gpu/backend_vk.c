@@ -462,6 +462,13 @@ static tl_status upload_model(struct vk_backend *g)
         return tl__errorf(TL_ERR_UNSUPPORTED,
                           "%s: head_dim %d is not supported by the device attention (even, <= 256)",
                           dev, hp->head_dim);
+    // Llama 3.1+ RoPE frequency factors change the rotation (the CPU reads them since the
+    // model-families work); the device table does not take them yet.
+    if (m->gguf && tl_gguf_find_tensor(m->gguf, "rope_freqs.weight"))
+        return tl__errorf(TL_ERR_UNSUPPORTED,
+                          "%s: RoPE frequency factors (rope_freqs.weight, Llama 3.1 scaling) are "
+                          "not supported on the device yet",
+                          dev);
     if (hp->rope_mode != TL_ROPE_NORMAL && hp->rope_mode != TL_ROPE_NEOX)
         return tl__errorf(TL_ERR_UNSUPPORTED, "%s: RoPE mode %d is not supported on the device",
                           dev, (int)hp->rope_mode);
