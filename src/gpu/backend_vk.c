@@ -455,9 +455,14 @@ static tl_status upload_model(struct vk_backend *g)
     const struct tl_model *m = g->m;
     const struct tl_hparams *hp = &m->hp;
     const char *dev = tl_gpu_device_name(g->d);
-    if (hp->arch != TL_ARCH_LLAMA && hp->arch != TL_ARCH_QWEN2)
-        return tl__errorf(TL_ERR_UNSUPPORTED, "%s: architecture %d is not supported on the device",
-                          dev, (int)hp->arch);
+    if (hp->arch != TL_ARCH_LLAMA && hp->arch != TL_ARCH_QWEN2) {
+        struct tl_gguf_str a = {0, ""};
+        if (m->gguf) tl_gguf_get_str(m->gguf, "general.architecture", &a);
+        return tl__errorf(TL_ERR_UNSUPPORTED,
+                          "%s: architecture '%.*s' is not supported on the device yet (llama, "
+                          "qwen2)",
+                          dev, (int)(a.len < 64 ? a.len : 64), a.ptr);
+    }
     if (hp->head_dim > 256 || hp->head_dim % 2)
         return tl__errorf(TL_ERR_UNSUPPORTED,
                           "%s: head_dim %d is not supported by the device attention (even, <= 256)",
