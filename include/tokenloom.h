@@ -148,6 +148,9 @@ struct tl_engine_config {
     // bench/README.md); at the default 7 and budget, 64 decoding sequences leave the budget
     // uncapped, 8 keep the fixed cap. 0 = default; -1 = the fixed cap only.
     int32_t prefill_tokens_per_decode;
+    // Where the steps run: NULL or "cpu" = the CPU; "vulkan" / "vulkan:N" = that Vulkan device
+    // (`tokenloom devices` lists them); borrowed for tl_engine_create only.
+    const char *device;
 };
 void tl_engine_config_default(struct tl_engine_config *c); // thread-safe (fills c only)
 
@@ -352,6 +355,15 @@ struct tl_engine_stats {
     int64_t decode_tokens_sum;
     int64_t prefill_hist_count[TL_STEP_HIST_BUCKETS];
     int64_t prefill_tokens_sum;
+    // The device the steps run on (--device vulkan; all zero on the CPU), since it was opened:
+    // queue submissions, host waits, kernel dispatches, host<->device bytes (the weights'
+    // upload at load included), device busy time from timestamp queries (0 when the queue has
+    // none) and its split by phase (matmul, attention + KV store, the other kernels, copies);
+    // device bytes held now by the weights and by the KV pool.
+    int64_t gpu_submits_total, gpu_waits_total, gpu_dispatches_total;
+    int64_t gpu_upload_bytes_total, gpu_download_bytes_total;
+    int64_t gpu_busy_ns_total, gpu_phase_ns_total[4];
+    int64_t gpu_weight_bytes, gpu_kv_bytes;
 };
 // A consistent snapshot; thread-safe.
 void tl_engine_get_stats(tl_engine *e, struct tl_engine_stats *out);

@@ -91,6 +91,7 @@ class EngineConfig(ctypes.Structure):
         ("max_prefill_tokens_decoding", ctypes.c_int32),
         ("prefill_backlog_tokens", ctypes.c_int32),
         ("prefill_tokens_per_decode", ctypes.c_int32),
+        ("device", ctypes.c_char_p),
         ("_reserved", ctypes.c_char * _RESERVED),
     ]
 
@@ -201,6 +202,15 @@ class EngineStats(ctypes.Structure):
         ("decode_tokens_sum", ctypes.c_int64),
         ("prefill_hist_count", ctypes.c_int64 * STEP_HIST_BUCKETS),
         ("prefill_tokens_sum", ctypes.c_int64),
+        ("gpu_submits_total", ctypes.c_int64),
+        ("gpu_waits_total", ctypes.c_int64),
+        ("gpu_dispatches_total", ctypes.c_int64),
+        ("gpu_upload_bytes_total", ctypes.c_int64),
+        ("gpu_download_bytes_total", ctypes.c_int64),
+        ("gpu_busy_ns_total", ctypes.c_int64),
+        ("gpu_phase_ns_total", ctypes.c_int64 * 4),
+        ("gpu_weight_bytes", ctypes.c_int64),
+        ("gpu_kv_bytes", ctypes.c_int64),
         ("_reserved", ctypes.c_char * _RESERVED),
     ]
 

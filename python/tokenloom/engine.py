@@ -22,7 +22,7 @@ _FINISH = {0: None, 1: "stop", 2: "length", 3: "cancelled", 4: "deadline", 5: "e
 _CONFIG_KEYS = (
     "max_tokens_per_step", "max_seq_len", "kv_block_size", "kv_blocks", "kv_bytes", "kv_type",
     "prefix_caching", "n_threads", "max_waiting", "max_prefill_tokens_decoding",
-    "prefill_backlog_tokens", "prefill_tokens_per_decode",
+    "prefill_backlog_tokens", "prefill_tokens_per_decode", "device",
 )
 
 
@@ -74,7 +74,8 @@ class Engine:
     """Engine(model, max_batch_size=64, **engine_config): engine_config keys are the fields of
     struct tl_engine_config (max_tokens_per_step, max_seq_len, kv_block_size, kv_blocks,
     kv_bytes, kv_type "f16"/"f32"/"q8_0", prefix_caching, n_threads, max_waiting,
-    max_prefill_tokens_decoding, prefill_backlog_tokens, prefill_tokens_per_decode)."""
+    max_prefill_tokens_decoding, prefill_backlog_tokens, prefill_tokens_per_decode, device
+    "cpu"/"vulkan"/"vulkan:N": where the steps run)."""
 
     def __init__(self, model, max_batch_size=None, **engine_config):
         self._handle = None
@@ -93,6 +94,10 @@ class Engine:
                 value = _KV_TYPES[value]
             elif key == "prefix_caching":
                 value = bool(value)
+            elif key == "device":
+                if not isinstance(value, str):
+                    raise InvalidArgumentError(-1, "device must be a string (cpu, vulkan, vulkan:N), not %r" % (value,))
+                value = value.encode()
             else:
                 value = _check_int(key, value, 0, (1 << 62))
             setattr(cfg, key, value)

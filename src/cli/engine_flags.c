@@ -139,11 +139,13 @@ static int parse_kv_type(const char *cmd, const char *flag, const char *s, enum 
     return 0;
 }
 
-// --device auto|cpu|vulkan[:N]. The engine runs on the CPU only so far: cpu is accepted, auto
-// looks for a GPU and falls back to the CPU with an info line saying why, and vulkan is refused
-// (the Vulkan backend runs only its kernel tests, tests/unit/test_gpu_*.c).
-static int device_flag(const char *cmd, const char *flag, const char *val)
+// --device auto|cpu|vulkan[:N]: cpu is the default; vulkan[:N] runs the steps on that device
+// (tl_engine_create opens it and says what is missing); auto takes the first discrete or
+// integrated GPU (never lavapipe) and otherwise stays on the CPU with an info line saying why.
+static int device_flag(const char *cmd, const char *flag, const char *val,
+                       struct tl_engine_config *c)
 {
+    static char picked[32];
     struct tl_device_spec spec;
     if (tl_device_spec_parse(val, &spec)) {
         fprintf(stderr,
@@ -152,26 +154,27 @@ static int device_flag(const char *cmd, const char *flag, const char *val)
                 cmd, flag, val);
         return -1;
     }
+    c->device = NULL;
     if (spec.kind == TL_DEVICE_CPU) return 1;
     if (spec.kind == TL_DEVICE_VULKAN) {
-        if (!tl_gpu_vulkan_compiled())
+        if (!tl_gpu_vulkan_compiled()) {
             fprintf(stderr,
                     "tokenloom %s: %s %s: not supported: this tokenloom was built without "
                     "Vulkan (CPU only); use --device cpu\n",
                     cmd, flag, val);
-        else
-            fprintf(stderr,
-                    "tokenloom %s: %s %s: not yet supported: the Vulkan backend runs only its "
-                    "kernel tests so far; use --device cpu (or auto)\n",
-                    cmd, flag, val);
-        return -1;
+            return -1;
+        }
+        c->device = val;
+        return 1;
     }
     char why[512];
     int pick = tl_gpu_auto_pick(why, sizeof(why));
-    if (pick >= 0)
-        snprintf(why, sizeof(why),
-                 "vulkan:%d is a GPU, but the Vulkan backend runs only its kernel tests so far",
-                 pick);
+    if (pick >= 0) {
+        snprintf(picked, sizeof(picked), "vulkan:%d", pick);
+        c->device = picked;
+        tl_log(TL_LOG_INFO, "%s: --device auto: running on %s", cmd, picked);
+        return 1;
+    }
     tl_log(TL_LOG_INFO, "%s: --device auto: running on the CPU: %s", cmd, why);
     return 1;
 }
@@ -309,13 +312,13 @@ int tl_cli_engine_flag(const char *cmd, struct tl_engine_config *c, int argc, ch
         return 1;
     }
     if ((m = tl_cli_flag(cmd, NAMES("--device"), argc, argv, i, &val)) != 0)
-        return m < 0 ? -1 : device_flag(cmd, "--device", val);
+        return m < 0 ? -1 : device_flag(cmd, "--device", val, c);
     if ((m = tl_cli_flag(cmd, NAMES("--gpu-memory-utilization"), argc, argv, i, &val)) != 0) {
         if (m > 0)
             fprintf(stderr,
-                    "tokenloom %s: --gpu-memory-utilization: tokenloom runs on the CPU, there is "
-                    "no GPU memory to size; size the KV cache with --kv-bytes SIZE or "
-                    "--kv-blocks N\n",
+                    "tokenloom %s: --gpu-memory-utilization: not supported; size the KV cache "
+                    "(on the CPU, or in device memory with --device vulkan) with --kv-bytes "
+                    "SIZE or --kv-blocks N\n",
                     cmd);
         return -1;
     }
@@ -323,8 +326,9 @@ int tl_cli_engine_flag(const char *cmd, struct tl_engine_config *c, int argc, ch
         if (m < 0 || tl_cli_int(cmd, a, val, 0, INT32_MAX, &v)) return -1;
         if (v == 0) return 1; // nothing offloaded: what tokenloom does anyway
         fprintf(stderr,
-                "tokenloom %s: %s %lld: tokenloom runs on the CPU and has no GPU to offload "
-                "layers to; drop the flag (or give 0)\n",
+                "tokenloom %s: %s %lld: tokenloom does not split a model between the CPU and "
+                "a GPU; run every layer on the GPU with --device vulkan[:N], or drop the flag "
+                "(or give 0)\n",
                 cmd, a, v);
         return -1;
     }
@@ -370,9 +374,11 @@ void tl_cli_engine_flags_help(FILE *f)
             "  --no-prefix-cache        do not reuse computed prompt blocks across requests\n"
             "                           [--no-enable-prefix-caching]\n"
             "  -t, --threads N          compute threads (default: online CPUs)\n"
-            "  --device auto|cpu|vulkan[:N]  where the engine runs (default cpu); auto looks\n"
-            "                           for a GPU and logs why it runs on the CPU; vulkan is not\n"
-            "                           supported yet (the Vulkan backend runs only kernel tests;\n"
-            "                           tokenloom devices lists the devices)\n"
-            "  CPU only: --gpu-memory-utilization and -ngl/--n-gpu-layers above 0 are refused\n");
+            "  --device auto|cpu|vulkan[:N]  where the engine runs (default cpu); vulkan:N runs\n"
+            "                           every step on that Vulkan device (llama/qwen2 in\n"
+            "                           F32/F16/BF16/Q8_0/Q4_K/Q5_K/Q6_K); auto takes a GPU,\n"
+            "                           never lavapipe, else logs why it runs on the CPU\n"
+            "                           (tokenloom devices lists the devices)\n"
+            "  --gpu-memory-utilization and -ngl/--n-gpu-layers above 0 are refused (use\n"
+            "                           --kv-bytes and --device)\n");
 }

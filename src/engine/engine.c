@@ -29,6 +29,8 @@
  * silently). Request fields are copied at submission; the caller's request may be freed then.
  */
 #include "engine/engine_impl.h"
+
+#include "gpu/backend.h"
 #include "grammar/grammar.h"
 
 #include "core/alloc.h"
@@ -226,13 +228,17 @@ tl_status tl__engine_create_with(const struct tl_engine_backend *be,
                 : c->kv_type == TL_KV_Q8_0 ? TL_DTYPE_Q8_0
                                            : TL_DTYPE_F16,
     };
-    if ((rc = size_pool(be, c, tl_kv_cache_block_bytes(&kc)))) goto out_destroy;
+    size_t block_bytes = be->kv_block_bytes ? be->kv_block_bytes(be->ctx, kc.block_size, kc.type)
+                                            : tl_kv_cache_block_bytes(&kc);
+    if ((rc = size_pool(be, c, block_bytes))) goto out_destroy;
     kc.n_blocks = c->kv_blocks;
     e->kv = tl_kv_cache_create(&kc);
     if (!e->kv) {
         rc = tl__error_prefix(TL_ERR_NOMEM, "engine");
         goto out_destroy;
     }
+    if (be->kv_alloc && (rc = be->kv_alloc(be->ctx, c->kv_blocks, kc.block_size, kc.type)))
+        goto out_destroy;
     size_t nt = (size_t)c->max_tokens_per_step, ns = (size_t)c->max_batch_size;
     e->max_out =
         c->max_batch_size < c->max_tokens_per_step ? c->max_batch_size : c->max_tokens_per_step;
@@ -280,6 +286,7 @@ tl_status tl__engine_create_with(const struct tl_engine_backend *be,
     memcpy(e->stats.step_hist_le, le, sizeof(le));
     e->stats.kv_blocks_total = c->kv_blocks;
     e->stats.kv_blocks_free = c->kv_blocks;
+    if (be->device_stats) be->device_stats(be->ctx, &e->stats);
     e->snapshot = e->stats;
     *out = e;
     return TL_OK;
@@ -332,7 +339,9 @@ tl_status tl_engine_create(const tl_model *m, const struct tl_engine_config *c, 
     *out = NULL;
     if (!m) return tl__errorf(TL_ERR_INVALID_ARG, "engine: no model");
     struct tl_engine_backend be;
-    tl_status rc = tl__engine_backend_model(m, &be);
+    tl_status rc = c && c->device && strcmp(c->device, "cpu") != 0
+                       ? tl_gpu_engine_backend(m, c->device, &be)
+                       : tl__engine_backend_model(m, &be);
     if (rc) return rc;
     return tl__engine_create_with(&be, c, out);
 }
@@ -420,6 +429,7 @@ static void publish_stats(tl_engine *e)
     e->stats.kv_blocks_free = kc.n_free;
     e->stats.kv_blocks_used = kc.n_used;
     e->stats.kv_blocks_cached = kc.n_cached;
+    if (e->be.device_stats) e->be.device_stats(e->be.ctx, &e->stats);
     pthread_mutex_lock(&e->mu);
     e->n_unadmitted = (int64_t)(e->n_waiting + e->n_inbox);
     e->stats.n_waiting = e->n_unadmitted;

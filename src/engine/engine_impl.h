@@ -57,6 +57,13 @@ struct tl_engine_backend {
     tl_status (*detok_push)(void *ctx, void *state, int32_t id, char **out, size_t *len,
                             size_t *cap);
     tl_status (*detok_flush)(void *ctx, void *state, char **out, size_t *len, size_t *cap);
+    // Backends that keep K/V themselves (n_layer 0, e.g. in device memory): the bytes of one KV
+    // block of every layer, which sizes the pool from kv_bytes (NULL: 0), and a call with the
+    // pool the engine chose (block ids < n_blocks index the backend's pool), before prepare.
+    size_t (*kv_block_bytes)(void *ctx, int32_t block_size, enum tl_dtype type);
+    tl_status (*kv_alloc)(void *ctx, int64_t n_blocks, int32_t block_size, enum tl_dtype type);
+    // Fills the st->gpu_* counters (device backends; NULL = none). Engine thread.
+    void (*device_stats)(void *ctx, struct tl_engine_stats *st);
     // The compute pool after prepare (sampling fans out over it too); NULL = run serially.
     struct tl_pool *(*pool)(void *ctx);
     void (*destroy)(void *ctx);

@@ -64,6 +64,19 @@ tl_status tl_gpu_rmsnorm(tl_gpu_rec *r, tl_gpu_buffer *x, tl_gpu_buffer *w, tl_g
     return tl__gpu_rec_dispatch(r, TL_GPU_K_RMSNORM, b, &pc, sizeof(pc), (uint32_t)n_rows, 1, 1);
 }
 
+// One eltwise.comp dispatch over n elements (b's index taken modulo nb for op 3).
+static tl_status eltwise(tl_gpu_rec *r, uint32_t op, tl_gpu_buffer *a, tl_gpu_buffer *b,
+                         tl_gpu_buffer *y, int64_t n, uint32_t nb)
+{
+    struct {
+        uint32_t n, op, nb;
+    } pc = {(uint32_t)n, op, nb};
+    int64_t groups = (n + 255) / 256;
+    tl_gpu_buffer *bufs[] = {a, b, y};
+    return tl__gpu_rec_dispatch(r, TL_GPU_K_ELTWISE, bufs, &pc, sizeof(pc),
+                                (uint32_t)(groups < MAX_GROUPS ? groups : MAX_GROUPS), 1, 1);
+}
+
 tl_status tl_gpu_eltwise(tl_gpu_rec *r, enum tl_gpu_eltwise_op op, tl_gpu_buffer *a,
                          tl_gpu_buffer *b, tl_gpu_buffer *y, int64_t n)
 {
@@ -75,13 +88,19 @@ tl_status tl_gpu_eltwise(tl_gpu_rec *r, enum tl_gpu_eltwise_op op, tl_gpu_buffer
     if ((st = need(r, "eltwise", "a", a, n * 4)) || (st = need(r, "eltwise", "b", b, n * 4)) ||
         (st = need(r, "eltwise", "y", y, n * 4)))
         return st;
-    struct {
-        uint32_t n, op;
-    } pc = {(uint32_t)n, (uint32_t)op};
-    int64_t groups = (n + 255) / 256;
-    tl_gpu_buffer *bufs[] = {a, b, y};
-    return tl__gpu_rec_dispatch(r, TL_GPU_K_ELTWISE, bufs, &pc, sizeof(pc),
-                                (uint32_t)(groups < MAX_GROUPS ? groups : MAX_GROUPS), 1, 1);
+    return eltwise(r, (uint32_t)op, a, b, y, n, 1);
+}
+
+tl_status tl_gpu_add_bias(tl_gpu_rec *r, tl_gpu_buffer *x, tl_gpu_buffer *bias, int64_t n,
+                          int64_t n_rows)
+{
+    tl_status st;
+    if (r->err) return r->err;
+    if ((st = shape(r, "add_bias", n, n_rows))) return st;
+    if ((st = need(r, "add_bias", "x", x, n * n_rows * 4)) ||
+        (st = need(r, "add_bias", "bias", bias, n * 4)))
+        return st;
+    return eltwise(r, 3, x, bias, x, n * n_rows, (uint32_t)n);
 }
 
 void tl_gpu_rope_table_fill(float *cs, int64_t n_pos, int head_dim, float freq_base,

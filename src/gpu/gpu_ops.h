@@ -29,6 +29,10 @@ enum tl_gpu_eltwise_op {
 tl_status tl_gpu_eltwise(tl_gpu_rec *r, enum tl_gpu_eltwise_op op, tl_gpu_buffer *a,
                          tl_gpu_buffer *b, tl_gpu_buffer *y, int64_t n) TL_WARN_UNUSED;
 
+// x[r][i] += bias[i] for n_rows rows of n (tl_add of the bias to each row: bit-identical).
+tl_status tl_gpu_add_bias(tl_gpu_rec *r, tl_gpu_buffer *x, tl_gpu_buffer *bias, int64_t n,
+                          int64_t n_rows) TL_WARN_UNUSED;
+
 // Fills the RoPE table cs[(pos * head_dim/2 + i) * 2 + {0,1}] = {cos, sin} of
 // pos * freq_scale * freq_base^(-2i/head_dim) for pos < n_pos, computed as the CPU computes it
 // (in double, rounded to float), so tl_gpu_rope equals tl_rope bit for bit. cs holds

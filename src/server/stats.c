@@ -212,6 +212,25 @@ static json_t *utilization_json(struct tl_server *s, const struct tl_engine_stat
     return u;
 }
 
+// The device the steps run on (--device vulkan; absent on the CPU): the step's shape (queue
+// submissions, host waits, dispatches and copies: one submission and one wait per step), the
+// device busy time from timestamp queries and its phases, device memory held.
+static json_t *device_json(const struct tl_engine_stats *es)
+{
+    return json_pack("{sI sI sI sI sI sf sf sf sf sf sI sI}", "submissions",
+                     (json_int_t)es->gpu_submits_total, "waits", (json_int_t)es->gpu_waits_total,
+                     "dispatches", (json_int_t)es->gpu_dispatches_total, "upload_bytes",
+                     (json_int_t)es->gpu_upload_bytes_total, "download_bytes",
+                     (json_int_t)es->gpu_download_bytes_total, "busy_seconds",
+                     (double)es->gpu_busy_ns_total / 1e9, "matmul_seconds",
+                     (double)es->gpu_phase_ns_total[0] / 1e9, "attention_seconds",
+                     (double)es->gpu_phase_ns_total[1] / 1e9, "other_seconds",
+                     (double)es->gpu_phase_ns_total[2] / 1e9, "copy_seconds",
+                     (double)es->gpu_phase_ns_total[3] / 1e9, "weight_bytes",
+                     (json_int_t)es->gpu_weight_bytes, "kv_pool_bytes",
+                     (json_int_t)es->gpu_kv_bytes);
+}
+
 json_t *tl_srv_stats_json(struct tl_server *s)
 {
     int st = atomic_load(&s->state);
@@ -236,6 +255,7 @@ json_t *tl_srv_stats_json(struct tl_server *s)
         put(o, "counters", counters, &ok);
         put(o, "gauges", gauges_json(&es), &ok);
         put(o, "utilization", utilization_json(s, &es), &ok);
+        if (es.gpu_submits_total > 0) put(o, "device", device_json(&es), &ok);
     }
     // As /metrics: the gRPC front's requests are added to the server's own histograms.
     struct tl_metrics all;

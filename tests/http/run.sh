@@ -51,12 +51,13 @@ for tool in curl jq node; do
 done
 
 # start_server NAME [serve flags]: starts a server, waits until /health is 200, sets URL_NAME
-# and PID_NAME.
+# and PID_NAME. $TL_HTTP_DEVICE (e.g. vulkan:0) runs every server on that device (the Vulkan
+# tier of issue 19).
 start_server() {
     name=$1; shift
     log=$TMP/$name.log
     : >"$log"
-    "$TL_BIN" serve -m "$MODEL" --port 0 "$@" >"$log" 2>&1 &
+    "$TL_BIN" serve -m "$MODEL" --port 0 ${TL_HTTP_DEVICE:+--device "$TL_HTTP_DEVICE"} "$@" >"$log" 2>&1 &
     pid=$!
     PIDS="$PIDS $pid"
     eval "PID_$name=$pid"

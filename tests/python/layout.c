@@ -31,6 +31,7 @@ int main(void)
     F(tl_engine_config, prefix_caching), F(tl_engine_config, n_threads);
     F(tl_engine_config, max_waiting), F(tl_engine_config, max_prefill_tokens_decoding);
     F(tl_engine_config, prefill_backlog_tokens), F(tl_engine_config, prefill_tokens_per_decode);
+    F(tl_engine_config, device);
     SZ(tl_sampling);
     F(tl_sampling, temperature), F(tl_sampling, top_k), F(tl_sampling, top_p);
     F(tl_sampling, min_p), F(tl_sampling, repetition_penalty), F(tl_sampling, presence_penalty);
@@ -70,5 +71,10 @@ int main(void)
     F(tl_engine_stats, seqs_sum), F(tl_engine_stats, decode_hist_count);
     F(tl_engine_stats, decode_tokens_sum), F(tl_engine_stats, prefill_hist_count);
     F(tl_engine_stats, prefill_tokens_sum);
+    F(tl_engine_stats, gpu_submits_total), F(tl_engine_stats, gpu_waits_total);
+    F(tl_engine_stats, gpu_dispatches_total), F(tl_engine_stats, gpu_upload_bytes_total);
+    F(tl_engine_stats, gpu_download_bytes_total), F(tl_engine_stats, gpu_busy_ns_total);
+    F(tl_engine_stats, gpu_phase_ns_total), F(tl_engine_stats, gpu_weight_bytes);
+    F(tl_engine_stats, gpu_kv_bytes);
     return 0;
 }

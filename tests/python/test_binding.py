@@ -225,3 +225,21 @@ def test_no_leak_over_1000_requests(model):
         assert e.pending == 0
         # Memory reaches a plateau: the last 5 rounds (500 requests) grow it by under 4 MiB.
         assert rss[-1] - rss[4] < 4096, rss
+
+
+def test_vulkan_device_greedy_equals_reference(model, reference):
+    """Engine(device="vulkan:0") runs every step on the Vulkan device (lavapipe here; skipped
+    without one): greedy token ids equal the reference; an unknown index raises, naming it."""
+    dev = os.environ.get("TL_TEST_GPU", "vulkan:0")
+    try:
+        e = tokenloom.Engine(model, max_batch_size=4, device=dev)
+    except tokenloom.TokenloomError as err:
+        pytest.skip("no device %s: %s" % (dev, err))
+    n_gen = len(reference["ids"]) - len(reference["prompt_ids"])
+    with e:
+        rid = e.add_request("Once upon a time", max_tokens=n_gen, temperature=0)
+        assert e.run()[rid].token_ids == reference["ids"][len(reference["prompt_ids"]):]
+    with pytest.raises(tokenloom.TokenloomError, match="vulkan:99: no such device"):
+        tokenloom.Engine(model, device="vulkan:99")
+    with pytest.raises(tokenloom.InvalidArgumentError):
+        tokenloom.Engine(model, device=0)
