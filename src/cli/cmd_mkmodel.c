@@ -81,6 +81,12 @@ static const struct preset presets[] = {
 #define GRANITE_ATTENTION_SCALE 0.015625f
 #define GRANITE_LOGIT_SCALE 8.0f
 
+// gemma2's defaults: gemma-2-2b/9b's config (sliding_window 4096, attn_logit_softcapping 50,
+// final_logit_softcapping 30); --sliding-window and --softcap change them (tests use small ones).
+#define GEMMA2_SLIDING_WINDOW 4096
+#define GEMMA2_ATTN_SOFTCAP 50.0
+#define GEMMA2_FINAL_SOFTCAP 30.0
+
 static void usage(FILE *f)
 {
     fprintf(
@@ -108,6 +114,8 @@ static void usage(FILE *f)
            "  --experts N --experts-used K --expert-ff F   experts per layer (qwen3moe: 8;\n"
            "                                llama: a Mixtral-style MoE, experts --ff wide),\n"
            "                                experts per token (2), qwen3moe's expert width (--ff)\n"
+           "  --sliding-window N            gemma2: attention.sliding_window (4096)\n"
+           "  --softcap A,F                 gemma2: attention and final logit soft-caps (50,30)\n"
            "  --name NAME                   general.name\n");
 }
 
@@ -294,6 +302,8 @@ int tl_cmd_mkmodel(int argc, char **argv)
     int rope_orig_ctx = 8192;
     int ctx = 0, dim = 0, layers = 0, heads = 0, kv_heads = 0, ff = 0, head_dim = 0;
     int experts = 0, experts_used = 2, expert_ff = 0;
+    int sliding_window = GEMMA2_SLIDING_WINDOW;
+    double attn_softcap = GEMMA2_ATTN_SOFTCAP, final_softcap = GEMMA2_FINAL_SOFTCAP;
     for (int i = 1; i < argc; i += 2) { // every option takes one value
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -323,6 +333,8 @@ int tl_cmd_mkmodel(int argc, char **argv)
                                             "--experts-used",
                                             "--expert-ff",
                                             "--rope-llama3",
+                                            "--sliding-window",
+                                            "--softcap",
                                             NULL};
         if (!v) {
             size_t d;
@@ -367,7 +379,14 @@ int tl_cmd_mkmodel(int argc, char **argv)
             ok = parse_int(v, 4096, &experts);
         else if (!strcmp(a, "--experts-used"))
             ok = parse_int(v, 4096, &experts_used);
-        else if (!strcmp(a, "--rope-llama3")) {
+        else if (!strcmp(a, "--sliding-window"))
+            ok = parse_int(v, 1 << 24, &sliding_window);
+        else if (!strcmp(a, "--softcap")) {
+            char *end, *end2 = NULL;
+            attn_softcap = strtod(v, &end);
+            if (*end == ',') final_softcap = strtod(end + 1, &end2);
+            ok = end2 && end2 != end + 1 && !*end2 && attn_softcap >= 0 && final_softcap >= 0;
+        } else if (!strcmp(a, "--rope-llama3")) {
             char *end;
             rope_factor = strtod(v, &end);
             if (*end == ',')
@@ -481,7 +500,9 @@ int tl_cmd_mkmodel(int argc, char **argv)
     struct tl_gguf_writer *w = tl_gguf_writer_create();
     struct tl_mk_shape shape0 = {.experts = moe ? experts : 0};
     struct tl_mk_tensor count_only[TL_MK_MAX_LAYER_TENSORS];
-    int64_t n_jobs = 3 + tl__mk_layer_tensors(fam, &shape0, count_only) * (int64_t)layers;
+    // gemma2's output is tied (llama.cpp's converter writes no output.weight)
+    const int64_t n_tail = fam->gemma ? 1 : 2;
+    int64_t n_jobs = 1 + n_tail + tl__mk_layer_tensors(fam, &shape0, count_only) * (int64_t)layers;
     struct tensor_job *jobs = tl_calloc_array((size_t)n_jobs + 1, sizeof(*jobs)); // + rope_freqs
     int64_t max_row = dim > ff ? dim : ff;
     if (q_dim > max_row) max_row = q_dim;
@@ -532,6 +553,12 @@ int tl_cmd_mkmodel(int argc, char **argv)
         st = tl_gguf_writer_set_u32(w, KEY("expert_used_count"), (uint32_t)experts_used);
     if (!st && fam->moe)
         st = tl_gguf_writer_set_u32(w, KEY("expert_feed_forward_length"), (uint32_t)expert_ff);
+    if (!st && fam->gemma)
+        st = tl_gguf_writer_set_u32(w, KEY("attention.sliding_window"), (uint32_t)sliding_window);
+    if (!st && fam->gemma)
+        st = tl_gguf_writer_set_f32(w, KEY("attn_logit_softcapping"), (float)attn_softcap);
+    if (!st && fam->gemma)
+        st = tl_gguf_writer_set_f32(w, KEY("final_logit_softcapping"), (float)final_softcap);
     if (!st) st = tl_gguf_writer_set_u32(w, KEY("vocab_size"), (uint32_t)n_vocab);
 #undef KEY
     for (int64_t i = 0; !st && i < tl_gguf_n_kv(tok); i++) {
@@ -570,10 +597,10 @@ int tl_cmd_mkmodel(int argc, char **argv)
         if (t == 0) {
             snprintf(j->name, sizeof(j->name), "token_embd.weight");
             n_in = dim, n_out = n_vocab, suffix = "token_embd";
-        } else if (t == n_jobs - 2) {
+        } else if (t == n_jobs - n_tail) {
             snprintf(j->name, sizeof(j->name), "output_norm.weight");
             n_in = dim, n_out = 0, suffix = "output_norm", fill = TL_MK_FILL_ONES;
-        } else if (t == n_jobs - 1) {
+        } else if (t == n_jobs - 1 && n_tail == 2) {
             snprintf(j->name, sizeof(j->name), "output.weight");
             n_in = dim, n_out = n_vocab, suffix = "output";
         } else {

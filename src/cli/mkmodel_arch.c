@@ -11,13 +11,14 @@
 
 static const struct tl_mk_family families[] = {
     // name, rms_eps, rope_base, attn_bias, qk_norm, multipliers, key_length, moe, fused
-    {"llama", 1e-5f, 10000.0f, false, false, false, false, false, false},
-    {"qwen2", 1e-6f, 1000000.0f, true, false, false, false, false, false},
-    {"qwen3", 1e-6f, 1000000.0f, false, true, false, true, false, false},
-    {"qwen3moe", 1e-6f, 1000000.0f, false, true, false, true, true, false},
-    {"granite", 1e-5f, 10000.0f, false, false, true, false, false, false},
-    {"smollm3", 1e-6f, 5000000.0f, false, false, false, false, false, false},
-    {"phi3", 1e-5f, 10000.0f, false, false, false, false, false, true},
+    {"llama", 1e-5f, 10000.0f, false, false, false, false, false, false, false},
+    {"qwen2", 1e-6f, 1000000.0f, true, false, false, false, false, false, false},
+    {"qwen3", 1e-6f, 1000000.0f, false, true, false, true, false, false, false},
+    {"qwen3moe", 1e-6f, 1000000.0f, false, true, false, true, true, false, false},
+    {"granite", 1e-5f, 10000.0f, false, false, true, false, false, false, false},
+    {"smollm3", 1e-6f, 5000000.0f, false, false, false, false, false, false, false},
+    {"phi3", 1e-5f, 10000.0f, false, false, false, false, false, true, false},
+    {"gemma2", 1e-6f, 10000.0f, false, false, false, true, false, false, true},
 };
 
 const struct tl_mk_family *tl__mk_family(const char *name)
@@ -37,7 +38,9 @@ int tl__mk_layer_tensors(const struct tl_mk_family *f, const struct tl_mk_shape 
                          struct tl_mk_tensor *out)
 {
     int n = 0;
-    out[n++] = tensor("attn_norm", "weight", s->dim, 0, TL_MK_FILL_ONES);
+    // gemma2: every norm near 1, so that a reader adding HF's 1 a second time is told apart
+    const enum tl_mk_fill norm = f->gemma ? TL_MK_FILL_NEAR_ONE : TL_MK_FILL_ONES;
+    out[n++] = tensor("attn_norm", "weight", s->dim, 0, norm);
     if (f->fused) {
         out[n++] =
             tensor("attn_qkv", "weight", s->dim, s->q_dim + 2 * s->kv_dim, TL_MK_FILL_NORMAL);
@@ -47,7 +50,8 @@ int tl__mk_layer_tensors(const struct tl_mk_family *f, const struct tl_mk_shape 
         out[n++] = tensor("attn_v", "weight", s->dim, s->kv_dim, TL_MK_FILL_NORMAL);
     }
     out[n++] = tensor("attn_output", "weight", s->q_dim, s->dim, TL_MK_FILL_NORMAL);
-    out[n++] = tensor("ffn_norm", "weight", s->dim, 0, TL_MK_FILL_ONES);
+    if (f->gemma) out[n++] = tensor("post_attention_norm", "weight", s->dim, 0, norm);
+    out[n++] = tensor("ffn_norm", "weight", s->dim, 0, norm);
     if (f->fused) {
         out[n++] = tensor("ffn_up", "weight", s->dim, 2 * s->ff, TL_MK_FILL_NORMAL);
         out[n++] = tensor("ffn_down", "weight", s->ff, s->dim, TL_MK_FILL_NORMAL);
@@ -71,6 +75,7 @@ int tl__mk_layer_tensors(const struct tl_mk_family *f, const struct tl_mk_shape 
         out[n++] = tensor("attn_k", "bias", s->kv_dim, 0, TL_MK_FILL_NORMAL);
         out[n++] = tensor("attn_v", "bias", s->kv_dim, 0, TL_MK_FILL_NORMAL);
     }
+    if (f->gemma) out[n++] = tensor("post_ffw_norm", "weight", s->dim, 0, norm);
     if (f->qk_norm) {
         out[n++] = tensor("attn_q_norm", "weight", s->head_dim, 0, TL_MK_FILL_NEAR_ONE);
         out[n++] = tensor("attn_k_norm", "weight", s->head_dim, 0, TL_MK_FILL_NEAR_ONE);

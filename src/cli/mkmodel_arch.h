@@ -21,6 +21,8 @@ struct tl_mk_family {
     bool key_length;  // writes attention.key_length / value_length always
     bool moe;         // always a mixture of experts (qwen3moe)
     bool fused;       // phi3: attn_qkv and a gate+up ffn_up of 2 * ff rows
+    bool gemma;       // gemma2: post norms, norms near 1 (the file holds 1 + w), window and
+                      // soft-cap keys, no output.weight
 };
 
 // The family named `name`; NULL when mkmodel does not know it.
@@ -40,7 +42,7 @@ struct tl_mk_shape {
     int64_t experts, expert_ff; // experts 0: a dense FFN
 };
 
-#define TL_MK_MAX_LAYER_TENSORS 15
+#define TL_MK_MAX_LAYER_TENSORS 17
 
 // The tensors of one layer of family f, in llama.cpp's usual order; returns how many were
 // written to out (at most TL_MK_MAX_LAYER_TENSORS).
