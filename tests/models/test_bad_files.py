@@ -18,11 +18,24 @@ BUILD = os.environ.get("BUILD", "build")
 BIN = os.environ.get("TL_BIN", f"{BUILD}/tokenloom")
 SHARED = os.environ.get("TL_SHARED", "../shared")
 SHAPE = ["--dim", "64", "--heads", "4", "--kv-heads", "2", "--ff", "96", "--layers", "2"]
-SUPPORTED = "(supported: llama, qwen2, qwen3, qwen3moe, granite, smollm3, phi3)"
+SUPPORTED = "(supported: llama, qwen2, qwen3, qwen3moe, granite, smollm3, phi3, gemma2)"
 MOE = ["--experts", "8", "--experts-used", "2", "--expert-ff", "32"]
 
 # name, base arch, write_gguf edits, text the one error line must hold
 CASES = [
+    ("gemma2 with a window of 0", "gemma2",
+     dict(set_keys={"gemma2.attention.sliding_window": ("u32", 0)}),
+     "key gemma2.attention.sliding_window is 0, expected > 0"),
+    ("gemma2 without a window", "gemma2", dict(drop_keys=["gemma2.attention.sliding_window"]),
+     "missing or invalid key gemma2.attention.sliding_window"),
+    ("gemma2 negative attention soft-cap", "gemma2",
+     dict(set_keys={"gemma2.attn_logit_softcapping": ("f32", -50.0)}),
+     "key gemma2.attn_logit_softcapping is -50, expected >= 0"),
+    ("gemma2 without a post-FFN norm", "gemma2", dict(drop_tensors=["blk.1.post_ffw_norm.weight"]),
+     "missing tensor blk.1.post_ffw_norm.weight"),
+    ("gemma2 post-attention norm of the wrong size", "gemma2",
+     dict(reshape={"blk.0.post_attention_norm.weight": [8]}),
+     "tensor blk.0.post_attention_norm.weight has 8 elements, expected 64"),
     ("qwen3 without a k norm", "qwen3", dict(drop_tensors=["blk.1.attn_k_norm.weight"]),
      "missing tensor blk.1.attn_k_norm.weight"),
     ("qwen3 q norm of the wrong size", "qwen3", dict(reshape={"blk.0.attn_q_norm.weight": [8]}),
@@ -91,6 +104,9 @@ INFO = [
     ("smollm3", "architecture", "smollm3"),
     ("qwen3moe", "expert count", "8"),
     ("qwen3moe", "experts used", "2"),
+    ("gemma2", "sliding window", "4096"),
+    ("gemma2", "attention soft-cap", "50"),
+    ("gemma2", "final soft-cap", "30"),
 ]
 
 
@@ -109,7 +125,7 @@ def main():
     tok = os.path.join(SHARED, "models", "stories260K.gguf")
     with tempfile.TemporaryDirectory() as tmp:
         base = {}
-        for arch in ("qwen3", "granite", "smollm3", "qwen3moe", "llama-rope3", "phi3"):
+        for arch in ("qwen3", "granite", "smollm3", "qwen3moe", "llama-rope3", "phi3", "gemma2"):
             path = os.path.join(tmp, f"{arch}.gguf")
             extra = {"qwen3moe": MOE, "llama-rope3": ["--rope-llama3", "8"]}.get(arch, [])
             p = subprocess.run([BIN, "mkmodel", "-o", path, "--arch", arch.split("-")[0],

@@ -38,6 +38,9 @@ CASES = [
                    "2"] + SHAPE),
     ("qwen3moe", ["--arch", "qwen3moe", "--weight-std", "0.1", "--experts", "16",
                   "--experts-used", "4", "--expert-ff", "32"] + SHAPE),
+    # sliding window 6 on layers 0 and 2: prompt chunks, prefix hits and recompute straddle it
+    ("gemma2", ["--arch", "gemma2", "--weight-std", "0.1", "--sliding-window", "6", "--softcap",
+                "2,5"] + SHAPE),
 ]
 PROMPT = [1, 403, 407, 261, 378, 432, 383, 286, 17]
 N_GEN = 20
