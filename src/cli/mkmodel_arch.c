@@ -10,7 +10,7 @@
 #include <string.h>
 
 static const struct tl_mk_family families[] = {
-    // name, rms_eps, rope_base, attn_bias, qk_norm, multipliers, key_length, moe, fused
+    // name, rms_eps, rope_base, attn_bias, qk_norm, multipliers, key_length, moe, fused, gemma
     {"llama", 1e-5f, 10000.0f, false, false, false, false, false, false, false},
     {"qwen2", 1e-6f, 1000000.0f, true, false, false, false, false, false, false},
     {"qwen3", 1e-6f, 1000000.0f, false, true, false, true, false, false, false},
