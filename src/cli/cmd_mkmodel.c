@@ -114,7 +114,7 @@ static void usage(FILE *f)
            "  --experts N --experts-used K --expert-ff F   experts per layer (qwen3moe: 8;\n"
            "                                llama: a Mixtral-style MoE, experts --ff wide),\n"
            "                                experts per token (2), qwen3moe's expert width (--ff)\n"
-           "  --sliding-window N            gemma2: attention.sliding_window (4096)\n"
+           "  --sliding-window N            gemma2/3: attention.sliding_window (4096)\n"
            "  --softcap A,F                 gemma2: attention and final logit soft-caps (50,30)\n"
            "  --name NAME                   general.name\n");
 }
@@ -555,9 +555,9 @@ int tl_cmd_mkmodel(int argc, char **argv)
         st = tl_gguf_writer_set_u32(w, KEY("expert_feed_forward_length"), (uint32_t)expert_ff);
     if (!st && fam->gemma)
         st = tl_gguf_writer_set_u32(w, KEY("attention.sliding_window"), (uint32_t)sliding_window);
-    if (!st && fam->gemma)
+    if (!st && fam->gemma == 2)
         st = tl_gguf_writer_set_f32(w, KEY("attn_logit_softcapping"), (float)attn_softcap);
-    if (!st && fam->gemma)
+    if (!st && fam->gemma == 2)
         st = tl_gguf_writer_set_f32(w, KEY("final_logit_softcapping"), (float)final_softcap);
     if (!st) st = tl_gguf_writer_set_u32(w, KEY("vocab_size"), (uint32_t)n_vocab);
 #undef KEY

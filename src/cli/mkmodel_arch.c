@@ -18,7 +18,8 @@ static const struct tl_mk_family families[] = {
     {"granite", 1e-5f, 10000.0f, false, false, true, false, false, false, false},
     {"smollm3", 1e-6f, 5000000.0f, false, false, false, false, false, false, false},
     {"phi3", 1e-5f, 10000.0f, false, false, false, false, false, true, false},
-    {"gemma2", 1e-6f, 10000.0f, false, false, false, true, false, false, true},
+    {"gemma2", 1e-6f, 10000.0f, false, false, false, true, false, false, 2},
+    {"gemma3", 1e-6f, 1000000.0f, false, true, false, true, false, false, 3},
 };
 
 const struct tl_mk_family *tl__mk_family(const char *name)
@@ -38,7 +39,7 @@ int tl__mk_layer_tensors(const struct tl_mk_family *f, const struct tl_mk_shape 
                          struct tl_mk_tensor *out)
 {
     int n = 0;
-    // gemma2: every norm near 1, so that a reader adding HF's 1 a second time is told apart
+    // gemma: every norm near 1, so that a reader adding HF's 1 a second time is told apart
     const enum tl_mk_fill norm = f->gemma ? TL_MK_FILL_NEAR_ONE : TL_MK_FILL_ONES;
     out[n++] = tensor("attn_norm", "weight", s->dim, 0, norm);
     if (f->fused) {

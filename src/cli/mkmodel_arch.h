@@ -21,8 +21,8 @@ struct tl_mk_family {
     bool key_length;  // writes attention.key_length / value_length always
     bool moe;         // always a mixture of experts (qwen3moe)
     bool fused;       // phi3: attn_qkv and a gate+up ffn_up of 2 * ff rows
-    bool gemma;       // gemma2: post norms, norms near 1 (the file holds 1 + w), window and
-                      // soft-cap keys, no output.weight
+    int gemma;        // 2, 3: Gemma's post norms, norms near 1 (the file holds 1 + w), the
+                      // window key (and gemma2's soft-cap keys), no output.weight
 };
 
 // The family named `name`; NULL when mkmodel does not know it.

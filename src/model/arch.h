@@ -55,7 +55,7 @@ struct tl_arch_desc {
 };
 
 extern const struct tl_arch_desc tl__arch_llama, tl__arch_qwen2, tl__arch_qwen3, tl__arch_qwen3moe,
-    tl__arch_granite, tl__arch_smollm3, tl__arch_phi3, tl__arch_gemma2;
+    tl__arch_granite, tl__arch_smollm3, tl__arch_phi3, tl__arch_gemma2, tl__arch_gemma3;
 
 // The descriptor of a general.architecture value; NULL when the family is not supported.
 const struct tl_arch_desc *tl__arch_find(struct tl_gguf_str name);

@@ -243,7 +243,13 @@ static void phase_fn(void *p, int ith, int nth)
             if (a->layer->k_norm)
                 head_norm(k, a->layer->k_norm, hp->n_head_kv, hp->head_dim, hp->rms_eps);
             int32_t pos = a->b->pos[t];
-            if (!a->layer->no_rope && f->rope_freq) {
+            if (!a->layer->no_rope && a->layer->window && hp->rope_freq_base_swa > 0) {
+                // gemma3's sliding layers: their own base, no scaling
+                tl_rope(q, hp->n_head, hp->head_dim, pos, hp->rope_freq_base_swa, 1.0f,
+                        hp->rope_mode);
+                tl_rope(k, hp->n_head_kv, hp->head_dim, pos, hp->rope_freq_base_swa, 1.0f,
+                        hp->rope_mode);
+            } else if (!a->layer->no_rope && f->rope_freq) {
                 rope_freqs(q, hp->n_head, hp->head_dim, pos, hp->rope_freq_scale, f->rope_freq,
                            hp->rope_mode);
                 rope_freqs(k, hp->n_head_kv, hp->head_dim, pos, hp->rope_freq_scale, f->rope_freq,

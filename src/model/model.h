@@ -24,6 +24,7 @@ enum tl_arch {
     TL_ARCH_QWEN3MOE = 5,
     TL_ARCH_PHI3 = 6,
     TL_ARCH_GEMMA2 = 7,
+    TL_ARCH_GEMMA3 = 8,
 };
 
 struct tl_hparams {
@@ -47,11 +48,12 @@ struct tl_hparams {
     float logit_scale;    // logits divided by it (granite)
     int32_t no_rope_step; // layers il with (il + 1) % no_rope_step == 0 skip RoPE (smollm3: 4)
     // Gemma 2: GeGLU (tanh GELU) FFNs, soft-capping, sliding-window layers.
-    bool ffn_gelu;       // FFN is gelu_tanh(gate) * up instead of silu(gate) * up
-    float attn_softcap;  // attention logit soft-capping (0: none)
-    float final_softcap; // logits become cap * tanh(logits / cap) (0: none)
-    int32_t n_swa;       // sliding window of the sliding layers (0: none)
-    int32_t swa_pattern; // layers il with il % swa_pattern < swa_pattern - 1 slide (gemma2: 2)
+    bool ffn_gelu;            // FFN is gelu_tanh(gate) * up instead of silu(gate) * up
+    float attn_softcap;       // attention logit soft-capping (0: none)
+    float final_softcap;      // logits become cap * tanh(logits / cap) (0: none)
+    int32_t n_swa;            // sliding window of the sliding layers (0: none)
+    int32_t swa_pattern;      // layers il with il % swa_pattern < swa_pattern - 1 slide (gemma2: 2)
+    float rope_freq_base_swa; // RoPE base of the sliding layers, unscaled (gemma3); 0: the same
     // Mixture of experts (qwen3moe); 0 for dense models.
     int32_t n_expert;      // experts per layer
     int32_t n_expert_used; // experts each token is routed to (top-k)

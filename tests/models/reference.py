@@ -22,6 +22,10 @@ model definitions (the spec), in float64, reading the GGUF file itself (gguf_rea
                              q.k * query_pre_attn_scalar ** -0.5, then softcap * tanh(s / softcap);
                              sliding_window on the layers with layer_idx % 2 == 0 (masked where
                              q - k >= window); final logits softcapped the same way; tied output
+  gemma3   modeling_gemma3:  gemma2 without soft-capping, with q_norm / k_norm (Gemma3RMSNorm, 1 +
+                             weight) of each head before the rotary, sliding on the layers with
+                             (layer_idx + 1) % sliding_window_pattern (6) != 0, whose rotary uses
+                             rope_local_base_freq (10000) instead of rope_theta
   qwen3moe modeling_qwen3_moe: qwen3 attention; Qwen3MoeSparseMoeBlock: router_logits =
                              gate(x), softmax over all experts, torch.topk(top_k), divided by
                              their sum (norm_topk_prob), sum of weight * expert(x), each expert a
@@ -163,7 +167,7 @@ def forward(path, tokens, knobs=(), ties=None, rope_scaling=None):
             scaling = key("attention.scale", scaling)
         if "no_logits_scaling" not in knobs:
             logits_scaling = key("logit_scale")
-    gemma = arch == "gemma2"
+    gemma = arch in ("gemma2", "gemma3")
     if gemma:
         # the file holds 1 + w (Gemma2Model's converter); HF applies (1 + w)
         plus_one = "norm_plus_one_twice" in knobs
@@ -206,20 +210,27 @@ def forward(path, tokens, knobs=(), ties=None, rope_scaling=None):
         if g.has(f"blk.{il}.attn_q.bias") and "no_bias" not in knobs:
             q, k, v = q + t("attn_q.bias"), k + t("attn_k.bias"), v + t("attn_v.bias")
         q, k, v = q.reshape(T, n_head, hd), k.reshape(T, n_kv, hd), v.reshape(T, n_kv, hd)
+        if arch == "gemma3" and "no_qk_norm" not in knobs:
+            q = norm(q, t("attn_q_norm.weight"), eps)
+            k = norm(k, t("attn_k_norm.weight"), eps)
         if arch in ("qwen3", "qwen3moe") and "no_qk_norm" not in knobs:
             ones = "qk_norm_weights_ignored" in knobs
             q = rms_norm(q, 1.0 if ones else t("attn_q_norm.weight"), eps)
             k = rms_norm(k, 1.0 if ones else t("attn_k_norm.weight"), eps)
+        sliding = bool(window) and (il % 2 == 0 if arch == "gemma2" else (il + 1) % 6 != 0)
         if use_rope[il]:
             rs = None if "no_rope_scaling" in knobs else rope_scaling
-            q, k = rotary(q, pos, theta, rs), rotary(k, pos, theta, rs)
+            th = theta
+            if arch == "gemma3" and sliding and "global_rope_base_everywhere" not in knobs:
+                th = 10000.0  # rope_local_base_freq
+            q, k = rotary(q, pos, th, rs), rotary(k, pos, th, rs)
         rep = n_head // n_kv  # repeat_kv: query head i uses kv head i // rep
         k, v = np.repeat(k, rep, axis=1), np.repeat(v, rep, axis=1)
         s = np.einsum("thd,shd->hts", q, k) * scaling
         if attn_cap:
             s = softcap(s, attn_cap)
         s = s + causal
-        if window and il % 2 == 0:  # Gemma2: sliding unless layer_idx % 2
+        if sliding:  # gemma2: unless layer_idx % 2; gemma3: unless (layer_idx + 1) % 6 == 0
             qi, ki = np.arange(T)[:, None], np.arange(T)[None, :]
             s = s + np.where(qi - ki >= window, -np.inf, 0.0)
         p = np.exp(s - s.max(axis=-1, keepdims=True))

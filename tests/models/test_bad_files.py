@@ -18,7 +18,7 @@ BUILD = os.environ.get("BUILD", "build")
 BIN = os.environ.get("TL_BIN", f"{BUILD}/tokenloom")
 SHARED = os.environ.get("TL_SHARED", "../shared")
 SHAPE = ["--dim", "64", "--heads", "4", "--kv-heads", "2", "--ff", "96", "--layers", "2"]
-SUPPORTED = "(supported: llama, qwen2, qwen3, qwen3moe, granite, smollm3, phi3, gemma2)"
+SUPPORTED = "(supported: llama, qwen2, qwen3, qwen3moe, granite, smollm3, phi3, gemma2, gemma3)"
 MOE = ["--experts", "8", "--experts-used", "2", "--expert-ff", "32"]
 
 # name, base arch, write_gguf edits, text the one error line must hold
@@ -33,6 +33,11 @@ CASES = [
      "key gemma2.attn_logit_softcapping is -50, expected >= 0"),
     ("gemma2 without a post-FFN norm", "gemma2", dict(drop_tensors=["blk.1.post_ffw_norm.weight"]),
      "missing tensor blk.1.post_ffw_norm.weight"),
+    ("gemma3 local RoPE base 0", "gemma3",
+     dict(set_keys={"gemma3.rope.freq_base_swa": ("f32", 0.0)}),
+     "key gemma3.rope.freq_base_swa is 0, expected > 0"),
+    ("gemma3 without a q norm", "gemma3", dict(drop_tensors=["blk.0.attn_q_norm.weight"]),
+     "missing tensor blk.0.attn_q_norm.weight"),
     ("gemma2 post-attention norm of the wrong size", "gemma2",
      dict(reshape={"blk.0.post_attention_norm.weight": [8]}),
      "tensor blk.0.post_attention_norm.weight has 8 elements, expected 64"),
@@ -89,8 +94,8 @@ CASES = [
     ("phi3 ffn_up of n_ff rows only", "phi3", dict(reshape={"blk.0.ffn_up.weight": [64, 96]}),
      "tensor blk.0.ffn_up.weight has 96 rows, expected 192"),
     ("an unsupported architecture", "qwen3",
-     dict(set_keys={"general.architecture": ("str", "gemma3")}),
-     f"architecture 'gemma3' is not supported {SUPPORTED}"),
+     dict(set_keys={"general.architecture": ("str", "mamba")}),
+     f"architecture 'mamba' is not supported {SUPPORTED}"),
 ]
 
 # arch, `tokenloom info` label, value
@@ -125,7 +130,8 @@ def main():
     tok = os.path.join(SHARED, "models", "stories260K.gguf")
     with tempfile.TemporaryDirectory() as tmp:
         base = {}
-        for arch in ("qwen3", "granite", "smollm3", "qwen3moe", "llama-rope3", "phi3", "gemma2"):
+        for arch in ("qwen3", "granite", "smollm3", "qwen3moe", "llama-rope3", "phi3", "gemma2",
+                     "gemma3"):
             path = os.path.join(tmp, f"{arch}.gguf")
             extra = {"qwen3moe": MOE, "llama-rope3": ["--rope-llama3", "8"]}.get(arch, [])
             p = subprocess.run([BIN, "mkmodel", "-o", path, "--arch", arch.split("-")[0],
@@ -154,7 +160,7 @@ def main():
             result(ok, f"{name}: one clear error", f"exit {p.returncode}: {p.stderr.strip()}")
         # mkmodel's own refusals: exit 2 and one line saying what is wrong.
         for args, needle in [
-            (["--arch", "gemma3"], "unknown --arch 'gemma3' (llama, qwen2, qwen3, qwen3moe"),
+            (["--arch", "mamba"], "unknown --arch 'mamba' (llama, qwen2, qwen3, qwen3moe"),
             (["--arch", "qwen2", "--experts", "4"], "--experts applies to --arch llama and "
              "qwen3moe"),
             (["--arch", "qwen3moe", "--experts", "2", "--experts-used", "3"],

@@ -74,6 +74,11 @@ CASES = [
     ("gemma2", ["--arch", "gemma2", "--sliding-window", "5", "--softcap", "2,5"] + SHAPE,
      ["wrong_permutation", "norm_plus_one_twice", "no_embd_normalizer", "no_attn_softcap",
       "no_final_softcap", "no_sliding_window", "silu_not_gelu"]),
+    # Gemma 3: 7 layers (0-4 and 6 slide with window 5 and RoPE base 10000, 5 is global with
+    # base 1e6), q/k norms stored as 1 + w; no soft-capping
+    ("gemma3", ["--arch", "gemma3", "--sliding-window", "5"] + SHAPE[:-1] + ["7"],
+     ["wrong_permutation", "norm_plus_one_twice", "no_qk_norm", "no_sliding_window",
+      "global_rope_base_everywhere"]),
 ]
 TOL_Q8 = 5e-2
 # What the reference is told that the GGUF does not say (HF config values).
