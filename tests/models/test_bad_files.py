@@ -174,38 +174,47 @@ def main():
             result(p.returncode == 2 and len(lines) == 1 and needle in lines[0],
                    f"mkmodel {' '.join(args)}: exit 2, one line", f"exit {p.returncode}: "
                    f"{p.stderr.strip()}")
-        # Random edits of the qwen3moe file (seeded): every hyperparameter key set to a random
-        # u32 (0, 1, small, huge), keys and tensors dropped, tensors re-shaped. Each run must
-        # end with exit 0, or exit 1 and one error line (log lines aside), never a signal.
-        rng = random.Random(20)
-        src = base["qwen3moe"]
-        keys = [k for k, (vt, _) in src.raw_kv.items() if k.startswith("qwen3moe.") and vt == 4]
-        names = list(src.tensors)
-        crashes = []
-        for i in range(80):
-            kind = rng.randrange(4)
-            edits = {}
-            if kind == 0:
-                v = rng.choice([0, 1, 2, 3, 7, 33, 4097, 65536, 2**31 - 1, 2**32 - 1])
-                edits["set_keys"] = {rng.choice(keys): ("u32", v)}
-            elif kind == 1:
-                edits["drop_keys"] = rng.sample(keys, rng.randint(1, 3))
-            elif kind == 2:
-                edits["drop_tensors"] = rng.sample(names, rng.randint(1, 3))
-            else:
-                name = rng.choice(names)
-                ne = list(src.tensors[name][0])
-                ne[rng.randrange(len(ne))] = rng.choice([1, 2, 7, 16, 33, 64])
-                edits["reshape"] = {name: ne}
-            path = os.path.join(tmp, "fuzz.gguf")
-            write_gguf(path, src, **edits)
-            p = subprocess.run([BIN, "generate", "-m", path, "-p", "Once", "-n", "2"],
-                               capture_output=True, text=True)
-            errors = [ln for ln in p.stderr.splitlines() if ln.startswith("tokenloom generate:")]
-            if p.returncode not in (0, 1) or (p.returncode == 1 and len(errors) != 1):
-                crashes.append(f"{edits}: exit {p.returncode}: {p.stderr.strip()[-200:]}")
-        result(not crashes, "80 random edits of a qwen3moe file: exit 0 or one error line, "
-               "never a crash", "; ".join(crashes[:3]))
+        # Random edits of the qwen3moe and gemma2 files (seeded): every hyperparameter key set
+        # to a random u32 (0, 1, small, huge) or, for f32 keys (gemma2's soft-caps, rope and
+        # eps), a random float (0, negative, NaN, inf), keys and tensors dropped, tensors
+        # re-shaped. Each run must end with exit 0, or exit 1 and one error line (log lines
+        # aside), never a signal.
+        for arch, seed in (("qwen3moe", 20), ("gemma2", 21)):
+            rng = random.Random(seed)
+            src = base[arch]
+            keys = [k for k, (vt, _) in src.raw_kv.items() if k.startswith(arch + ".") and vt == 4]
+            fkeys = [k for k, (vt, _) in src.raw_kv.items()
+                     if k.startswith(arch + ".") and vt == 6]
+            names = list(src.tensors)
+            crashes = []
+            for i in range(80):
+                kind = rng.randrange(5 if fkeys else 4)
+                edits = {}
+                if kind == 0:
+                    v = rng.choice([0, 1, 2, 3, 7, 33, 4097, 65536, 2**31 - 1, 2**32 - 1])
+                    edits["set_keys"] = {rng.choice(keys): ("u32", v)}
+                elif kind == 1:
+                    edits["drop_keys"] = rng.sample(keys + fkeys, rng.randint(1, 3))
+                elif kind == 2:
+                    edits["drop_tensors"] = rng.sample(names, rng.randint(1, 3))
+                elif kind == 3:
+                    name = rng.choice(names)
+                    ne = list(src.tensors[name][0])
+                    ne[rng.randrange(len(ne))] = rng.choice([1, 2, 7, 16, 33, 64])
+                    edits["reshape"] = {name: ne}
+                else:
+                    v = rng.choice([0.0, -1.0, 1e-30, 1e30, float("nan"), float("inf")])
+                    edits["set_keys"] = {rng.choice(fkeys): ("f32", v)}
+                path = os.path.join(tmp, "fuzz.gguf")
+                write_gguf(path, src, **edits)
+                p = subprocess.run([BIN, "generate", "-m", path, "-p", "Once", "-n", "2"],
+                                   capture_output=True, text=True)
+                errors = [ln for ln in p.stderr.splitlines()
+                          if ln.startswith("tokenloom generate:")]
+                if p.returncode not in (0, 1) or (p.returncode == 1 and len(errors) != 1):
+                    crashes.append(f"{edits}: exit {p.returncode}: {p.stderr.strip()[-200:]}")
+            result(not crashes, f"80 random edits of a {arch} file: exit 0 or one error line, "
+                   "never a crash", "; ".join(crashes[:3]))
     print(f"1..{n}")
     return 1 if failed else 0
 
