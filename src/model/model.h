@@ -23,8 +23,8 @@ enum tl_arch {
     TL_ARCH_SMOLLM3 = 4,
     TL_ARCH_QWEN3MOE = 5,
     TL_ARCH_PHI3 = 6,
-    TL_ARCH_GEMMA2 = 7,
-    TL_ARCH_GEMMA3 = 8,
+    TL_ARCH_GEMMA2 = 8, // 7 is TL_ARCH_BERT on main (lane-bert)
+    TL_ARCH_GEMMA3 = 9,
 };
 
 struct tl_hparams {
