@@ -81,6 +81,12 @@ static const struct preset presets[] = {
 #define GRANITE_ATTENTION_SCALE 0.015625f
 #define GRANITE_LOGIT_SCALE 8.0f
 
+// gemma2's defaults: gemma-2-2b/9b's config (sliding_window 4096, attn_logit_softcapping 50,
+// final_logit_softcapping 30); --sliding-window and --softcap change them (tests use small ones).
+#define GEMMA2_SLIDING_WINDOW 4096
+#define GEMMA2_ATTN_SOFTCAP 50.0
+#define GEMMA2_FINAL_SOFTCAP 30.0
+
 static void usage(FILE *f)
 {
     fprintf(
@@ -109,6 +115,8 @@ static void usage(FILE *f)
            "                                llama: a Mixtral-style MoE, experts --ff wide),\n"
            "                                experts per token (2), qwen3moe's expert width (--ff)\n"
            "  --pooling mean|cls|last       bert.pooling_type (bert; default mean)\n"
+           "  --sliding-window N            gemma2/3: attention.sliding_window (4096)\n"
+           "  --softcap A,F                 gemma2: attention and final logit soft-caps (50,30)\n"
            "  --name NAME                   general.name\n");
 }
 
@@ -295,7 +303,9 @@ int tl_cmd_mkmodel(int argc, char **argv)
     int rope_orig_ctx = 8192;
     int ctx = 0, dim = 0, layers = 0, heads = 0, kv_heads = 0, ff = 0, head_dim = 0;
     int experts = 0, experts_used = 2, expert_ff = 0;
-    uint32_t pooling = 1;               // bert: llama.cpp's LLAMA_POOLING_TYPE_MEAN
+    uint32_t pooling = 1; // bert: llama.cpp's LLAMA_POOLING_TYPE_MEAN
+    int sliding_window = GEMMA2_SLIDING_WINDOW;
+    double attn_softcap = GEMMA2_ATTN_SOFTCAP, final_softcap = GEMMA2_FINAL_SOFTCAP;
     for (int i = 1; i < argc; i += 2) { // every option takes one value
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -304,12 +314,31 @@ int tl_cmd_mkmodel(int argc, char **argv)
             usage(stdout);
             return 0;
         }
-        static const char *const known[] = {
-            "--out",         "-o",           "--size",    "--type",         "--tokenizer-from",
-            "--name",        "--seed",       "--ctx",     "--dim",          "--layers",
-            "--heads",       "--kv-heads",   "--ff",      "--help",         "--arch",
-            "--head-dim",    "--weight-std", "--experts", "--experts-used", "--expert-ff",
-            "--rope-llama3", "--pooling",    NULL};
+        static const char *const known[] = {"--out",
+                                            "-o",
+                                            "--size",
+                                            "--type",
+                                            "--tokenizer-from",
+                                            "--name",
+                                            "--seed",
+                                            "--ctx",
+                                            "--dim",
+                                            "--layers",
+                                            "--heads",
+                                            "--kv-heads",
+                                            "--ff",
+                                            "--help",
+                                            "--arch",
+                                            "--head-dim",
+                                            "--weight-std",
+                                            "--experts",
+                                            "--experts-used",
+                                            "--expert-ff",
+                                            "--rope-llama3",
+                                            "--pooling",
+                                            "--sliding-window",
+                                            "--softcap",
+                                            NULL};
         if (!v) {
             size_t d;
             if (!tl_cli_closest(a, known, &d) || d)
@@ -353,7 +382,14 @@ int tl_cmd_mkmodel(int argc, char **argv)
             ok = parse_int(v, 4096, &experts);
         else if (!strcmp(a, "--experts-used"))
             ok = parse_int(v, 4096, &experts_used);
-        else if (!strcmp(a, "--rope-llama3")) {
+        else if (!strcmp(a, "--sliding-window"))
+            ok = parse_int(v, 1 << 24, &sliding_window);
+        else if (!strcmp(a, "--softcap")) {
+            char *end, *end2 = NULL;
+            attn_softcap = strtod(v, &end);
+            if (*end == ',') final_softcap = strtod(end + 1, &end2);
+            ok = end2 && end2 != end + 1 && !*end2 && attn_softcap >= 0 && final_softcap >= 0;
+        } else if (!strcmp(a, "--rope-llama3")) {
             char *end;
             rope_factor = strtod(v, &end);
             if (*end == ',')
@@ -532,6 +568,12 @@ have_vocab:;
         st = tl_gguf_writer_set_u32(w, KEY("expert_used_count"), (uint32_t)experts_used);
     if (!st && fam->moe)
         st = tl_gguf_writer_set_u32(w, KEY("expert_feed_forward_length"), (uint32_t)expert_ff);
+    if (!st && fam->gemma)
+        st = tl_gguf_writer_set_u32(w, KEY("attention.sliding_window"), (uint32_t)sliding_window);
+    if (!st && fam->gemma == 2)
+        st = tl_gguf_writer_set_f32(w, KEY("attn_logit_softcapping"), (float)attn_softcap);
+    if (!st && fam->gemma == 2)
+        st = tl_gguf_writer_set_f32(w, KEY("final_logit_softcapping"), (float)final_softcap);
     if (!st) st = tl_gguf_writer_set_u32(w, KEY("vocab_size"), (uint32_t)n_vocab);
 #undef KEY
     if (!st && !tok) st = tl__mk_bert_vocab(w);

@@ -10,16 +10,18 @@
 #include <string.h>
 
 static const struct tl_mk_family families[] = {
-    // name, eps, rope_base, attn_bias, qk_norm, multipliers, key_length, moe, fused, bert
-    {"llama", 1e-5f, 10000.0f, false, false, false, false, false, false, false},
-    {"qwen2", 1e-6f, 1000000.0f, true, false, false, false, false, false, false},
-    {"qwen3", 1e-6f, 1000000.0f, false, true, false, true, false, false, false},
-    {"qwen3moe", 1e-6f, 1000000.0f, false, true, false, true, true, false, false},
-    {"granite", 1e-5f, 10000.0f, false, false, true, false, false, false, false},
-    {"smollm3", 1e-6f, 5000000.0f, false, false, false, false, false, false, false},
-    {"phi3", 1e-5f, 10000.0f, false, false, false, false, false, true, false},
+    // name, eps, rope_base, attn_bias, qk_norm, multipliers, key_length, moe, fused, bert, gemma
+    {"llama", 1e-5f, 10000.0f, false, false, false, false, false, false, false, 0},
+    {"qwen2", 1e-6f, 1000000.0f, true, false, false, false, false, false, false, 0},
+    {"qwen3", 1e-6f, 1000000.0f, false, true, false, true, false, false, false, 0},
+    {"qwen3moe", 1e-6f, 1000000.0f, false, true, false, true, true, false, false, 0},
+    {"granite", 1e-5f, 10000.0f, false, false, true, false, false, false, false, 0},
+    {"smollm3", 1e-6f, 5000000.0f, false, false, false, false, false, false, false, 0},
+    {"phi3", 1e-5f, 10000.0f, false, false, false, false, false, true, false, 0},
     // BERT's layer_norm_eps (bert-base, bge, e5, all-MiniLM); no RoPE
-    {"bert", 1e-12f, 0.0f, true, false, false, false, false, false, true},
+    {"bert", 1e-12f, 0.0f, true, false, false, false, false, false, true, 0},
+    {"gemma2", 1e-6f, 10000.0f, false, false, false, true, false, false, false, 2},
+    {"gemma3", 1e-6f, 1000000.0f, false, true, false, true, false, false, false, 3},
 };
 
 const struct tl_mk_family *tl__mk_family(const char *name)
@@ -73,7 +75,8 @@ int tl__mk_global_tensors(const struct tl_mk_family *f, const struct tl_mk_shape
         }
     } else if (!f->bert) {
         out[n++] = tensor("output_norm", "weight", s->dim, 0, TL_MK_FILL_ONES);
-        out[n++] = tensor("output", "weight", s->dim, s->vocab, TL_MK_FILL_NORMAL);
+        // Gemma's output is tied (llama.cpp's converter writes no output.weight).
+        if (!f->gemma) out[n++] = tensor("output", "weight", s->dim, s->vocab, TL_MK_FILL_NORMAL);
     }
     return n;
 }
@@ -83,7 +86,9 @@ int tl__mk_layer_tensors(const struct tl_mk_family *f, const struct tl_mk_shape 
 {
     if (f->bert) return bert_layer(s, out);
     int n = 0;
-    out[n++] = tensor("attn_norm", "weight", s->dim, 0, TL_MK_FILL_ONES);
+    // gemma: every norm near 1, so that a reader adding HF's 1 a second time is told apart
+    const enum tl_mk_fill norm = f->gemma ? TL_MK_FILL_NEAR_ONE : TL_MK_FILL_ONES;
+    out[n++] = tensor("attn_norm", "weight", s->dim, 0, norm);
     if (f->fused) {
         out[n++] =
             tensor("attn_qkv", "weight", s->dim, s->q_dim + 2 * s->kv_dim, TL_MK_FILL_NORMAL);
@@ -93,7 +98,8 @@ int tl__mk_layer_tensors(const struct tl_mk_family *f, const struct tl_mk_shape 
         out[n++] = tensor("attn_v", "weight", s->dim, s->kv_dim, TL_MK_FILL_NORMAL);
     }
     out[n++] = tensor("attn_output", "weight", s->q_dim, s->dim, TL_MK_FILL_NORMAL);
-    out[n++] = tensor("ffn_norm", "weight", s->dim, 0, TL_MK_FILL_ONES);
+    if (f->gemma) out[n++] = tensor("post_attention_norm", "weight", s->dim, 0, norm);
+    out[n++] = tensor("ffn_norm", "weight", s->dim, 0, norm);
     if (f->fused) {
         out[n++] = tensor("ffn_up", "weight", s->dim, 2 * s->ff, TL_MK_FILL_NORMAL);
         out[n++] = tensor("ffn_down", "weight", s->ff, s->dim, TL_MK_FILL_NORMAL);
@@ -117,6 +123,7 @@ int tl__mk_layer_tensors(const struct tl_mk_family *f, const struct tl_mk_shape 
         out[n++] = tensor("attn_k", "bias", s->kv_dim, 0, TL_MK_FILL_NORMAL);
         out[n++] = tensor("attn_v", "bias", s->kv_dim, 0, TL_MK_FILL_NORMAL);
     }
+    if (f->gemma) out[n++] = tensor("post_ffw_norm", "weight", s->dim, 0, norm);
     if (f->qk_norm) {
         out[n++] = tensor("attn_q_norm", "weight", s->head_dim, 0, TL_MK_FILL_NEAR_ONE);
         out[n++] = tensor("attn_k_norm", "weight", s->head_dim, 0, TL_MK_FILL_NEAR_ONE);

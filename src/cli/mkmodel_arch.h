@@ -25,6 +25,8 @@ struct tl_mk_family {
     bool fused;       // phi3: attn_qkv and a gate+up ffn_up of 2 * ff rows
     bool bert;        // the BERT encoder: LayerNorms with biases, biases everywhere, GELU FFN,
                       // learned positions and token types (no RoPE, no output head)
+    int gemma;        // 2, 3: Gemma's post norms, norms near 1 (the file holds 1 + w), the
+                      // window key (and gemma2's soft-cap keys), no output.weight
 };
 
 // The family named `name`; NULL when mkmodel does not know it.
@@ -45,7 +47,7 @@ struct tl_mk_shape {
     int64_t vocab, ctx;         // rows of token_embd (and output) and of bert's position_embd
 };
 
-#define TL_MK_MAX_LAYER_TENSORS 16
+#define TL_MK_MAX_LAYER_TENSORS 17
 
 // The tensors of one layer of family f, in llama.cpp's usual order; returns how many were
 // written to out (at most TL_MK_MAX_LAYER_TENSORS).

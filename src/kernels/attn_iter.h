@@ -5,8 +5,9 @@
  * division per position, and reading a block's table entry only when the walk enters it.
  * ISA-neutral: plain integer arithmetic, compiled into each ISA file with that file's flags.
  *
- * Invariant: positions come in order 0, 1, 2, ...; the caller asks for no more positions than
- * the table covers (n_ctx <= blocks * block_size).
+ * Invariant: positions come in order from the start position (0, or the first position of a
+ * sliding window: tl__kv_pos_init_at), one after another; the caller asks for no more positions
+ * than the table covers (n_ctx <= blocks * block_size).
  *
  * Thread model: the iterator is a caller-owned value over read-only memory; re-entrant.
  */
@@ -28,18 +29,27 @@ struct tl__kv_pos {
     int slot, bs;         // next slot in the current block; slots per block
 };
 
-static inline __attribute__((always_inline)) void tl__kv_pos_init(struct tl__kv_pos *p,
-                                                                  const struct tl_kv_layer *kv,
-                                                                  const int32_t *table, int kv_head)
+// The walk from position `pos` (the one division per walk).
+static inline __attribute__((always_inline)) void tl__kv_pos_init_at(struct tl__kv_pos *p,
+                                                                     const struct tl_kv_layer *kv,
+                                                                     const int32_t *table,
+                                                                     int kv_head, int64_t pos)
 {
     p->table = table;
     p->bs = kv->block_size;
     p->slot_stride = (size_t)kv->n_kv_head * kv->head_dim;
     p->block_elems = (size_t)kv->block_size * p->slot_stride;
     p->head_off = (size_t)kv_head * kv->head_dim;
-    p->blk = 0;
-    p->slot = 0;
-    p->base = (size_t)table[0] * p->block_elems + p->head_off;
+    p->blk = pos / kv->block_size;
+    p->slot = (int)(pos % kv->block_size);
+    p->base = (size_t)table[p->blk] * p->block_elems + p->head_off;
+}
+
+static inline __attribute__((always_inline)) void tl__kv_pos_init(struct tl__kv_pos *p,
+                                                                  const struct tl_kv_layer *kv,
+                                                                  const int32_t *table, int kv_head)
+{
+    tl__kv_pos_init_at(p, kv, table, kv_head, 0);
 }
 
 // Element offset of the next position (the table entry of a block is read only when needed).

@@ -411,7 +411,8 @@ struct attn_job {
     const struct tl_attn_query *queries;
     int64_t n_tok;
     int n_head, group, n_ranges;
-    float scale;
+    float scale, softcap;
+    int64_t window;
     float *out;
     char *work;
     size_t thread_bytes, scores_bytes;
@@ -440,7 +441,8 @@ static void attn_kv_worker(void *arg, int ith, int nth)
                qt[n].block_table == qt->block_table && qt[n].n_ctx == qt->n_ctx + n)
             n++;
         j->o->attn_kv(j->kv, qt->block_table, qt->n_ctx, n, kvh0, n_kvh, j->group,
-                      j->q + (size_t)t * stride, stride, j->scale, j->out + (size_t)t * stride);
+                      j->q + (size_t)t * stride, stride, j->scale, j->window, j->softcap,
+                      j->out + (size_t)t * stride);
         u += n;
     }
 }
@@ -457,8 +459,9 @@ static void attn_worker(void *arg, int ith, int nth)
         int64_t t = p / j->n_head;
         int h = (int)(p % j->n_head);
         size_t off = ((size_t)t * j->n_head + h) * hd;
-        j->o->attn_head(j->kv, j->queries[t].block_table, j->queries[t].n_ctx, h / j->group,
-                        j->q + off, j->scale, j->out + off, scores, acc);
+        int64_t n_ctx = j->queries[t].n_ctx;
+        j->o->attn_head(j->kv, j->queries[t].block_table, tl__attn_lo(n_ctx, j->window), n_ctx,
+                        h / j->group, j->q + off, j->scale, j->softcap, j->out + off, scores, acc);
     }
 }
 
@@ -466,6 +469,16 @@ void tl_attention(struct tl_pool *pool, const struct tl_kv_layer *kv, const floa
                   const struct tl_attn_query *queries, int64_t n_tok, int n_head, float scale,
                   float *out, void *work)
 {
+    tl_attention_opt(pool, kv, q, queries, n_tok, n_head, scale, NULL, out, work);
+}
+
+void tl_attention_opt(struct tl_pool *pool, const struct tl_kv_layer *kv, const float *q,
+                      const struct tl_attn_query *queries, int64_t n_tok, int n_head, float scale,
+                      const struct tl_attn_opts *opts, float *out, void *work)
+{
+    static const struct tl_attn_opts none;
+    if (!opts) opts = &none;
+    TL_ASSERT(opts->window >= 0 && opts->softcap >= 0.f);
     TL_ASSERT(kv->n_kv_head > 0 && n_head % kv->n_kv_head == 0);
     TL_ASSERT(tl_kv_type_supported(kv->type, kv->head_dim));
     TL_ASSERT(work && ((uintptr_t)work & 63) == 0);
@@ -484,6 +497,8 @@ void tl_attention(struct tl_pool *pool, const struct tl_kv_layer *kv, const floa
         .n_head = n_head,
         .group = n_head / kv->n_kv_head,
         .scale = scale,
+        .softcap = opts->softcap,
+        .window = opts->window,
         .out = out,
         .work = work,
         .thread_bytes = attn_thread_bytes(max_ctx, kv->head_dim),

@@ -195,6 +195,25 @@ void tl_attention(struct tl_pool *pool, const struct tl_kv_layer *kv, const floa
                   const struct tl_attn_query *queries, int64_t n_tok, int n_head, float scale,
                   float *out, void *work);
 
+// Per-layer variations of tl_attention (zero-initialized: plain causal attention).
+struct tl_attn_opts {
+    // Sliding window (0: none): the query at position q_pos = n_ctx - 1 attends only to key
+    // positions p with q_pos - window < p <= q_pos, the last `window` positions including its
+    // own. This is the convention of Hugging Face transformers (sliding_window_overlay:
+    // kv_idx > q_idx - sliding_window; Gemma 2's older mask tril(diagonal=-sliding_window)
+    // masks q - k >= W) and of llama.cpp (llama_hparams::is_masked_swa, standard type: masked
+    // when p1 - p0 >= n_swa), so a GGUF's `*.attention.sliding_window` means the same here.
+    int64_t window;
+    // Attention logit soft-capping (0: none): each score s = (q . k) * scale becomes
+    // softcap * tanh(s / softcap) before the softmax (Gemma 2's attn_logit_softcapping).
+    float softcap;
+};
+
+// tl_attention with per-layer options (NULL: none). Results stay batch-invariant.
+void tl_attention_opt(struct tl_pool *pool, const struct tl_kv_layer *kv, const float *q,
+                      const struct tl_attn_query *queries, int64_t n_tok, int n_head, float scale,
+                      const struct tl_attn_opts *opts, float *out, void *work);
+
 // ---- introspection (tests, benchmarks) --------------------------------------------------------
 
 // The ISA variant in use: "scalar", "avx2" or "avx512".

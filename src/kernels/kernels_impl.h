@@ -19,6 +19,7 @@
 
 #include "core/pool.h"
 
+#include <math.h>
 #include <stdbool.h>
 
 // ---- several weights in one fork-join (tl_matmul_multi, tl__qx_matmul_multi) ----------------
@@ -218,23 +219,26 @@ struct tl__kernel_ops {
     void (*softmax)(float *x, int64_t n);
     // out[i] = e^(x[i] - m) (x[i] <= m; -inf gives 0).
     void (*exp_sub)(const float *x, float m, float *out, int64_t n);
-    // One (token, head) of tl_attention: q and out are head_dim floats, `scores` has room for
-    // n_ctx floats and `acc` for head_dim floats (both 64-byte aligned).
-    void (*attn_head)(const struct tl_kv_layer *kv, const int32_t *block_table, int64_t n_ctx,
-                      int kv_head, const float *q, float scale, float *out, float *scores,
-                      float *acc);
+    // One (token, head) of tl_attention over positions [lo, n_ctx) (lo > 0: a sliding window),
+    // scores soft-capped when softcap > 0 (tl__softcap): q and out are head_dim floats,
+    // `scores` has room for n_ctx - lo floats and `acc` for head_dim floats (both 64-byte
+    // aligned).
+    void (*attn_head)(const struct tl_kv_layer *kv, const int32_t *block_table, int64_t lo,
+                      int64_t n_ctx, int kv_head, const float *q, float scale, float softcap,
+                      float *out, float *scores, float *acc);
     // Optional (NULL when absent): how many (token, query head) pairs attn_kv handles in one
     // call for this head_dim (0: use attn_head), and the call itself: every query head of KV
     // heads [kvh0, kvh0 + n_kvh) for n_q consecutive tokens of one sequence, token i attending
-    // to n_ctx0 + i positions (n_q * n_kvh * group <= attn_kv_pairs(head_dim)); q and out hold
-    // the tokens' rows of n_head * head_dim, q_stride floats apart. Each (token, head) result
-    // must not depend on which others share the call.
+    // to n_ctx0 + i positions (n_q * n_kvh * group <= attn_kv_pairs(head_dim)), only the last
+    // `window` of them when window > 0 (tl_attn_opts), scores soft-capped when softcap > 0;
+    // q and out hold the tokens' rows of n_head * head_dim, q_stride floats apart. Each
+    // (token, head) result must not depend on which others share the call.
     int (*attn_kv_pairs)(int head_dim);
     // Optional: dst[i] = tl_f32_to_fp16(src[i]) for finite values (NaN stays NaN), vectorized.
     void (*f32_to_f16)(const float *src, uint16_t *dst, int64_t n);
     void (*attn_kv)(const struct tl_kv_layer *kv, const int32_t *block_table, int64_t n_ctx0,
                     int n_q, int kvh0, int n_kvh, int group, const float *q, size_t q_stride,
-                    float scale, float *out);
+                    float scale, int64_t window, float softcap, float *out);
     // Optional: tl_quantize_row(TL_DTYPE_Q8_0) of n values (a multiple of 32), vectorized, the
     // same bytes for every input but signaling NaNs (the Q8_0 KV store; tests compare them).
     void (*quantize_q8_0)(const float *src, struct tl_block_q8_0 *dst, int64_t n);
@@ -267,9 +271,22 @@ void tl__ref_swiglu(const float *gate, const float *up, float *out, int64_t n);
 void tl__ref_add(float *y, const float *x, int64_t n);
 void tl__ref_softmax(float *x, int64_t n);
 void tl__ref_exp_sub(const float *x, float m, float *out, int64_t n);
-void tl__ref_attn_head(const struct tl_kv_layer *kv, const int32_t *block_table, int64_t n_ctx,
-                       int kv_head, const float *q, float scale, float *out, float *scores,
-                       float *acc);
+void tl__ref_attn_head(const struct tl_kv_layer *kv, const int32_t *block_table, int64_t lo,
+                       int64_t n_ctx, int kv_head, const float *q, float scale, float softcap,
+                       float *out, float *scores, float *acc);
+
+// Attention logit soft-capping of one score: cap * tanh(s / cap), in scalar f32 with libm's
+// tanhf in every ISA (the same value everywhere; soft-capped layers pay one tanhf per score).
+static inline float tl__softcap(float s, float cap)
+{
+    return cap * tanhf(s / cap);
+}
+
+// First position a query of n_ctx positions attends to under a sliding window (0: none).
+static inline int64_t tl__attn_lo(int64_t n_ctx, int64_t window)
+{
+    return window > 0 && n_ctx > window ? n_ctx - window : 0;
+}
 
 // Bytes that the first n_elem elements of a KV pool of `type` span (Q8_0: n_elem a multiple
 // of 32, the elements cut into 34-byte blocks): element index -> byte offset.

@@ -335,33 +335,35 @@ static inline float kv_get(const struct tl_kv_layer *kv, const void *base, size_
     return ((const float *)base)[idx];
 }
 
-void tl__ref_attn_head(const struct tl_kv_layer *kv, const int32_t *block_table, int64_t n_ctx,
-                       int kv_head, const float *q, float scale, float *out, float *scores,
-                       float *acc)
+void tl__ref_attn_head(const struct tl_kv_layer *kv, const int32_t *block_table, int64_t lo,
+                       int64_t n_ctx, int kv_head, const float *q, float scale, float softcap,
+                       float *out, float *scores, float *acc)
 {
     int hd = kv->head_dim;
+    int64_t n = n_ctx - lo; // scores[i] is position lo + i
     float mx = -INFINITY;
-    for (int64_t j = 0; j < n_ctx; j++) {
-        size_t base = tl__kv_index(kv, block_table, j, kv_head);
+    for (int64_t i = 0; i < n; i++) {
+        size_t base = tl__kv_index(kv, block_table, lo + i, kv_head);
         float s = 0.f;
         for (int d = 0; d < hd; d++)
             s += q[d] * kv_get(kv, kv->k, base + d);
-        scores[j] = s * scale;
-        mx = scores[j] > mx ? scores[j] : mx;
+        scores[i] = s * scale;
+        if (softcap > 0.f) scores[i] = tl__softcap(scores[i], softcap);
+        mx = scores[i] > mx ? scores[i] : mx;
     }
     double sum = 0;
-    for (int64_t j = 0; j < n_ctx; j++) {
-        scores[j] = expf(scores[j] - mx);
-        sum += scores[j];
+    for (int64_t i = 0; i < n; i++) {
+        scores[i] = expf(scores[i] - mx);
+        sum += scores[i];
     }
     for (int d = 0; d < hd; d++)
         acc[d] = 0.f;
-    for (int64_t j = 0; j < n_ctx; j++) {
-        size_t base = tl__kv_index(kv, block_table, j, kv_head);
+    for (int64_t i = 0; i < n; i++) {
+        size_t base = tl__kv_index(kv, block_table, lo + i, kv_head);
         for (int d = 0; d < hd; d++)
-            acc[d] += scores[j] * kv_get(kv, kv->v, base + d);
+            acc[d] += scores[i] * kv_get(kv, kv->v, base + d);
     }
-    float inv = n_ctx > 0 ? (float)(1.0 / sum) : 0.f;
+    float inv = n > 0 ? (float)(1.0 / sum) : 0.f;
     for (int d = 0; d < hd; d++)
         out[d] = acc[d] * inv;
 }

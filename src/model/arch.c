@@ -10,8 +10,8 @@
 #include <stdio.h>
 
 static const struct tl_arch_desc *const families[] = {
-    &tl__arch_llama,   &tl__arch_qwen2,   &tl__arch_qwen3, &tl__arch_qwen3moe,
-    &tl__arch_granite, &tl__arch_smollm3, &tl__arch_phi3,  &tl__arch_bert,
+    &tl__arch_llama,   &tl__arch_qwen2, &tl__arch_qwen3, &tl__arch_qwen3moe, &tl__arch_granite,
+    &tl__arch_smollm3, &tl__arch_phi3,  &tl__arch_bert,  &tl__arch_gemma2,   &tl__arch_gemma3,
 };
 enum { N_FAMILIES = sizeof(families) / sizeof(families[0]) };
 
@@ -31,7 +31,7 @@ const struct tl_arch_desc *tl__arch_of(enum tl_arch arch)
 
 const char *tl__arch_names(void)
 {
-    return "llama, qwen2, qwen3, qwen3moe, granite, smollm3, phi3, bert";
+    return "llama, qwen2, qwen3, qwen3moe, granite, smollm3, phi3, bert, gemma2, gemma3";
 }
 
 // ---- keys ---------------------------------------------------------------------------------------

@@ -48,6 +48,7 @@ struct tl_arch_desc {
     bool attn_bias;               // blk.N.attn_{q,k,v}.bias required (optional otherwise)
     bool qk_norm;                 // blk.N.attn_{q,k}_norm.weight required (absent otherwise)
     bool fused;                   // phi3: attn_qkv (or attn_q/k/v) and a gate+up ffn_up
+    bool post_norms;              // gemma2: post_attention_norm and post_ffw_norm required
     enum tl_arch_experts experts; // whether its FFNs are mixtures of experts
     // The family's own keys, after the shared ones are in hp; NULL when it has none.
     tl_status (*read_hparams)(const struct tl_arch_keys *k, struct tl_hparams *hp);
@@ -57,7 +58,8 @@ struct tl_arch_desc {
 };
 
 extern const struct tl_arch_desc tl__arch_llama, tl__arch_qwen2, tl__arch_qwen3, tl__arch_qwen3moe,
-    tl__arch_granite, tl__arch_smollm3, tl__arch_phi3, tl__arch_bert;
+    tl__arch_granite, tl__arch_smollm3, tl__arch_phi3, tl__arch_bert, tl__arch_gemma2,
+    tl__arch_gemma3;
 
 // The descriptor of a general.architecture value; NULL when the family is not supported.
 const struct tl_arch_desc *tl__arch_find(struct tl_gguf_str name);

@@ -7,13 +7,14 @@
  * (qwen3) -> RoPE (unless the layer is a NoPE layer) -> store K/V of every batch token into the
  * paged cache -> attention of every token over its own sequence's blocks -> output matmul +
  * residual -> RMSNorm -> gate/up matmuls -> SwiGLU -> down matmul (or the mixture of experts of
- * moe.c) + residual. The families'
- * multipliers (granite: embeddings, residual branches, attention scale, logits) are applied
- * only when the model has them, so a llama model runs exactly the ops it always ran.
- * Every weight matrix is multiplied with all tokens of the step at once (tl_matmul tiles them),
- * so the weights are read once per step for everyone. Logits are computed only for the rows in
- * out_idx. Scratch sizes are products taken through tl_mul_size (alloc_matrix), so the row
- * offsets used below (t * width, t < max_tok) are bounded by an allocation that succeeded.
+ * moe.c) + residual; gemma2 adds soft-capped sliding-window attention (tl_attention_opt), an
+ * RMSNorm of each sublayer's output before its residual add, GeGLU, and capped logits. The
+ * families' multipliers (granite: embeddings, residual branches, attention scale, logits) are
+ * applied only when the model has them, so a llama model runs exactly the ops it always ran. Every
+ * weight matrix is multiplied with all tokens of the step at once (tl_matmul tiles them), so the
+ * weights are read once per step for everyone. Logits are computed only for the rows in out_idx.
+ * Scratch sizes are products taken through tl_mul_size (alloc_matrix), so the row offsets used
+ * below (t * width, t < max_tok) are bounded by an allocation that succeeded.
  *
  * Determinism: every op computes a token's row from that token's inputs alone with a fixed
  * reduction order (the kernels' contract), and K/V are always read back from the cache (never
@@ -207,6 +208,17 @@ static void rope_freqs(float *x, int n_heads, int head_dim, int64_t pos, float f
     }
 }
 
+// gate = gelu_tanh(gate) * up (gemma2's GeGLU; HF gelu_pytorch_tanh, llama.cpp ggml_gelu):
+// 0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3))), scalar f32, one token's row alone.
+static void geglu(float *gate, const float *up, int64_t n)
+{
+    const float c = 0.7978845608028654f; // sqrt(2 / pi)
+    for (int64_t i = 0; i < n; i++) {
+        float x = gate[i];
+        gate[i] = 0.5f * x * (1.0f + tanhf(c * (x + 0.044715f * x * x * x))) * up[i];
+    }
+}
+
 // RMSNorm of each of n_heads heads of head_dim values, in place, with one shared weight.
 static void head_norm(float *x, const float *w, int n_heads, int head_dim, float eps)
 {
@@ -238,7 +250,13 @@ static void phase_fn(void *p, int ith, int nth)
             if (a->layer->k_norm)
                 head_norm(k, a->layer->k_norm, hp->n_head_kv, hp->head_dim, hp->rms_eps);
             int32_t pos = a->b->pos[t];
-            if (!a->layer->no_rope && f->rope_freq) {
+            if (!a->layer->no_rope && a->layer->window && hp->rope_freq_base_swa > 0) {
+                // gemma3's sliding layers: their own base, no scaling
+                tl_rope(q, hp->n_head, hp->head_dim, pos, hp->rope_freq_base_swa, 1.0f,
+                        hp->rope_mode);
+                tl_rope(k, hp->n_head_kv, hp->head_dim, pos, hp->rope_freq_base_swa, 1.0f,
+                        hp->rope_mode);
+            } else if (!a->layer->no_rope && f->rope_freq) {
                 rope_freqs(q, hp->n_head, hp->head_dim, pos, hp->rope_freq_scale, f->rope_freq,
                            hp->rope_mode);
                 rope_freqs(k, hp->n_head_kv, hp->head_dim, pos, hp->rope_freq_scale, f->rope_freq,
@@ -258,7 +276,11 @@ static void phase_fn(void *p, int ith, int nth)
             tl_add(f->x + t * n_embd, f->tmp + t * n_embd, n_embd);
             break;
         case PHASE_SWIGLU:
-            tl_swiglu(f->h1 + t * hp->n_ff, f->h2 + t * hp->n_ff, f->h1 + t * hp->n_ff, hp->n_ff);
+            if (hp->ffn_gelu)
+                geglu(f->h1 + t * hp->n_ff, f->h2 + t * hp->n_ff, hp->n_ff);
+            else
+                tl_swiglu(f->h1 + t * hp->n_ff, f->h2 + t * hp->n_ff, f->h1 + t * hp->n_ff,
+                          hp->n_ff);
             break;
         }
     }
@@ -393,10 +415,17 @@ tl_status tl_forward_run(struct tl_forward *f, const struct tl_batch *b,
         prof_mark(&pc, TL_FWD_QKV);
         run_phase(&pa, PHASE_QKV_POST, n);
         prof_mark(&pc, TL_FWD_ROPE_STORE);
-        tl_attention(f->pool, pa.kv, f->q, f->queries, n, hp->n_head, scale, f->att, f->work);
+        const struct tl_attn_opts opts = {.window = L->window, .softcap = hp->attn_softcap};
+        tl_attention_opt(f->pool, pa.kv, f->q, f->queries, n, hp->n_head, scale, &opts, f->att,
+                         f->work);
         prof_mark(&pc, TL_FWD_ATTN);
         tl_matmul(f->pool, &L->wo, f->att, n, f->tmp, f->work);
         prof_mark(&pc, TL_FWD_WO);
+        if (L->attn_post_norm) { // gemma2: the sublayer output normed before the residual add
+            pa.norm_w = L->attn_post_norm, pa.src = f->tmp, pa.dst = f->tmp;
+            run_phase(&pa, PHASE_NORM, n);
+            prof_mark(&pc, TL_FWD_NORM);
+        }
         run_phase(&pa, PHASE_RESIDUAL, n);
         prof_mark(&pc, TL_FWD_RESIDUAL);
 
@@ -416,6 +445,11 @@ tl_status tl_forward_run(struct tl_forward *f, const struct tl_batch *b,
             tl_matmul(f->pool, &L->w_down, f->h1, n, f->tmp, f->work);
             prof_mark(&pc, TL_FWD_DOWN);
         }
+        if (L->ffn_post_norm) {
+            pa.norm_w = L->ffn_post_norm, pa.src = f->tmp, pa.dst = f->tmp;
+            run_phase(&pa, PHASE_NORM, n);
+            prof_mark(&pc, TL_FWD_NORM);
+        }
         run_phase(&pa, PHASE_RESIDUAL, n);
         prof_mark(&pc, TL_FWD_RESIDUAL);
     }
@@ -431,6 +465,9 @@ tl_status tl_forward_run(struct tl_forward *f, const struct tl_batch *b,
     if (has_scale(hp->logit_scale))
         for (int64_t i = 0; i < b->n_out * hp->n_vocab; i++)
             logits[i] /= hp->logit_scale;
+    if (hp->final_softcap > 0) // gemma2: cap * tanh(logits / cap)
+        for (int64_t i = 0; i < b->n_out * hp->n_vocab; i++)
+            logits[i] = hp->final_softcap * tanhf(logits[i] / hp->final_softcap);
     prof_mark(&pc, TL_FWD_OUTPUT);
     return TL_OK;
 }

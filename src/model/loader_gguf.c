@@ -219,8 +219,16 @@ static tl_status load_layer(struct ctx *c, int il, struct tl_layer *L)
         ((rc = load_vec(c, NAME("attn_q_norm.weight"), hp->head_dim, true, &L->q_norm)) ||
          (rc = load_vec(c, NAME("attn_k_norm.weight"), hp->head_dim, true, &L->k_norm))))
         return rc;
+    if (c->desc->post_norms &&
+        ((rc = load_vec(c, NAME("post_attention_norm.weight"), hp->n_embd, true,
+                        &L->attn_post_norm)) ||
+         (rc = load_vec(c, NAME("post_ffw_norm.weight"), hp->n_embd, true, &L->ffn_post_norm))))
+        return rc;
 #undef NAME
     L->no_rope = hp->no_rope_step > 0 && (il + 1) % hp->no_rope_step == 0;
+    // llama.cpp's set_swa_pattern(n): layer il slides when il % n < n - 1
+    if (hp->n_swa > 0 && hp->swa_pattern > 0 && il % hp->swa_pattern < hp->swa_pattern - 1)
+        L->window = hp->n_swa;
     return TL_OK;
 }
 

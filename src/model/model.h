@@ -24,6 +24,8 @@ enum tl_arch {
     TL_ARCH_QWEN3MOE = 5,
     TL_ARCH_PHI3 = 6,
     TL_ARCH_BERT = 7, // an encoder (embeddings only): arch_bert.c, encode.c
+    TL_ARCH_GEMMA2 = 8,
+    TL_ARCH_GEMMA3 = 9,
 };
 
 // How an encoder turns its per-token states into one vector: llama.cpp's llama_pooling_type
@@ -58,6 +60,13 @@ struct tl_hparams {
     float attn_scale;     // softmax scale of q.k; 0 = 1 / sqrt(head_dim)
     float logit_scale;    // logits divided by it (granite)
     int32_t no_rope_step; // layers il with (il + 1) % no_rope_step == 0 skip RoPE (smollm3: 4)
+    // Gemma 2: GeGLU (tanh GELU) FFNs, soft-capping, sliding-window layers.
+    bool ffn_gelu;            // FFN is gelu_tanh(gate) * up instead of silu(gate) * up
+    float attn_softcap;       // attention logit soft-capping (0: none)
+    float final_softcap;      // logits become cap * tanh(logits / cap) (0: none)
+    int32_t n_swa;            // sliding window of the sliding layers (0: none)
+    int32_t swa_pattern;      // layers il with il % swa_pattern < swa_pattern - 1 slide (gemma2: 2)
+    float rope_freq_base_swa; // RoPE base of the sliding layers, unscaled (gemma3); 0: the same
     // Mixture of experts (qwen3moe); 0 for dense models.
     int32_t n_expert;      // experts per layer
     int32_t n_expert_used; // experts each token is routed to (top-k)
@@ -67,19 +76,22 @@ struct tl_hparams {
 };
 
 struct tl_layer {
-    const float *attn_norm;    // (n_embd)
-    struct tl_weight wq;       // (n_head*head_dim rows, n_embd)
-    struct tl_weight wk;       // (n_head_kv*head_dim, n_embd)
-    struct tl_weight wv;       // (n_head_kv*head_dim, n_embd)
-    struct tl_weight wo;       // (n_embd, n_head*head_dim)
-    const float *bq, *bk, *bv; // attention biases (qwen2), NULL otherwise
-    const float *q_norm;       // (head_dim) RMSNorm of each q head before RoPE (qwen3), or NULL
-    const float *k_norm;       // (head_dim) the same for each k head
-    bool no_rope;              // q and k of this layer are not rotated (NoPE layers)
-    const float *ffn_norm;     // (n_embd)
-    struct tl_weight w_gate;   // (n_ff, n_embd)
-    struct tl_weight w_up;     // (n_ff, n_embd)
-    struct tl_weight w_down;   // (n_embd, n_ff)
+    const float *attn_norm;      // (n_embd)
+    struct tl_weight wq;         // (n_head*head_dim rows, n_embd)
+    struct tl_weight wk;         // (n_head_kv*head_dim, n_embd)
+    struct tl_weight wv;         // (n_head_kv*head_dim, n_embd)
+    struct tl_weight wo;         // (n_embd, n_head*head_dim)
+    const float *bq, *bk, *bv;   // attention biases (qwen2), NULL otherwise
+    const float *q_norm;         // (head_dim) RMSNorm of each q head before RoPE (qwen3), or NULL
+    const float *k_norm;         // (head_dim) the same for each k head
+    bool no_rope;                // q and k of this layer are not rotated (NoPE layers)
+    int32_t window;              // sliding-window attention over the last `window` positions, or 0
+    const float *attn_post_norm; // (n_embd) RMSNorm of the attention output (gemma2), or NULL
+    const float *ffn_post_norm;  // (n_embd) RMSNorm of the FFN output (gemma2), or NULL
+    const float *ffn_norm;       // (n_embd)
+    struct tl_weight w_gate;     // (n_ff, n_embd)
+    struct tl_weight w_up;       // (n_ff, n_embd)
+    struct tl_weight w_down;     // (n_embd, n_ff)
     // A mixture-of-experts FFN instead of w_gate/w_up/w_down when n_expert > 0: the router and
     // each expert's matrices as views into the stacked GGUF tensors.
     int32_t n_expert;           // 0: dense layer

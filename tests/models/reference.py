@@ -15,6 +15,17 @@ model definitions (the spec), in float64, reading the GGUF file itself (gguf_rea
                              Phi-3's; these sequences are shorter than any window anyway)
   llama with experts, modeling_mixtral: MixtralSparseMoeBlock routes as qwen3moe does (softmax,
                              topk, divided by their sum), experts intermediate_size wide
+  gemma2   modeling_gemma2:  inputs_embeds * hidden_size ** 0.5; Gemma2RMSNorm x * (1 + weight);
+                             input_layernorm -> attention -> post_attention_layernorm -> + residual,
+                             pre_feedforward_layernorm -> MLP -> post_feedforward_layernorm -> +
+                             residual; MLP down(gelu_pytorch_tanh(gate) * up); scores
+                             q.k * query_pre_attn_scalar ** -0.5, then softcap * tanh(s / softcap);
+                             sliding_window on the layers with layer_idx % 2 == 0 (masked where
+                             q - k >= window); final logits softcapped the same way; tied output
+  gemma3   modeling_gemma3:  gemma2 without soft-capping, with q_norm / k_norm (Gemma3RMSNorm, 1 +
+                             weight) of each head before the rotary, sliding on the layers with
+                             (layer_idx + 1) % sliding_window_pattern (6) != 0, whose rotary uses
+                             rope_local_base_freq (10000) instead of rope_theta
   qwen3moe modeling_qwen3_moe: qwen3 attention; Qwen3MoeSparseMoeBlock: router_logits =
                              gate(x), softmax over all experts, torch.topk(top_k), divided by
                              their sum (norm_topk_prob), sum of weight * expert(x), each expert a
@@ -26,6 +37,12 @@ rather than sharing the engine's reading of the file:
     adjacent-pair RoPE: permute(w, n_head) = w.reshape(n_head, 2, hd / 2, n_in).swapaxes(1, 2).
     The reference inverts it to get HF's rows and applies HF's rotate_half rotary. Qwen2Model and
     Qwen3Model do not permute (their rope is NEOX, rotate_half itself).
+  - Gemma2Model adds 1 to every *norm.weight (HF's Gemma2RMSNorm multiplies by 1 + weight), so
+    the reference takes HF's weight as the file's minus 1 and applies 1 + weight; it writes no
+    output.weight (tied), no Q/K permutation (NEOX rope); sliding_window ->
+    attention.sliding_window, attn/final_logit_softcapping -> attn_logit_softcapping /
+    final_logit_softcapping. query_pre_attn_scalar has no key: the test models take HF's 2B/9B
+    value, head_dim (llama.cpp's 1 / sqrt(key_length) for every Gemma 2 but the 27B).
   - Phi-3's qkv_proj and gate_up_proj are written as they are, blk.N.attn_qkv and blk.N.ffn_up
     (2 * intermediate_size rows), not permuted (NEOX rope).
   - Qwen3MoE's (and Mixtral's w1/w3/w2) experts (mlp.experts.E.{gate,up,down}_proj) are stacked
@@ -87,6 +104,15 @@ def rotary(x, pos, theta, rope_scaling=None):
     return x * np.cos(emb) + rot * np.sin(emb)
 
 
+def gelu_tanh(x):
+    """HF's gelu_pytorch_tanh (GELUTanh)."""
+    return 0.5 * x * (1.0 + np.tanh(np.sqrt(2.0 / np.pi) * (x + 0.044715 * x ** 3)))
+
+
+def softcap(x, cap):
+    return cap * np.tanh(x / cap)
+
+
 def silu(x):
     return x / (1.0 + np.exp(-x))
 
@@ -141,6 +167,22 @@ def forward(path, tokens, knobs=(), ties=None, rope_scaling=None):
             scaling = key("attention.scale", scaling)
         if "no_logits_scaling" not in knobs:
             logits_scaling = key("logit_scale")
+    gemma = arch in ("gemma2", "gemma3")
+    if gemma:
+        # the file holds 1 + w (Gemma2Model's converter); HF applies (1 + w)
+        plus_one = "norm_plus_one_twice" in knobs
+        norm = lambda x, w, e: rms_norm(x, 1.0 + (w if plus_one else w - 1.0), e)  # noqa: E731
+        if "no_embd_normalizer" not in knobs:
+            emb_mult = n_embd ** 0.5
+        scaling = float(hd) ** -0.5  # query_pre_attn_scalar = head_dim (2B, 9B)
+        attn_cap = key("attn_logit_softcapping", 0.0) if "no_attn_softcap" not in knobs else 0.0
+        final_cap = key("final_logit_softcapping", 0.0) if "no_final_softcap" not in knobs \
+            else 0.0
+        window = key("attention.sliding_window") if "no_sliding_window" not in knobs else 0
+    else:
+        norm = rms_norm
+        attn_cap = final_cap = 0.0
+        window = 0
     use_rope = [True] * n_layer
     if arch == "smollm3" and "rope_every_layer" not in knobs:
         use_rope = [(i + 1) % 4 != 0 for i in range(n_layer)]
@@ -163,26 +205,42 @@ def forward(path, tokens, knobs=(), ties=None, rope_scaling=None):
             wq, wk, wv = t("attn_q.weight"), t("attn_k.weight"), t("attn_v.weight")
         if unperm:
             wq, wk = unpermute(wq, n_head), unpermute(wk, n_kv)
-        a = rms_norm(h, t("attn_norm.weight"), eps)
+        a = norm(h, t("attn_norm.weight"), eps)
         q, k, v = a @ wq.T, a @ wk.T, a @ wv.T
         if g.has(f"blk.{il}.attn_q.bias") and "no_bias" not in knobs:
             q, k, v = q + t("attn_q.bias"), k + t("attn_k.bias"), v + t("attn_v.bias")
         q, k, v = q.reshape(T, n_head, hd), k.reshape(T, n_kv, hd), v.reshape(T, n_kv, hd)
+        if arch == "gemma3" and "no_qk_norm" not in knobs:
+            q = norm(q, t("attn_q_norm.weight"), eps)
+            k = norm(k, t("attn_k_norm.weight"), eps)
         if arch in ("qwen3", "qwen3moe") and "no_qk_norm" not in knobs:
             ones = "qk_norm_weights_ignored" in knobs
             q = rms_norm(q, 1.0 if ones else t("attn_q_norm.weight"), eps)
             k = rms_norm(k, 1.0 if ones else t("attn_k_norm.weight"), eps)
+        sliding = bool(window) and (il % 2 == 0 if arch == "gemma2" else (il + 1) % 6 != 0)
         if use_rope[il]:
             rs = None if "no_rope_scaling" in knobs else rope_scaling
-            q, k = rotary(q, pos, theta, rs), rotary(k, pos, theta, rs)
+            th = theta
+            if arch == "gemma3" and sliding and "global_rope_base_everywhere" not in knobs:
+                th = 10000.0  # rope_local_base_freq
+            q, k = rotary(q, pos, th, rs), rotary(k, pos, th, rs)
         rep = n_head // n_kv  # repeat_kv: query head i uses kv head i // rep
         k, v = np.repeat(k, rep, axis=1), np.repeat(v, rep, axis=1)
-        s = np.einsum("thd,shd->hts", q, k) * scaling + causal
+        s = np.einsum("thd,shd->hts", q, k) * scaling
+        if attn_cap:
+            s = softcap(s, attn_cap)
+        s = s + causal
+        if sliding:  # gemma2: unless layer_idx % 2; gemma3: unless (layer_idx + 1) % 6 == 0
+            qi, ki = np.arange(T)[:, None], np.arange(T)[None, :]
+            s = s + np.where(qi - ki >= window, -np.inf, 0.0)
         p = np.exp(s - s.max(axis=-1, keepdims=True))
         p /= p.sum(axis=-1, keepdims=True)
         o = np.einsum("hts,shd->thd", p, v).reshape(T, n_head * hd)
-        h = h + (o @ t("attn_output.weight").T) * res_mult
-        m = rms_norm(h, t("ffn_norm.weight"), eps)
+        o = o @ t("attn_output.weight").T
+        if gemma:
+            o = norm(o, t("post_attention_norm.weight"), eps)
+        h = h + o * res_mult
+        m = norm(h, t("ffn_norm.weight"), eps)
         if key("expert_count", 0) > 0:  # qwen3moe, or llama with experts (Mixtral)
             f = moe_mlp(m, g, il, key("expert_used_count"), knobs, ties)
         elif arch == "phi3":  # Phi3MLP: gate, up = gate_up_proj(x).chunk(2); up * silu(gate)
@@ -190,9 +248,15 @@ def forward(path, tokens, knobs=(), ties=None, rope_scaling=None):
             if "swapped_gate_up" in knobs:
                 gate, up = up, gate
             f = (up * silu(gate)) @ t("ffn_down.weight").T
+        elif gemma:
+            act = silu if "silu_not_gelu" in knobs else gelu_tanh
+            f = (act(m @ t("ffn_gate.weight").T) * (m @ t("ffn_up.weight").T)) @ \
+                t("ffn_down.weight").T
+            f = norm(f, t("post_ffw_norm.weight"), eps)
         else:
             f = (silu(m @ t("ffn_gate.weight").T) * (m @ t("ffn_up.weight").T)) @ \
                 t("ffn_down.weight").T
         h = h + f * res_mult
     out = g.tensor("output.weight") if g.has("output.weight") else g.tensor("token_embd.weight")
-    return (rms_norm(h, g.tensor("output_norm.weight"), eps) @ out.T) / logits_scaling
+    logits = (norm(h, g.tensor("output_norm.weight"), eps) @ out.T) / logits_scaling
+    return softcap(logits, final_cap) if final_cap else logits

@@ -18,11 +18,29 @@ BUILD = os.environ.get("BUILD", "build")
 BIN = os.environ.get("TL_BIN", f"{BUILD}/tokenloom")
 SHARED = os.environ.get("TL_SHARED", "../shared")
 SHAPE = ["--dim", "64", "--heads", "4", "--kv-heads", "2", "--ff", "96", "--layers", "2"]
-SUPPORTED = "(supported: llama, qwen2, qwen3, qwen3moe, granite, smollm3, phi3, bert)"
+SUPPORTED = "(supported: llama, qwen2, qwen3, qwen3moe, granite, smollm3, phi3, bert, gemma2, gemma3)"
 MOE = ["--experts", "8", "--experts-used", "2", "--expert-ff", "32"]
 
 # name, base arch, write_gguf edits, text the one error line must hold
 CASES = [
+    ("gemma2 with a window of 0", "gemma2",
+     dict(set_keys={"gemma2.attention.sliding_window": ("u32", 0)}),
+     "key gemma2.attention.sliding_window is 0, expected > 0"),
+    ("gemma2 without a window", "gemma2", dict(drop_keys=["gemma2.attention.sliding_window"]),
+     "missing or invalid key gemma2.attention.sliding_window"),
+    ("gemma2 negative attention soft-cap", "gemma2",
+     dict(set_keys={"gemma2.attn_logit_softcapping": ("f32", -50.0)}),
+     "key gemma2.attn_logit_softcapping is -50, expected >= 0"),
+    ("gemma2 without a post-FFN norm", "gemma2", dict(drop_tensors=["blk.1.post_ffw_norm.weight"]),
+     "missing tensor blk.1.post_ffw_norm.weight"),
+    ("gemma3 local RoPE base 0", "gemma3",
+     dict(set_keys={"gemma3.rope.freq_base_swa": ("f32", 0.0)}),
+     "key gemma3.rope.freq_base_swa is 0, expected > 0"),
+    ("gemma3 without a q norm", "gemma3", dict(drop_tensors=["blk.0.attn_q_norm.weight"]),
+     "missing tensor blk.0.attn_q_norm.weight"),
+    ("gemma2 post-attention norm of the wrong size", "gemma2",
+     dict(reshape={"blk.0.post_attention_norm.weight": [8]}),
+     "tensor blk.0.post_attention_norm.weight has 8 elements, expected 64"),
     ("qwen3 without a k norm", "qwen3", dict(drop_tensors=["blk.1.attn_k_norm.weight"]),
      "missing tensor blk.1.attn_k_norm.weight"),
     ("qwen3 q norm of the wrong size", "qwen3", dict(reshape={"blk.0.attn_q_norm.weight": [8]}),
@@ -76,8 +94,8 @@ CASES = [
     ("phi3 ffn_up of n_ff rows only", "phi3", dict(reshape={"blk.0.ffn_up.weight": [64, 96]}),
      "tensor blk.0.ffn_up.weight has 96 rows, expected 192"),
     ("an unsupported architecture", "qwen3",
-     dict(set_keys={"general.architecture": ("str", "gemma3")}),
-     f"architecture 'gemma3' is not supported {SUPPORTED}"),
+     dict(set_keys={"general.architecture": ("str", "mamba")}),
+     f"architecture 'mamba' is not supported {SUPPORTED}"),
 ]
 
 # arch, `tokenloom info` label, value
@@ -91,6 +109,9 @@ INFO = [
     ("smollm3", "architecture", "smollm3"),
     ("qwen3moe", "expert count", "8"),
     ("qwen3moe", "experts used", "2"),
+    ("gemma2", "sliding window", "4096"),
+    ("gemma2", "attention soft-cap", "50"),
+    ("gemma2", "final soft-cap", "30"),
 ]
 
 
@@ -109,7 +130,8 @@ def main():
     tok = os.path.join(SHARED, "models", "stories260K.gguf")
     with tempfile.TemporaryDirectory() as tmp:
         base = {}
-        for arch in ("qwen3", "granite", "smollm3", "qwen3moe", "llama-rope3", "phi3"):
+        for arch in ("qwen3", "granite", "smollm3", "qwen3moe", "llama-rope3", "phi3", "gemma2",
+                     "gemma3"):
             path = os.path.join(tmp, f"{arch}.gguf")
             extra = {"qwen3moe": MOE, "llama-rope3": ["--rope-llama3", "8"]}.get(arch, [])
             p = subprocess.run([BIN, "mkmodel", "-o", path, "--arch", arch.split("-")[0],
@@ -138,7 +160,7 @@ def main():
             result(ok, f"{name}: one clear error", f"exit {p.returncode}: {p.stderr.strip()}")
         # mkmodel's own refusals: exit 2 and one line saying what is wrong.
         for args, needle in [
-            (["--arch", "gemma3"], "unknown --arch 'gemma3' (llama, qwen2, qwen3, qwen3moe"),
+            (["--arch", "mamba"], "unknown --arch 'mamba' (llama, qwen2, qwen3, qwen3moe"),
             (["--arch", "qwen2", "--experts", "4"], "--experts applies to --arch llama and "
              "qwen3moe"),
             (["--arch", "qwen3moe", "--experts", "2", "--experts-used", "3"],
@@ -152,38 +174,47 @@ def main():
             result(p.returncode == 2 and len(lines) == 1 and needle in lines[0],
                    f"mkmodel {' '.join(args)}: exit 2, one line", f"exit {p.returncode}: "
                    f"{p.stderr.strip()}")
-        # Random edits of the qwen3moe file (seeded): every hyperparameter key set to a random
-        # u32 (0, 1, small, huge), keys and tensors dropped, tensors re-shaped. Each run must
-        # end with exit 0, or exit 1 and one error line (log lines aside), never a signal.
-        rng = random.Random(20)
-        src = base["qwen3moe"]
-        keys = [k for k, (vt, _) in src.raw_kv.items() if k.startswith("qwen3moe.") and vt == 4]
-        names = list(src.tensors)
-        crashes = []
-        for i in range(80):
-            kind = rng.randrange(4)
-            edits = {}
-            if kind == 0:
-                v = rng.choice([0, 1, 2, 3, 7, 33, 4097, 65536, 2**31 - 1, 2**32 - 1])
-                edits["set_keys"] = {rng.choice(keys): ("u32", v)}
-            elif kind == 1:
-                edits["drop_keys"] = rng.sample(keys, rng.randint(1, 3))
-            elif kind == 2:
-                edits["drop_tensors"] = rng.sample(names, rng.randint(1, 3))
-            else:
-                name = rng.choice(names)
-                ne = list(src.tensors[name][0])
-                ne[rng.randrange(len(ne))] = rng.choice([1, 2, 7, 16, 33, 64])
-                edits["reshape"] = {name: ne}
-            path = os.path.join(tmp, "fuzz.gguf")
-            write_gguf(path, src, **edits)
-            p = subprocess.run([BIN, "generate", "-m", path, "-p", "Once", "-n", "2"],
-                               capture_output=True, text=True)
-            errors = [ln for ln in p.stderr.splitlines() if ln.startswith("tokenloom generate:")]
-            if p.returncode not in (0, 1) or (p.returncode == 1 and len(errors) != 1):
-                crashes.append(f"{edits}: exit {p.returncode}: {p.stderr.strip()[-200:]}")
-        result(not crashes, "80 random edits of a qwen3moe file: exit 0 or one error line, "
-               "never a crash", "; ".join(crashes[:3]))
+        # Random edits of the qwen3moe and gemma2 files (seeded): every hyperparameter key set
+        # to a random u32 (0, 1, small, huge) or, for f32 keys (gemma2's soft-caps, rope and
+        # eps), a random float (0, negative, NaN, inf), keys and tensors dropped, tensors
+        # re-shaped. Each run must end with exit 0, or exit 1 and one error line (log lines
+        # aside), never a signal.
+        for arch, seed in (("qwen3moe", 20), ("gemma2", 21)):
+            rng = random.Random(seed)
+            src = base[arch]
+            keys = [k for k, (vt, _) in src.raw_kv.items() if k.startswith(arch + ".") and vt == 4]
+            fkeys = [k for k, (vt, _) in src.raw_kv.items()
+                     if k.startswith(arch + ".") and vt == 6]
+            names = list(src.tensors)
+            crashes = []
+            for i in range(80):
+                kind = rng.randrange(5 if fkeys else 4)
+                edits = {}
+                if kind == 0:
+                    v = rng.choice([0, 1, 2, 3, 7, 33, 4097, 65536, 2**31 - 1, 2**32 - 1])
+                    edits["set_keys"] = {rng.choice(keys): ("u32", v)}
+                elif kind == 1:
+                    edits["drop_keys"] = rng.sample(keys + fkeys, rng.randint(1, 3))
+                elif kind == 2:
+                    edits["drop_tensors"] = rng.sample(names, rng.randint(1, 3))
+                elif kind == 3:
+                    name = rng.choice(names)
+                    ne = list(src.tensors[name][0])
+                    ne[rng.randrange(len(ne))] = rng.choice([1, 2, 7, 16, 33, 64])
+                    edits["reshape"] = {name: ne}
+                else:
+                    v = rng.choice([0.0, -1.0, 1e-30, 1e30, float("nan"), float("inf")])
+                    edits["set_keys"] = {rng.choice(fkeys): ("f32", v)}
+                path = os.path.join(tmp, "fuzz.gguf")
+                write_gguf(path, src, **edits)
+                p = subprocess.run([BIN, "generate", "-m", path, "-p", "Once", "-n", "2"],
+                                   capture_output=True, text=True)
+                errors = [ln for ln in p.stderr.splitlines()
+                          if ln.startswith("tokenloom generate:")]
+                if p.returncode not in (0, 1) or (p.returncode == 1 and len(errors) != 1):
+                    crashes.append(f"{edits}: exit {p.returncode}: {p.stderr.strip()[-200:]}")
+            result(not crashes, f"80 random edits of a {arch} file: exit 0 or one error line, "
+                   "never a crash", "; ".join(crashes[:3]))
     print(f"1..{n}")
     return 1 if failed else 0
 

@@ -38,6 +38,12 @@ CASES = [
                    "2"] + SHAPE),
     ("qwen3moe", ["--arch", "qwen3moe", "--weight-std", "0.1", "--experts", "16",
                   "--experts-used", "4", "--expert-ff", "32"] + SHAPE),
+    # sliding window 6 on layers 0 and 2: prompt chunks, prefix hits and recompute straddle it
+    ("gemma2", ["--arch", "gemma2", "--weight-std", "0.1", "--sliding-window", "6", "--softcap",
+                "2,5"] + SHAPE),
+    # gemma3: 7 layers, 6 of them sliding (window 6, RoPE base 10000), q/k norms
+    ("gemma3", ["--arch", "gemma3", "--weight-std", "0.1", "--sliding-window", "6"] + SHAPE[:-3]
+     + ["7", "--ctx", "256"]),
 ]
 PROMPT = [1, 403, 407, 261, 378, 432, 383, 286, 17]
 N_GEN = 20

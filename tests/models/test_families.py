@@ -69,6 +69,16 @@ CASES = [
     # TOL_Q8 (measured 1.8e-2); the reference reads the same dequantized weights
     ("qwen3moe-q8_0", ["--arch", "qwen3moe", "--type", "q8_0", "--experts", "16",
                        "--experts-used", "4", "--expert-ff", "32"] + SHAPE, ["no_topk_renorm"]),
+    # Gemma 2: window 5 on layers 0 and 2 (of 3) over 14 tokens, soft-caps small enough to bite
+    # (attention 2, final 5); norms near 1 in the file (1 + w), so adding HF's 1 twice shows
+    ("gemma2", ["--arch", "gemma2", "--sliding-window", "5", "--softcap", "2,5"] + SHAPE,
+     ["wrong_permutation", "norm_plus_one_twice", "no_embd_normalizer", "no_attn_softcap",
+      "no_final_softcap", "no_sliding_window", "silu_not_gelu"]),
+    # Gemma 3: 7 layers (0-4 and 6 slide with window 5 and RoPE base 10000, 5 is global with
+    # base 1e6), q/k norms stored as 1 + w; no soft-capping
+    ("gemma3", ["--arch", "gemma3", "--sliding-window", "5"] + SHAPE[:-1] + ["7"],
+     ["wrong_permutation", "norm_plus_one_twice", "no_qk_norm", "no_sliding_window",
+      "global_rope_base_everywhere"]),
 ]
 TOL_Q8 = 5e-2
 # What the reference is told that the GGUF does not say (HF config values).

@@ -880,7 +880,13 @@ static void test_attention(void **state)
                     attn_fixture_make(&f, types[ti], block_sizes[bi], N_KV, hd, N_SEQ, CTX);
                     // batch 0 mixes the sequences at assorted positions; batch 1 is prefill
                     // runs (a whole prompt, a middle part of one, a lone decode token)
-                    for (int batch = 0; batch < 2; batch++) {
+                    // options: none; a window of 7 (under a block of 16, so a prefill run's
+                    // windows start in different blocks and chunks); a window of 20 with
+                    // soft-capping (scores of about +-1 against a cap of 0.5: tanh bites)
+                    for (int batch = 0; batch < 2; batch++)
+                    for (int oi = 0; oi < 3; oi++) {
+                        const struct tl_attn_opts opts = {.window = oi == 0 ? 0 : oi == 1 ? 7 : 20,
+                                                          .softcap = oi == 2 ? 0.5f : 0.f};
                         enum { MAX_TOK = CTX + 21 };
                         struct tl_attn_query qs[MAX_TOK];
                         int seq_of[MAX_TOK];
@@ -906,21 +912,25 @@ static void test_attention(void **state)
                             for (int h = 0; h < N_HEAD; h++) {
                                 int kvh = h / (N_HEAD / N_KV);
                                 int64_t n = qs[t].n_ctx, row = N_KV * hd;
+                                // the window: q_pos - W < j <= q_pos, q_pos = n - 1
+                                int64_t lo = opts.window && n > opts.window ? n - opts.window : 0;
                                 const float *qv = q + (t * N_HEAD + h) * hd;
                                 double sc[CTX], mx = -INFINITY, sum = 0;
-                                for (int64_t j = 0; j < n; j++) {
+                                for (int64_t j = lo; j < n; j++) {
                                     const float *k = f.kf + (seq_of[t] * CTX + j) * row + kvh * hd;
                                     double d = 0;
                                     for (int i = 0; i < hd; i++)
                                         d += (double)qv[i] * k[i];
                                     sc[j] = d * scale;
+                                    if (opts.softcap)
+                                        sc[j] = opts.softcap * tanh(sc[j] / opts.softcap);
                                     mx = sc[j] > mx ? sc[j] : mx;
                                 }
-                                for (int64_t j = 0; j < n; j++)
+                                for (int64_t j = lo; j < n; j++)
                                     sum += (sc[j] = exp(sc[j] - mx));
                                 for (int i = 0; i < hd; i++) {
                                     double o = 0;
-                                    for (int64_t j = 0; j < n; j++)
+                                    for (int64_t j = lo; j < n; j++)
                                         o += sc[j] *
                                              f.vf[(seq_of[t] * CTX + j) * row + kvh * hd + i];
                                     want[(t * N_HEAD + h) * hd + i] = (float)(o / sum);
@@ -930,16 +940,18 @@ static void test_attention(void **state)
                         void *work = tl_aligned_alloc(wb);
                         for (int s = 0; s < N_ISA; s++) {
                             if (!tl_kernels_force_isa(isas[s])) continue;
-                            tl_attention(pool, &f.kv, q, qs, N_TOK, N_HEAD, scale, out, work);
+                            tl_attention_opt(pool, &f.kv, q, qs, N_TOK, N_HEAD, scale, &opts, out,
+                                             work);
                             double e = nmse(out, want, N_TOK * N_HEAD * hd);
                             if (!(e < 1e-10))
-                                fail_msg("%s kv %s hd %d bs %d heads %d/%d: nmse %g", isas[s],
-                                         tl_dtype_name(types[ti]), hd, block_sizes[bi], N_HEAD,
-                                         N_KV, e);
+                                fail_msg("%s kv %s hd %d bs %d heads %d/%d window %d cap %g: "
+                                         "nmse %g",
+                                         isas[s], tl_dtype_name(types[ti]), hd, block_sizes[bi],
+                                         N_HEAD, N_KV, (int)opts.window, opts.softcap, e);
                             // each token alone, single thread: bit-identical
                             for (int t = 0; t < N_TOK; t++) {
-                                tl_attention(NULL, &f.kv, q + t * N_HEAD * hd, &qs[t], 1, N_HEAD,
-                                             scale, solo, work);
+                                tl_attention_opt(NULL, &f.kv, q + t * N_HEAD * hd, &qs[t], 1,
+                                                 N_HEAD, scale, &opts, solo, work);
                                 if (memcmp(solo, out + t * N_HEAD * hd,
                                            sizeof(float) * (size_t)(N_HEAD * hd)))
                                     fail_msg("%s: attention of token %d depends on the batch",

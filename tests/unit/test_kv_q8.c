@@ -214,7 +214,11 @@ static void test_attention_every_isa(void **state)
                 fixture_make(&f, block_sizes[bi], N_KV, hd, N_SEQ, CTX);
                 // batch 0: the sequences mixed at assorted positions (decode-like);
                 // batch 1: prefill runs (a whole prompt, a middle part, a lone token)
-                for (int batch = 0; batch < 2; batch++) {
+                // without and with a sliding window of 7 (the window's first chunk is masked
+                // from its start in attn_kv, in the folded Q8_0 path too)
+                for (int batch = 0; batch < 2; batch++)
+                for (int oi = 0; oi < 2; oi++) {
+                    const struct tl_attn_opts opts = {.window = oi ? 7 : 0};
                     struct tl_attn_query qs[MAX_TOK];
                     int seq_of[MAX_TOK];
                     const int N_TOK = batch == 0 ? 9 : MAX_TOK;
@@ -238,9 +242,11 @@ static void test_attention_every_isa(void **state)
                         for (int h = 0; h < N_HEAD; h++) {
                             const int kvh = h / (N_HEAD / N_KV);
                             const int64_t n = qs[t].n_ctx, row = (int64_t)N_KV * hd;
+                            // keys q_pos - W < j <= q_pos (q_pos = n - 1)
+                            const int64_t lo = opts.window && n > opts.window ? n - opts.window : 0;
                             const float *qh = q + ((size_t)t * N_HEAD + h) * hd;
                             double sc[CTX], mx = -INFINITY, sum = 0;
-                            for (int64_t j = 0; j < n; j++) {
+                            for (int64_t j = lo; j < n; j++) {
                                 const float *k = f.kf + (seq_of[t] * CTX + j) * row + kvh * hd;
                                 double d = 0;
                                 for (int i = 0; i < hd; i++)
@@ -248,11 +254,11 @@ static void test_attention_every_isa(void **state)
                                 sc[j] = d * scale;
                                 mx = sc[j] > mx ? sc[j] : mx;
                             }
-                            for (int64_t j = 0; j < n; j++)
+                            for (int64_t j = lo; j < n; j++)
                                 sum += (sc[j] = exp(sc[j] - mx));
                             for (int i = 0; i < hd; i++) {
                                 double o = 0;
-                                for (int64_t j = 0; j < n; j++)
+                                for (int64_t j = lo; j < n; j++)
                                     o += sc[j] * f.vf[(seq_of[t] * CTX + j) * row + kvh * hd + i];
                                 want[((size_t)t * N_HEAD + h) * hd + i] = (float)(o / sum);
                             }
@@ -261,8 +267,10 @@ static void test_attention_every_isa(void **state)
                     const int n_out = N_TOK * N_HEAD * hd;
                     for (int s = 0; s < N_ISA; s++) {
                         if (!tl_kernels_force_isa(isas[s])) continue;
-                        tl_attention(pool, &f.q8, q, qs, N_TOK, N_HEAD, scale, out, work);
-                        tl_attention(pool, &f.f32, q, qs, N_TOK, N_HEAD, scale, out_f32, work);
+                        tl_attention_opt(pool, &f.q8, q, qs, N_TOK, N_HEAD, scale, &opts, out,
+                                         work);
+                        tl_attention_opt(pool, &f.f32, q, qs, N_TOK, N_HEAD, scale, &opts,
+                                         out_f32, work);
                         // scalar, AVX2 and AVX-512 with grouped heads widen int8 * d exactly and
                         // run the f32 arithmetic: bit for bit. AVX-512's attn_kv without grouping
                         // folds the block scale out of its sums ((q . k8) * d per block, (p * d) *
@@ -289,8 +297,8 @@ static void test_attention_every_isa(void **state)
                                          (double)want[i]);
                         // each token alone on one thread: bit-identical to the batch
                         for (int t = 0; t < N_TOK; t++) {
-                            tl_attention(NULL, &f.q8, q + (size_t)t * N_HEAD * hd, &qs[t], 1,
-                                         N_HEAD, scale, solo, work);
+                            tl_attention_opt(NULL, &f.q8, q + (size_t)t * N_HEAD * hd, &qs[t], 1,
+                                             N_HEAD, scale, &opts, solo, work);
                             if (memcmp(solo, out + (size_t)t * N_HEAD * hd,
                                        sizeof(float) * (size_t)(N_HEAD * hd)))
                                 fail_msg("%s: q8 attention of token %d depends on the batch",

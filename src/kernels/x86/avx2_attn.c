@@ -43,13 +43,16 @@ static ALWAYS_INLINE __m256 load_kv(int kt, const void *base, size_t idx, int le
     return left >= 8 ? _mm256_loadu_ps(p) : load_tail(p, left);
 }
 
+// Positions [lo, n_ctx); scores[j] is position lo + j.
 static ALWAYS_INLINE void attn_head_t(const struct tl_kv_layer *kv, const int32_t *block_table,
-                                      int64_t n_ctx, int kv_head, const float *q, float scale,
-                                      float *out, float *scores, float *acc, const int kt)
+                                      int64_t lo, int64_t n_ctx, int kv_head, const float *q,
+                                      float scale, float softcap, float *out, float *scores,
+                                      float *acc, const int kt)
 {
     const int hd = kv->head_dim;
+    n_ctx -= lo;
     struct tl__kv_pos p;
-    tl__kv_pos_init(&p, kv, block_table, kv_head);
+    tl__kv_pos_init_at(&p, kv, block_table, kv_head, lo);
     for (int64_t j = 0; j < n_ctx; j++) {
         size_t base = tl__kv_pos_next(&p);
         __m256 s = _mm256_setzero_ps();
@@ -59,6 +62,7 @@ static ALWAYS_INLINE void attn_head_t(const struct tl_kv_layer *kv, const int32_
             s = _mm256_fmadd_ps(qv, load_kv(kt, kv->k, base + d, left), s);
         }
         scores[j] = hsum256(s) * scale;
+        if (softcap > 0.f) scores[j] = tl__softcap(scores[j], softcap);
     }
     float sum = tl__avx2_exp_sum(scores, n_ctx, tl__avx2_max_of(scores, n_ctx));
     // out = sum_j p_j v_j, j in order; the running sums live in `acc` (one pass over V)
@@ -66,7 +70,7 @@ static ALWAYS_INLINE void attn_head_t(const struct tl_kv_layer *kv, const int32_
     for (; d + 8 <= hd; d += 8)
         _mm256_storeu_ps(acc + d, _mm256_setzero_ps());
     if (d < hd) store_tail(acc + d, hd - d, _mm256_setzero_ps());
-    tl__kv_pos_init(&p, kv, block_table, kv_head);
+    tl__kv_pos_init_at(&p, kv, block_table, kv_head, lo);
     for (int64_t j = 0; j < n_ctx; j++) {
         size_t base = tl__kv_pos_next(&p);
         __m256 pj = _mm256_set1_ps(scores[j]);
@@ -92,16 +96,19 @@ static ALWAYS_INLINE void attn_head_t(const struct tl_kv_layer *kv, const int32_
     }
 }
 
-void tl__avx2_attn_head(const struct tl_kv_layer *kv, const int32_t *block_table, int64_t n_ctx,
-                        int kv_head, const float *q, float scale, float *out, float *scores,
-                        float *acc)
+void tl__avx2_attn_head(const struct tl_kv_layer *kv, const int32_t *block_table, int64_t lo,
+                        int64_t n_ctx, int kv_head, const float *q, float scale, float softcap,
+                        float *out, float *scores, float *acc)
 {
     if (kv->type == TL_DTYPE_Q8_0)
-        attn_head_t(kv, block_table, n_ctx, kv_head, q, scale, out, scores, acc, KT_Q8);
+        attn_head_t(kv, block_table, lo, n_ctx, kv_head, q, scale, softcap, out, scores, acc,
+                    KT_Q8);
     else if (kv->type == TL_DTYPE_F16)
-        attn_head_t(kv, block_table, n_ctx, kv_head, q, scale, out, scores, acc, KT_F16);
+        attn_head_t(kv, block_table, lo, n_ctx, kv_head, q, scale, softcap, out, scores, acc,
+                    KT_F16);
     else
-        attn_head_t(kv, block_table, n_ctx, kv_head, q, scale, out, scores, acc, KT_F32);
+        attn_head_t(kv, block_table, lo, n_ctx, kv_head, q, scale, softcap, out, scores, acc,
+                    KT_F32);
 }
 
 // ---- the Q8_0 KV store --------------------------------------------------------------------------

@@ -98,9 +98,9 @@ int tl__avx2_row_align(enum tl_dtype type);
 void tl__avx2_matmul_rows(const struct tl__mm *m, int64_t r0, int64_t r1);
 
 // avx2_attn.c: the op table's attn_head.
-void tl__avx2_attn_head(const struct tl_kv_layer *kv, const int32_t *block_table, int64_t n_ctx,
-                        int kv_head, const float *q, float scale, float *out, float *scores,
-                        float *acc);
+void tl__avx2_attn_head(const struct tl_kv_layer *kv, const int32_t *block_table, int64_t lo,
+                        int64_t n_ctx, int kv_head, const float *q, float scale, float softcap,
+                        float *out, float *scores, float *acc);
 // avx2_attn.c: the op table's quantize_q8_0 (the Q8_0 KV store).
 void tl__avx2_quantize_q8_0(const float *src, struct tl_block_q8_0 *dst, int64_t n);
 

@@ -28,7 +28,8 @@
 //
 // Two passes per (token, head) over the context in position order: scores (q . k_j * scale) in
 // groups of 16 positions, whose 16 partial-product vectors are summed by one transpose-add tree
-// (the add order for position j depends only on j mod 16), then exp/sum, then
+// (the add order for position j depends only on (j - lo) mod 16, lo the first position of the
+// token's window, 0 without one), then exp/sum, then
 // out = sum_j p_j v_j with the head's output dims in registers. Positions are walked through
 // the block table without divisions.
 
@@ -73,19 +74,22 @@ static ALWAYS_INLINE float q8_d(const struct tl_block_q8_0 *row, int b)
     return _cvtsh_ss(row[b].d);
 }
 
-// head_dim <= 128: NQ = ceil(head_dim / 16) vectors per row, held in registers.
-static ALWAYS_INLINE void attn_small(const struct tl_kv_layer *kv, const int32_t *table,
+// head_dim <= 128: NQ = ceil(head_dim / 16) vectors per row, held in registers. Positions
+// [lo, n_ctx) (scores[j] is position lo + j; the chunks of 16 count from lo).
+static ALWAYS_INLINE void attn_small(const struct tl_kv_layer *kv, const int32_t *table, int64_t lo,
                                      int64_t n_ctx, int kv_head, const float *q, float scale,
-                                     float *out, float *scores, const int kt, const int NQ)
+                                     float softcap, float *out, float *scores, const int kt,
+                                     const int NQ)
 {
     const int hd = kv->head_dim;
+    n_ctx -= lo;
     const __mmask16 last = tail_mask16(hd - (NQ - 1) * 16);
     __m512 qv[8];
 #pragma GCC unroll 8
     for (int c = 0; c < NQ; c++)
         qv[c] = _mm512_maskz_loadu_ps(c == NQ - 1 ? last : 0xffff, q + 16 * c);
     struct tl__kv_pos p;
-    tl__kv_pos_init(&p, kv, table, kv_head);
+    tl__kv_pos_init_at(&p, kv, table, kv_head, lo);
     __m512 vmax = _mm512_set1_ps(-INFINITY);
     for (int64_t j0 = 0; j0 < n_ctx; j0 += 16) {
         const int64_t nu = n_ctx - j0 < 16 ? n_ctx - j0 : 16;
@@ -107,12 +111,18 @@ static ALWAYS_INLINE void attn_small(const struct tl_kv_layer *kv, const int32_t
         _mm512_mask_storeu_ps(scores + j0, m, s);
         vmax = _mm512_mask_max_ps(vmax, m, vmax, s);
     }
-    float sum = tl__avx512_exp_sum(scores, n_ctx, _mm512_reduce_max_ps(vmax));
+    float mx = _mm512_reduce_max_ps(vmax);
+    if (softcap > 0.f) {
+        for (int64_t j = 0; j < n_ctx; j++)
+            scores[j] = tl__softcap(scores[j], softcap);
+        mx = tl__avx512_max_of(scores, n_ctx);
+    }
+    float sum = tl__avx512_exp_sum(scores, n_ctx, mx);
     __m512 acc[8];
 #pragma GCC unroll 8
     for (int c = 0; c < NQ; c++)
         acc[c] = _mm512_setzero_ps();
-    tl__kv_pos_init(&p, kv, table, kv_head);
+    tl__kv_pos_init_at(&p, kv, table, kv_head, lo);
     for (int64_t j = 0; j < n_ctx; j++) {
         size_t off = tl__kv_pos_next(&p);
         __m512 pj = _mm512_set1_ps(scores[j]);
@@ -129,13 +139,15 @@ static ALWAYS_INLINE void attn_small(const struct tl_kv_layer *kv, const int32_t
 }
 
 // Any head_dim: the same arithmetic order per element, vectors streamed from memory.
-static ALWAYS_INLINE void attn_large(const struct tl_kv_layer *kv, const int32_t *table,
+static ALWAYS_INLINE void attn_large(const struct tl_kv_layer *kv, const int32_t *table, int64_t lo,
                                      int64_t n_ctx, int kv_head, const float *q, float scale,
-                                     float *out, float *scores, float *acc, const int kt)
+                                     float softcap, float *out, float *scores, float *acc,
+                                     const int kt)
 {
     const int hd = kv->head_dim;
+    n_ctx -= lo;
     struct tl__kv_pos p;
-    tl__kv_pos_init(&p, kv, table, kv_head);
+    tl__kv_pos_init_at(&p, kv, table, kv_head, lo);
     for (int64_t j = 0; j < n_ctx; j++) {
         size_t off = tl__kv_pos_next(&p);
         __m512 s = _mm512_setzero_ps();
@@ -144,11 +156,12 @@ static ALWAYS_INLINE void attn_large(const struct tl_kv_layer *kv, const int32_t
             s = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, q + d), load_kv(kt, kv->k, off + d, m), s);
         }
         scores[j] = hsum512(s) * scale;
+        if (softcap > 0.f) scores[j] = tl__softcap(scores[j], softcap);
     }
     float sum = tl__avx512_exp_sum(scores, n_ctx, tl__avx512_max_of(scores, n_ctx));
     for (int d = 0; d < hd; d += 16)
         _mm512_mask_storeu_ps(acc + d, tail_mask16(hd - d), _mm512_setzero_ps());
-    tl__kv_pos_init(&p, kv, table, kv_head);
+    tl__kv_pos_init_at(&p, kv, table, kv_head, lo);
     for (int64_t j = 0; j < n_ctx; j++) {
         size_t off = tl__kv_pos_next(&p);
         __m512 pj = _mm512_set1_ps(scores[j]);
@@ -166,14 +179,15 @@ static ALWAYS_INLINE void attn_large(const struct tl_kv_layer *kv, const int32_t
     }
 }
 
-typedef void (*attn_fn)(const struct tl_kv_layer *kv, const int32_t *table, int64_t n_ctx,
-                        int kv_head, const float *q, float scale, float *out, float *scores);
+typedef void (*attn_fn)(const struct tl_kv_layer *kv, const int32_t *table, int64_t lo,
+                        int64_t n_ctx, int kv_head, const float *q, float scale, float softcap,
+                        float *out, float *scores);
 #define DEF_ATTN(KT, NQ)                                                                           \
-    static void attn_##KT##_##NQ(const struct tl_kv_layer *kv, const int32_t *table,               \
+    static void attn_##KT##_##NQ(const struct tl_kv_layer *kv, const int32_t *table, int64_t lo,   \
                                  int64_t n_ctx, int kv_head, const float *q, float scale,          \
-                                 float *out, float *scores)                                        \
+                                 float softcap, float *out, float *scores)                         \
     {                                                                                              \
-        attn_small(kv, table, n_ctx, kv_head, q, scale, out, scores, KT, NQ);                      \
+        attn_small(kv, table, lo, n_ctx, kv_head, q, scale, softcap, out, scores, KT, NQ);         \
     }
 #define DEF_ATTN_NQ(KT)                                                                            \
     DEF_ATTN(KT, 1)                                                                                \
@@ -195,19 +209,21 @@ static int kv_kt(const struct tl_kv_layer *kv)
     return kv->type == TL_DTYPE_Q8_0 ? KT_Q8 : kv->type == TL_DTYPE_F16 ? KT_F16 : KT_F32;
 }
 
-void tl__avx512_attn_head(const struct tl_kv_layer *kv, const int32_t *block_table, int64_t n_ctx,
-                          int kv_head, const float *q, float scale, float *out, float *scores,
-                          float *acc)
+void tl__avx512_attn_head(const struct tl_kv_layer *kv, const int32_t *block_table, int64_t lo,
+                          int64_t n_ctx, int kv_head, const float *q, float scale, float softcap,
+                          float *out, float *scores, float *acc)
 {
     const int kt = kv_kt(kv), nq = (kv->head_dim + 15) / 16;
     if (nq <= 8)
-        attn_table[kt][nq](kv, block_table, n_ctx, kv_head, q, scale, out, scores);
+        attn_table[kt][nq](kv, block_table, lo, n_ctx, kv_head, q, scale, softcap, out, scores);
     else if (kt == KT_Q8)
-        attn_large(kv, block_table, n_ctx, kv_head, q, scale, out, scores, acc, KT_Q8);
+        attn_large(kv, block_table, lo, n_ctx, kv_head, q, scale, softcap, out, scores, acc, KT_Q8);
     else if (kt == KT_F16)
-        attn_large(kv, block_table, n_ctx, kv_head, q, scale, out, scores, acc, KT_F16);
+        attn_large(kv, block_table, lo, n_ctx, kv_head, q, scale, softcap, out, scores, acc,
+                   KT_F16);
     else
-        attn_large(kv, block_table, n_ctx, kv_head, q, scale, out, scores, acc, KT_F32);
+        attn_large(kv, block_table, lo, n_ctx, kv_head, q, scale, softcap, out, scores, acc,
+                   KT_F32);
 }
 
 // ---- attention over all the heads of a run of tokens (online softmax) -------------------------
@@ -221,10 +237,13 @@ void tl__avx512_attn_head(const struct tl_kv_layer *kv, const int32_t *block_tab
 // instead of one head's 128 bytes per position. The softmax is online: per (token, head) a
 // running max m, sum l and output accumulators, rescaled by exp(m_old - m_new) whenever a chunk
 // raises the max. q.k for 16 positions is reduced by one transpose-add tree (the add order for
-// position j depends only on j mod 16); a token's chunks are those of its own context, masked
-// the same way whoever shares the call, and every (token, head) goes through the same
-// operations on the same values whichever others share its call, so results do not depend on
-// the batch or the threads.
+// position j depends only on j mod 16, whatever the window); a token's chunks are those of its own
+// context, masked the same way whoever shares the call, and every (token, head) goes through the
+// same operations on the same values whichever others share its call, so results do not depend on
+// the batch or the threads. A sliding window (tl_attn_opts) starts the walk at the chunk
+// holding the first token's first key; each token skips the chunks wholly before its window
+// and masks the lanes before it in the chunk where it starts, so a token's chunks are the
+// same multiples of 16 alone or in a run. Soft-capping goes through scalar tanhf per score.
 
 #ifndef TL_AVX512_AKPF
 #define TL_AVX512_AKPF _MM_HINT_T0
@@ -238,8 +257,9 @@ enum { AK_PF_MIN_CTX = TL_AVX512_AKPF_MIN }; // contexts from which K/V rows are
 
 static ALWAYS_INLINE void attn_kv_t(const struct tl_kv_layer *kv, const int32_t *table,
                                     int64_t n_ctx0, int n_q, int kvh0, int n_kvh, int group,
-                                    const float *q, size_t q_stride, float scale, float *out,
-                                    const int kt, const int NQ, const int DIRECT)
+                                    const float *q, size_t q_stride, float scale, int64_t window,
+                                    float softcap, float *out, const int kt, const int NQ,
+                                    const int DIRECT)
 {
     const int hd = kv->head_dim, nh = n_kvh * group, hp = NQ * 16;
     const __mmask16 last = tail_mask16(hd - (NQ - 1) * 16);
@@ -258,12 +278,15 @@ static ALWAYS_INLINE void attn_kv_t(const struct tl_kv_layer *kv, const int32_t 
         for (int c = 0; c < NQ; c++)
             _mm512_store_ps(acc + th * hp + 16 * c, _mm512_setzero_ps());
     }
+    // the walk starts at the chunk (a multiple of 16 positions, as for a token alone) holding
+    // the first token's first position; later tokens' windows start no earlier
+    const int64_t jstart = tl__attn_lo(n_ctx0, window) / 16 * 16;
     struct tl__kv_pos p;
-    tl__kv_pos_init(&p, kv, table, 0);
-    int n_next = n_ctx_max < 16 ? (int)n_ctx_max : 16;
+    tl__kv_pos_init_at(&p, kv, table, 0, jstart);
+    int n_next = n_ctx_max - jstart < 16 ? (int)(n_ctx_max - jstart) : 16;
     for (int u = 0; u < n_next; u++)
         next[u] = tl__kv_pos_next(&p); // K and V share the layout
-    for (int64_t j0 = 0; j0 < n_ctx_max; j0 += 16) {
+    for (int64_t j0 = jstart; j0 < n_ctx_max; j0 += 16) {
         const int nu = n_next;
         memcpy(offs, next, sizeof(offs));
         int64_t left = n_ctx_max - j0 - 16;
@@ -312,10 +335,14 @@ static ALWAYS_INLINE void attn_kv_t(const struct tl_kv_layer *kv, const int32_t 
                     }
             }
             for (int qi = 0; qi < n_q; qi++) {
-                const int64_t n_ctx = n_ctx0 + qi;
-                if (j0 >= n_ctx) continue; // this chunk is past the token's context
+                const int64_t n_ctx = n_ctx0 + qi, lo = tl__attn_lo(n_ctx, window);
+                if (j0 >= n_ctx) continue;   // this chunk is past the token's context
+                if (j0 + 16 <= lo) continue; // or wholly before its window
                 const int nt = n_ctx - j0 < 16 ? (int)(n_ctx - j0) : 16;
-                const __mmask16 um = tail_mask16(nt);
+                // positions j0 + u0 .. of the chunk are in the window (u0 > 0 only in the
+                // chunk where the window starts)
+                const int u0 = lo > j0 ? (int)(lo - j0) : 0;
+                const __mmask16 um = tail_mask16(nt) & (__mmask16)(0xffffu << u0);
                 for (int g = 0; g < group; g++) {
                     const int th = qi * nh + kh * group + g; // (token, head) pair
                     const float *qh = q + qi * q_stride + (size_t)((kvh0 + kh) * group + g) * hd;
@@ -355,6 +382,13 @@ static ALWAYS_INLINE void attn_kv_t(const struct tl_kv_layer *kv, const int32_t 
                         }
                     }
                     __m512 sv = _mm512_mul_ps(reduce16(part), _mm512_set1_ps(scale));
+                    if (softcap > 0.f) {
+                        _Alignas(64) float sc[16];
+                        _mm512_store_ps(sc, sv);
+                        for (int u = u0; u < nt; u++)
+                            sc[u] = tl__softcap(sc[u], softcap);
+                        sv = _mm512_load_ps(sc);
+                    }
                     float cmax = _mm512_mask_reduce_max_ps(um, sv);
                     float m_new = cmax > m[th] ? cmax : m[th];
                     // rescale factor exp(m_old - m_new) (0 on the first chunk); probabilities
@@ -372,7 +406,7 @@ static ALWAYS_INLINE void attn_kv_t(const struct tl_kv_layer *kv, const int32_t 
 #pragma GCC unroll 8
                     for (int c = 0; c < NQ; c++)
                         a[c] = _mm512_mul_ps(_mm512_load_ps(acc + th * hp + 16 * c), vc);
-                    for (int u = 0; u < nt && kt == KT_Q8F; u++) {
+                    for (int u = u0; u < nt && kt == KT_Q8F; u++) {
                         // p_u * d per block (a scalar product), then one FMA per 16 values
                         const struct tl_block_q8_0 *vr =
                             (const struct tl_block_q8_0 *)kv->v + (offs[u] + hoff) / TL_QK8_0;
@@ -387,7 +421,7 @@ static ALWAYS_INLINE void attn_kv_t(const struct tl_kv_layer *kv, const int32_t 
                             a[2 * b + 1] = _mm512_fmadd_ps(pb, v1, a[2 * b + 1]);
                         }
                     }
-                    for (int u = 0; u < nt && kt != KT_Q8F; u++) {
+                    for (int u = u0; u < nt && kt != KT_Q8F; u++) {
                         __m512 pu = _mm512_set1_ps(pbuf[u]);
 #pragma GCC unroll 8
                         for (int c = 0; c < NQ; c++) {
@@ -418,13 +452,15 @@ static ALWAYS_INLINE void attn_kv_t(const struct tl_kv_layer *kv, const int32_t 
 
 typedef void (*akv_fn)(const struct tl_kv_layer *kv, const int32_t *table, int64_t n_ctx0, int n_q,
                        int kvh0, int n_kvh, int group, const float *q, size_t q_stride, float scale,
-                       float *out);
+                       int64_t window, float softcap, float *out);
 #define DEF_AKV(KT, NQ, D)                                                                         \
     static void akv_##KT##_##NQ##_##D(const struct tl_kv_layer *kv, const int32_t *table,          \
                                       int64_t n_ctx0, int n_q, int kvh0, int n_kvh, int group,     \
-                                      const float *q, size_t q_stride, float scale, float *out)    \
+                                      const float *q, size_t q_stride, float scale,                \
+                                      int64_t window, float softcap, float *out)                   \
     {                                                                                              \
-        attn_kv_t(kv, table, n_ctx0, n_q, kvh0, n_kvh, group, q, q_stride, scale, out, KT, NQ, D); \
+        attn_kv_t(kv, table, n_ctx0, n_q, kvh0, n_kvh, group, q, q_stride, scale, window, softcap, \
+                  out, KT, NQ, D);                                                                 \
     }
 #define DEF_AKV_NQ(KT, D)                                                                          \
     DEF_AKV(KT, 1, D)                                                                              \
@@ -460,7 +496,7 @@ int tl__avx512_attn_kv_pairs(int head_dim)
 
 void tl__avx512_attn_kv(const struct tl_kv_layer *kv, const int32_t *block_table, int64_t n_ctx0,
                         int n_q, int kvh0, int n_kvh, int group, const float *q, size_t q_stride,
-                        float scale, float *out)
+                        float scale, int64_t window, float softcap, float *out)
 {
     int nq = (kv->head_dim + 15) / 16;
     TL_ASSERT(nq <= 8 && n_q >= 1 && n_q * n_kvh * group <= tl__avx512_attn_kv_pairs(kv->head_dim));
@@ -475,7 +511,7 @@ void tl__avx512_attn_kv(const struct tl_kv_layer *kv, const int32_t *block_table
     int kt = kv_kt(kv);
     if (kt == KT_Q8 && group == 1) kt = KT_Q8F;
     akv_table[direct][kt][nq](kv, block_table, n_ctx0, n_q, kvh0, n_kvh, group, q, q_stride, scale,
-                              out);
+                              window, softcap, out);
 }
 
 // ---- the Q8_0 KV store --------------------------------------------------------------------------

@@ -125,13 +125,13 @@ void tl__avx512_qp_rows(const struct tl__mm *m, int64_t r0, int64_t r1);
 void tl__avx512_gp_rows(const struct tl__mm *m, int64_t r0, int64_t r1);
 
 // avx512_attn.c: the op table's attn_head, attn_kv_pairs and attn_kv.
-void tl__avx512_attn_head(const struct tl_kv_layer *kv, const int32_t *block_table, int64_t n_ctx,
-                          int kv_head, const float *q, float scale, float *out, float *scores,
-                          float *acc);
+void tl__avx512_attn_head(const struct tl_kv_layer *kv, const int32_t *block_table, int64_t lo,
+                          int64_t n_ctx, int kv_head, const float *q, float scale, float softcap,
+                          float *out, float *scores, float *acc);
 int tl__avx512_attn_kv_pairs(int head_dim);
 void tl__avx512_attn_kv(const struct tl_kv_layer *kv, const int32_t *block_table, int64_t n_ctx0,
                         int n_q, int kvh0, int n_kvh, int group, const float *q, size_t q_stride,
-                        float scale, float *out);
+                        float scale, int64_t window, float softcap, float *out);
 // avx512_attn.c: the op table's quantize_q8_0 (the Q8_0 KV store).
 void tl__avx512_quantize_q8_0(const float *src, struct tl_block_q8_0 *dst, int64_t n);
 
