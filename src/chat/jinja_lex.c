@@ -8,12 +8,33 @@
  * is false). {% raw %} ... {% endraw %} becomes one text token.
  *
  * Errors (an unterminated tag or string, a stray character) name the line and column and unwind
- * through tl__jparse_fail. Tokens live in the parser's arena. Not thread-safe per parser.
+ * through tl__jparse_fail, which lives here, the lowest of the parser's files, for the lexer and
+ * both parsers (jinja_parse.c, jinja_parse_expr.c) to call without a circle among them. Tokens
+ * live in the parser's arena. Not thread-safe per parser.
  */
 #include "chat/jinja_impl.h"
 
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+// Writes "line L, column C: message" into the parser's error buffer and unwinds to
+// tl_jinja_parse's setjmp.
+_Noreturn void tl__jparse_fail(struct jparser *p, int line, int col, const char *fmt, ...)
+{
+    if (p->err && p->err_size) {
+        int n = snprintf(p->err, p->err_size, "line %d, column %d: ", line, col);
+        if (n < 0) n = 0;
+        if ((size_t)n < p->err_size) {
+            va_list ap;
+            va_start(ap, fmt);
+            vsnprintf(p->err + n, p->err_size - (size_t)n, fmt, ap);
+            va_end(ap);
+        }
+    }
+    longjmp(p->fail, 1);
+}
 
 struct lexer {
     struct jparser *p;

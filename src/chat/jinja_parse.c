@@ -10,25 +10,8 @@
  */
 #include "chat/jinja_impl.h"
 
-#include <stdarg.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-_Noreturn void tl__jparse_fail(struct jparser *p, int line, int col, const char *fmt, ...)
-{
-    if (p->err && p->err_size) {
-        int n = snprintf(p->err, p->err_size, "line %d, column %d: ", line, col);
-        if (n < 0) n = 0;
-        if ((size_t)n < p->err_size) {
-            va_list ap;
-            va_start(ap, fmt);
-            vsnprintf(p->err + n, p->err_size - (size_t)n, fmt, ap);
-            va_end(ap);
-        }
-    }
-    longjmp(p->fail, 1);
-}
 
 // ---- statements
 
