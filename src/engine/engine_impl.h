@@ -241,6 +241,8 @@ void tl__seq_release_blocks(tl_engine *e, struct tl_seq *s);
 void tl__sched_enqueue(tl_engine *e, struct tl_seq *s);
 // Removes s from whichever queue holds it.
 void tl__sched_remove(tl_engine *e, struct tl_seq *s);
+// Inserts s into the running queue at its (priority, admission) place (sched_queue.c).
+void tl__sched_running_insert(tl_engine *e, struct tl_seq *s);
 // Offers s's newly full computed blocks to the prefix table.
 void tl__sched_publish(tl_engine *e, struct tl_seq *s);
 
