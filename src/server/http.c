@@ -35,8 +35,6 @@
 #include "core/log.h"
 #include "core/sse.h"
 
-#include "core/hash.h"
-
 #include <errno.h>
 #include <event2/buffer.h>
 #include <event2/bufferevent.h>
@@ -82,12 +80,6 @@ static void seed_ids(struct tl_http *h)
         seed = (uint64_t)ts.tv_nsec ^ ((uint64_t)ts.tv_sec << 30) ^ ((uint64_t)getpid() << 48);
     }
     h->id_state = seed;
-}
-
-void tl_http_new_request_id(struct tl_http *h, char out[33])
-{
-    uint64_t a = tl_splitmix64(&h->id_state), b = tl_splitmix64(&h->id_state);
-    snprintf(out, 33, "%016llx%016llx", (unsigned long long)a, (unsigned long long)b);
 }
 
 // Gives r its id (the client's or a new one) in the X-Request-Id response header, then hands
@@ -310,34 +302,6 @@ int tl_http_unflushed(struct tl_http *h)
 }
 
 // ---- replies ---------------------------------------------------------------------------------
-
-const char *tl_http_reason_phrase(int status)
-{
-    switch (status) {
-    case 200:
-        return "OK";
-    case 400:
-        return "Bad Request";
-    case 401:
-        return "Unauthorized";
-    case 404:
-        return "Not Found";
-    case 405:
-        return "Method Not Allowed";
-    case 413:
-        return "Payload Too Large";
-    case 429:
-        return "Too Many Requests";
-    case 500:
-        return "Internal Server Error";
-    case 501:
-        return "Not Implemented";
-    case 503:
-        return "Service Unavailable";
-    default:
-        return "Error";
-    }
-}
 
 static const char *method_name(enum evhttp_cmd_type cmd)
 {

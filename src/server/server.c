@@ -142,25 +142,6 @@ static void find_ceilings(struct tl_server *s)
         s->cfg.find_ceilings(s->cfg.engine.n_threads, &s->cfg.machine.ceilings);
 }
 
-bool tl_srv_metrics_sync(struct tl_server *s)
-{
-    if (!atomic_load(&s->engine_up)) return false;
-    if (!s->metrics_ready) {
-        static const char *const kv_names[] = {"f32", "f16", "q8_0"};
-        int kt = (int)s->cfg.engine.kv_type;
-        tl_metrics_set_model(&s->metrics, s->model_name, kt >= 0 && kt < 3 ? kv_names[kt] : "f16",
-                             &s->cfg.machine);
-        s->metrics_ready = true;
-    }
-    return true;
-}
-
-void tl_srv_metrics_view(const struct tl_server *s, struct tl_metrics *out)
-{
-    *out = s->metrics;
-    if (s->front.add_latency) s->front.add_latency(s->front.arg, out);
-}
-
 static void *engine_main(void *arg)
 {
     struct tl_server *s = arg;
