@@ -259,28 +259,15 @@ static tl_status vb_prepare(void *ctx, int64_t max_tok, int64_t max_ctx, int32_t
 
 // ---- the step -------------------------------------------------------------------------------
 
+// The shared batch check, plus what the device's per-sequence tables need: sequence indices
+// below max_tok.
 static tl_status check_batch(const struct vk_backend *g, const struct tl_batch *b)
 {
-    const struct tl_hparams *hp = &g->m->hp;
-    if (b->n_tok <= 0 || b->n_tok > g->max_tok)
-        return tl__errorf(TL_ERR_INVALID_ARG, "batch of %lld tokens (limit %lld)",
-                          (long long)b->n_tok, (long long)g->max_tok);
-    if (b->n_out < 0 || b->n_out > b->n_tok)
-        return tl__errorf(TL_ERR_INVALID_ARG, "batch asks for %lld outputs of %lld tokens",
-                          (long long)b->n_out, (long long)b->n_tok);
-    for (int64_t t = 0; t < b->n_tok; t++) {
-        if (b->token[t] < 0 || b->token[t] >= hp->n_vocab)
-            return tl__errorf(TL_ERR_INVALID_ARG, "token id %d out of range [0, %d)", b->token[t],
-                              hp->n_vocab);
-        if (b->pos[t] < 0 || b->pos[t] >= g->max_ctx)
-            return tl__errorf(TL_ERR_INVALID_ARG, "position %d out of range [0, %lld)", b->pos[t],
-                              (long long)g->max_ctx);
+    tl_status st = tl_batch_check(b, g->m->hp.n_vocab, g->max_tok, g->max_ctx);
+    if (st) return st;
+    for (int64_t t = 0; t < b->n_tok; t++)
         if (b->seq[t] < 0 || b->seq[t] >= g->max_tok)
             return tl__errorf(TL_ERR_INVALID_ARG, "sequence index %d out of range", b->seq[t]);
-    }
-    for (int64_t i = 0; i < b->n_out; i++)
-        if (b->out_idx[i] < 0 || b->out_idx[i] >= b->n_tok)
-            return tl__errorf(TL_ERR_INVALID_ARG, "output index %d out of range", b->out_idx[i]);
     return TL_OK;
 }
 

@@ -354,35 +354,12 @@ static void prof_mark(struct prof_clock *c, enum tl_fwd_phase ph)
 
 // ---- the pass -----------------------------------------------------------------------------------
 
-static tl_status check_batch(const struct tl_forward *f, const struct tl_batch *b)
-{
-    const struct tl_hparams *hp = &f->model->hp;
-    if (b->n_tok <= 0 || b->n_tok > f->max_tok)
-        return tl__errorf(TL_ERR_INVALID_ARG, "batch of %lld tokens (limit %lld)",
-                          (long long)b->n_tok, (long long)f->max_tok);
-    if (b->n_out < 0 || b->n_out > b->n_tok)
-        return tl__errorf(TL_ERR_INVALID_ARG, "batch asks for %lld outputs of %lld tokens",
-                          (long long)b->n_out, (long long)b->n_tok);
-    for (int64_t t = 0; t < b->n_tok; t++) {
-        if (b->token[t] < 0 || b->token[t] >= hp->n_vocab)
-            return tl__errorf(TL_ERR_INVALID_ARG, "token id %d out of range [0, %d)", b->token[t],
-                              hp->n_vocab);
-        if (b->pos[t] < 0 || b->pos[t] >= f->max_ctx)
-            return tl__errorf(TL_ERR_INVALID_ARG, "position %d out of range [0, %lld)", b->pos[t],
-                              (long long)f->max_ctx);
-    }
-    for (int64_t i = 0; i < b->n_out; i++)
-        if (b->out_idx[i] < 0 || b->out_idx[i] >= b->n_tok)
-            return tl__errorf(TL_ERR_INVALID_ARG, "output index %d out of range", b->out_idx[i]);
-    return TL_OK;
-}
-
 tl_status tl_forward_run(struct tl_forward *f, const struct tl_batch *b,
                          const struct tl_kv_pages *kv, float *logits)
 {
     const struct tl_model *m = f->model;
     const struct tl_hparams *hp = &m->hp;
-    tl_status rc = check_batch(f, b);
+    tl_status rc = tl_batch_check(b, hp->n_vocab, f->max_tok, f->max_ctx);
     if (rc) return rc;
     if (kv->n_layer != hp->n_layer)
         return tl__errorf(TL_ERR_INVALID_ARG, "KV pages have %d layers, the model %d", kv->n_layer,

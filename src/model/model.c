@@ -331,3 +331,28 @@ size_t tl_model_token_text(const tl_model *m, int32_t id, char *buf, size_t cap)
 {
     return tl_token_to_text(m->vocab, id, false, buf, cap);
 }
+
+// ---- batches ---------------------------------------------------------------------------------
+
+tl_status tl_batch_check(const struct tl_batch *b, int32_t n_vocab, int64_t max_tok,
+                         int64_t max_ctx)
+{
+    if (b->n_tok <= 0 || b->n_tok > max_tok)
+        return tl__errorf(TL_ERR_INVALID_ARG, "batch of %lld tokens (limit %lld)",
+                          (long long)b->n_tok, (long long)max_tok);
+    if (b->n_out < 0 || b->n_out > b->n_tok)
+        return tl__errorf(TL_ERR_INVALID_ARG, "batch asks for %lld outputs of %lld tokens",
+                          (long long)b->n_out, (long long)b->n_tok);
+    for (int64_t t = 0; t < b->n_tok; t++) {
+        if (b->token[t] < 0 || b->token[t] >= n_vocab)
+            return tl__errorf(TL_ERR_INVALID_ARG, "token id %d out of range [0, %d)", b->token[t],
+                              n_vocab);
+        if (b->pos[t] < 0 || b->pos[t] >= max_ctx)
+            return tl__errorf(TL_ERR_INVALID_ARG, "position %d out of range [0, %lld)", b->pos[t],
+                              (long long)max_ctx);
+    }
+    for (int64_t i = 0; i < b->n_out; i++)
+        if (b->out_idx[i] < 0 || b->out_idx[i] >= b->n_tok)
+            return tl__errorf(TL_ERR_INVALID_ARG, "output index %d out of range", b->out_idx[i]);
+    return TL_OK;
+}

@@ -147,6 +147,12 @@ struct tl_batch {
     const int32_t *out_idx;             // (n_out) batch indices of those tokens
 };
 
+// Checks a batch any backend runs: 1..max_tok tokens, ids in [0, n_vocab), positions in
+// [0, max_ctx), n_out <= n_tok with output indices inside the batch. TL_ERR_INVALID_ARG
+// (message set) naming the first bad field, else TL_OK.
+tl_status tl_batch_check(const struct tl_batch *b, int32_t n_vocab, int64_t max_tok,
+                         int64_t max_ctx);
+
 // The KV pools of every layer (owned by the engine's KV cache).
 struct tl_kv_pages {
     int32_t n_layer;
