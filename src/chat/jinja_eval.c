@@ -1,45 +1,25 @@
 /*
- * The Jinja interpreter: walks a parsed template's AST with a render context (jinja_impl.h),
- * writing text to the context's output buffer. Scoping follows Jinja2: a for loop body and a
- * macro body get their own frame (a set inside a loop does not leak out, which is why templates
- * use namespace()), if blocks do not. Macros see the frame they were defined in; a call block's
- * body is the macro's caller().
+ * The Jinja expression evaluator: names (the frames, then the globals), list / tuple / dict
+ * displays, attribute, item and slice access (jinja_access.c), Python's operators, calls,
+ * filters and tests. It sits above the layers that take evaluated values (text helpers, methods,
+ * access, tests, filters) and below the statements (jinja_exec.c), which it reaches only through
+ * the context's call_macro hook: calling a macro or caller() runs its body, the one place where
+ * an expression needs statements (see struct jctx in jinja_impl.h).
  *
- * Limits (tl_jinja_limits): every loop iteration and call is a step (the step count and, every
- * 1024 steps, the clock are checked), macro calls and expression nesting are bounded, output is
- * bounded in all buffers together. Any error longjmps to tl_jinja_render, which frees the
- * render's arena.
+ * Limits (tl_jinja_limits): every call is a step, expression nesting is bounded. Any error
+ * longjmps to tl_jinja_render, which frees the render's arena.
  *
  * Thread model: one render context per render; the template is only read.
  */
 #include "chat/jinja_impl.h"
 
-#include "core/clock.h"
-
 #include <math.h>
-#include <stdarg.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #define MAX_EVAL_NESTING 2000
 
-_Noreturn void tl__jfail(struct jctx *c, const char *fmt, ...)
-{
-    if (c->err && c->err_size) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(c->err, c->err_size, fmt, ap);
-        va_end(ap);
-    }
-    if (c->cur) {
-        c->err_line = c->cur->line;
-        c->err_col = c->cur->col;
-    }
-    longjmp(c->fail, 1);
-}
-
-struct jv tl__jlookup(struct jctx *c, const char *name)
+static struct jv lookup(struct jctx *c, const char *name)
 {
     for (struct jframe *f = c->frame; f; f = f->parent)
         for (int i = f->n - 1; i >= 0; i--)
@@ -47,122 +27,6 @@ struct jv tl__jlookup(struct jctx *c, const char *name)
     struct jv g = tl__jglobal(name);
     if (g.kind != JV_UNDEF) return g;
     return tl__jv_undef(name);
-}
-
-// ---- attribute and item access
-
-static struct jv undefined_attr(struct jctx *c, struct jv obj, const char *name)
-{
-    (void)c;
-    (void)obj;
-    return tl__jv_undef(name);
-}
-
-_Noreturn static void fail_undefined(struct jctx *c, struct jv u, const char *what)
-{
-    if (u.undef_name) tl__jfail(c, "'%s' is undefined (%s)", u.undef_name, what);
-    tl__jfail(c, "undefined value (%s)", what);
-}
-
-struct jv tl__jgetattr(struct jctx *c, struct jv obj, const char *name)
-{
-    if (obj.kind == JV_UNDEF) fail_undefined(c, obj, "attribute access");
-    if (!strncmp(name, "__", 2)) return undefined_attr(c, obj, name); // the sandbox's rule
-    if (obj.kind == JV_MAP || obj.kind == JV_NS) {
-        struct jv m = obj.kind == JV_MAP ? tl__jmethod_bind(c, obj, name) : tl__jv_undef(NULL);
-        if (m.kind != JV_UNDEF) return m;
-        struct jv v;
-        if (tl__jv_map_get(obj, name, strlen(name), &v)) return v;
-        return undefined_attr(c, obj, name);
-    }
-    struct jv m = tl__jmethod_bind(c, obj, name);
-    if (m.kind != JV_UNDEF) return m;
-    return undefined_attr(c, obj, name);
-}
-
-struct jv tl__jgetitem(struct jctx *c, struct jv obj, struct jv key)
-{
-    if (obj.kind == JV_UNDEF) fail_undefined(c, obj, "item access");
-    if (obj.kind == JV_MAP || obj.kind == JV_NS) {
-        struct jv v;
-        if (tl__jv_map_getv(obj, key, &v)) return v;
-    } else if ((obj.kind == JV_LIST || obj.kind == JV_STR) &&
-               (key.kind == JV_INT || key.kind == JV_BOOL)) {
-        if (obj.kind == JV_LIST && (obj.flags & (JVF_GENERATOR | JVF_VIEWS)))
-            tl__jfail(c, "'%s' object is not subscriptable", tl__jv_type_name(obj));
-        int64_t i = key.kind == JV_INT ? key.i : key.b;
-        int64_t n = obj.kind == JV_LIST ? obj.l->n : tl__jstr_cp_len(obj.s->p, obj.s->len);
-        if (i < 0) i += n;
-        if (i < 0 || i >= n) return tl__jv_undef(NULL);
-        if (obj.kind == JV_LIST) return obj.l->v[i];
-        size_t off = tl__jstr_cp_offset(obj.s->p, obj.s->len, i);
-        size_t end = tl__jstr_cp_offset(obj.s->p, obj.s->len, i + 1);
-        return tl__jv_str(&c->arena, obj.s->p + off, end - off);
-    }
-    if (key.kind == JV_STR) return tl__jgetattr(c, obj, key.s->p);
-    return tl__jv_undef(NULL);
-}
-
-// Python's slice.indices for a sequence of length n.
-static void slice_bounds(struct jctx *c, struct jv start, struct jv stop, struct jv stepv,
-                         int64_t n, int64_t *b, int64_t *e, int64_t *st)
-{
-    int64_t s = 1;
-    if (stepv.kind == JV_INT)
-        s = stepv.i;
-    else if (stepv.kind != JV_NONE && stepv.kind != JV_UNDEF)
-        tl__jfail(c, "slice indices must be integers");
-    if (s == 0) tl__jfail(c, "slice step cannot be zero");
-    int64_t lo = s < 0 ? -1 : 0, hi = s < 0 ? n - 1 : n;
-    struct jv in[2] = {start, stop};
-    int64_t out[2] = {s < 0 ? hi : lo, s < 0 ? lo : hi};
-    for (int k = 0; k < 2; k++) {
-        if (in[k].kind == JV_NONE || in[k].kind == JV_UNDEF) continue;
-        if (in[k].kind != JV_INT && in[k].kind != JV_BOOL)
-            tl__jfail(c, "slice indices must be integers");
-        int64_t v = in[k].kind == JV_INT ? in[k].i : in[k].b;
-        if (v < 0) {
-            v += n;
-            if (v < lo) v = lo;
-        } else if (v > hi) {
-            v = hi;
-        }
-        out[k] = v;
-    }
-    *b = out[0];
-    *e = out[1];
-    *st = s;
-}
-
-static struct jv do_slice(struct jctx *c, struct jv obj, struct jv start, struct jv stop,
-                          struct jv stepv)
-{
-    if (obj.kind == JV_UNDEF) fail_undefined(c, obj, "slicing");
-    if ((obj.kind != JV_LIST && obj.kind != JV_STR) ||
-        (obj.kind == JV_LIST && (obj.flags & (JVF_GENERATOR | JVF_VIEWS))))
-        tl__jfail(c, "'%s' object is not subscriptable", tl__jv_type_name(obj));
-    int64_t n = obj.kind == JV_LIST ? obj.l->n : tl__jstr_cp_len(obj.s->p, obj.s->len);
-    int64_t b, e, s;
-    slice_bounds(c, start, stop, stepv, n, &b, &e, &s);
-    if (obj.kind == JV_LIST) {
-        struct jv out = tl__jv_list(&c->arena, 4);
-        out.l->is_tuple = obj.l->is_tuple;
-        for (int64_t i = b; s > 0 ? i < e : i > e; i += s)
-            tl__jv_list_push(&c->arena, out, obj.l->v[i]);
-        return out;
-    }
-    struct jbuf buf = {.arena = &c->arena};
-    const char *p = obj.s->p;
-    size_t len = obj.s->len;
-    if (s == 1 && b < e) {
-        size_t ob = tl__jstr_cp_offset(p, len, b), oe = tl__jstr_cp_offset(p, len, e);
-        return tl__jv_str(&c->arena, p + ob, oe - ob);
-    }
-    for (int64_t i = b; s > 0 ? i < e : i > e; i += s) {
-        size_t ob = tl__jstr_cp_offset(p, len, i), oe = tl__jstr_cp_offset(p, len, i + 1);
-        tl__jbuf_add(&buf, p + ob, oe - ob);
-    }
-    return tl__jbuf_value(&buf);
 }
 
 // ---- operators
@@ -213,8 +77,8 @@ static struct jv repeat(struct jctx *c, struct jv seq, int64_t times)
 
 static _Noreturn void bad_operands(struct jctx *c, const char *op, struct jv a, struct jv b)
 {
-    if (a.kind == JV_UNDEF) fail_undefined(c, a, op);
-    if (b.kind == JV_UNDEF) fail_undefined(c, b, op);
+    if (a.kind == JV_UNDEF) tl__jfail_undefined(c, a, op);
+    if (b.kind == JV_UNDEF) tl__jfail_undefined(c, b, op);
     tl__jfail(c, "unsupported operand type(s) for %s: '%s' and '%s'", op, tl__jv_type_name(a),
               tl__jv_type_name(b));
 }
@@ -339,8 +203,8 @@ static struct jv binop(struct jctx *c, const struct jnode *n)
     case JOP_GE: {
         static const char *const sym[] = {"<", "<=", ">", ">="};
         if (!tl__jv_compare(a, b, &r)) {
-            if (a.kind == JV_UNDEF) fail_undefined(c, a, "comparison");
-            if (b.kind == JV_UNDEF) fail_undefined(c, b, "comparison");
+            if (a.kind == JV_UNDEF) tl__jfail_undefined(c, a, "comparison");
+            if (b.kind == JV_UNDEF) tl__jfail_undefined(c, b, "comparison");
             tl__jfail(c, "'%s' not supported between instances of '%s' and '%s'",
                       sym[n->op - JOP_LT], tl__jv_type_name(a), tl__jv_type_name(b));
         }
@@ -382,12 +246,12 @@ struct jcall tl__jeval_args(struct jctx *c, const struct jargs *a)
 struct jv tl__jcall_value(struct jctx *c, struct jv fn, int n_pos, const struct jv *pos, int n_kw,
                           const char *const *kw, const struct jv *kwv)
 {
-    if (fn.kind == JV_UNDEF) fail_undefined(c, fn, "call");
+    if (fn.kind == JV_UNDEF) tl__jfail_undefined(c, fn, "call");
     if (fn.kind != JV_FUNC) tl__jfail(c, "'%s' object is not callable", tl__jv_type_name(fn));
     struct jcall call = {.n_pos = n_pos, .pos = pos, .n_kw = n_kw, .kw = kw, .kwv = kwv};
     tl__jstep(c);
     if (fn.fn->kind == JF_MACRO || fn.fn->kind == JF_CALLER)
-        return tl__jcall_macro(c, fn.fn, &call);
+        return c->call_macro(c, fn.fn, &call); // the one seam up to the statements (jctx)
     return tl__jcall_builtin(c, fn.fn, &call);
 }
 
@@ -421,7 +285,7 @@ static struct jv eval_unary(struct jctx *c, const struct jnode *n)
         if (n->kind == JN_NEG && i == INT64_MIN) tl__jfail(c, "integer overflow");
         return tl__jv_int(n->kind == JN_NEG ? -i : i);
     }
-    if (v.kind == JV_UNDEF) fail_undefined(c, v, "unary operator");
+    if (v.kind == JV_UNDEF) tl__jfail_undefined(c, v, "unary operator");
     tl__jfail(c, "bad operand type for unary %s: '%s'", n->kind == JN_NEG ? "-" : "+",
               tl__jv_type_name(v));
 }
@@ -438,7 +302,7 @@ struct jv tl__jeval(struct jctx *c, const struct jnode *n)
         v = n->value;
         break;
     case JN_NAME:
-        v = tl__jlookup(c, n->name);
+        v = lookup(c, n->name);
         break;
     case JN_LIST:
     case JN_TUPLE:
@@ -461,7 +325,7 @@ struct jv tl__jeval(struct jctx *c, const struct jnode *n)
         const struct jnode *pn[3] = {n->b, n->c, n->d};
         for (int i = 0; i < 3; i++)
             parts[i] = pn[i] ? tl__jeval(c, pn[i]) : tl__jv_none();
-        v = do_slice(c, obj, parts[0], parts[1], parts[2]);
+        v = tl__jslice(c, obj, parts[0], parts[1], parts[2]);
         break;
     }
     case JN_CALL: {

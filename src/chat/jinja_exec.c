@@ -2,7 +2,9 @@
  * Jinja statements and the render entry point: text and {{ }} output, if, for (targets, loop
  * filter, else, the loop object, break/continue), set (names, unpacking, namespace attributes,
  * block set), macros and call blocks, filter blocks; plus the JSON -> value import of the render
- * variables and tl_jinja_render itself.
+ * variables and tl_jinja_render itself. This is the evaluator's top file: it calls the
+ * expression evaluator (jinja_eval.c) and the filters directly, and the evaluator reaches the
+ * macros here only through the context's call_macro hook, which tl_jinja_render sets.
  *
  * The loop object is a mapping built per iteration (index, index0, revindex, revindex0, first,
  * last, length, previtem, nextitem, depth, depth0, cycle). A for loop gets one frame for all its
@@ -28,15 +30,6 @@ struct tl_jinja_limits tl_jinja_default_limits(void)
         .max_depth = 200,
         .max_time_ms = 2000,
     };
-}
-
-void tl__jstep(struct jctx *c)
-{
-    if (++c->steps > c->lim.max_steps)
-        tl__jfail(c, "template exceeded %lld steps (loop iterations and calls)",
-                  (long long)c->lim.max_steps);
-    if ((c->steps & 1023) == 0 && c->deadline_us && tl_time_us() > c->deadline_us)
-        tl__jfail(c, "template rendering took longer than %lld ms", (long long)c->lim.max_time_ms);
 }
 
 // ---- output
@@ -314,7 +307,10 @@ static void exec_body(struct jctx *c, const struct jnode *body)
 
 // ---- macros
 
-struct jv tl__jcall_macro(struct jctx *c, const struct jfunc *fn, const struct jcall *a)
+// Runs a macro (or a call block's caller()) with evaluated arguments: its own frame over the one
+// it was defined in, varargs / kwargs, its output captured as the call's value. The render
+// installs it as the context's call_macro, through which the evaluator calls it.
+static struct jv call_macro(struct jctx *c, const struct jfunc *fn, const struct jcall *a)
 {
     struct jv caller = c->pending_caller;
     c->pending_caller = tl__jv_undef(NULL);
@@ -458,6 +454,7 @@ tl_status tl_jinja_render(const tl_jinja_template *t, const json_t *vars, const 
     c->root = frame_new(c, NULL);
     c->frame = c->root;
     c->pending_caller = tl__jv_undef(NULL);
+    c->call_macro = call_macro;
     import_vars(c, vars);
     import_vars(c, extra);
     exec_body(c, t->root);

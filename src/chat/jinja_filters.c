@@ -13,57 +13,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-struct jv tl__jarg(struct jctx *c, const struct jcall *a, int i, const char *name, bool *found)
-{
-    (void)c;
-    if (found) *found = true;
-    if (i >= 0 && i < a->n_pos) return a->pos[i];
-    for (int k = 0; name && k < a->n_kw; k++)
-        if (!strcmp(a->kw[k], name)) return a->kwv[k];
-    if (found) *found = false;
-    return tl__jv_undef(NULL);
-}
-
 static struct jv arg_or(struct jctx *c, const struct jcall *a, int i, const char *name,
                         struct jv dflt)
 {
     bool found;
     struct jv v = tl__jarg(c, a, i, name, &found);
     return found ? v : dflt;
-}
-
-struct jv tl__jiterable_to_list(struct jctx *c, struct jv v)
-{
-    switch (v.kind) {
-    case JV_LIST:
-        return v;
-    case JV_UNDEF:
-        return tl__jv_list(&c->arena, 0);
-    case JV_MAP:
-    case JV_NS: {
-        struct jv out = tl__jv_list(&c->arena, v.m->n);
-        for (int64_t i = 0; i < v.m->n; i++)
-            tl__jv_list_push(&c->arena, out, v.m->k[i]);
-        return out;
-    }
-    case JV_STR: {
-        struct jv out = tl__jv_list(&c->arena, (int64_t)v.s->len);
-        size_t i = 0;
-        while (i < v.s->len) {
-            size_t e = tl__jstr_cp_offset(v.s->p + i, v.s->len - i, 1) + i;
-            tl__jv_list_push(&c->arena, out, tl__jv_str(&c->arena, v.s->p + i, e - i));
-            i = e;
-        }
-        return out;
-    }
-    default:
-        tl__jfail(c, "'%s' object is not iterable", tl__jv_type_name(v));
-    }
-}
-
-static bool is_ws(char ch)
-{
-    return ch == ' ' || ch == '\t' || ch == '\n' || ch == '\r' || ch == '\v' || ch == '\f';
 }
 
 // ---- sorting (stable merge sort: Python's sort is stable; the comparison may fail the render)
@@ -150,7 +105,7 @@ static struct jv do_title(struct jctx *c, struct jv s)
     bool start = true;
     for (size_t i = 0; i < s.s->len; i++) {
         char ch = p[i];
-        if (ch == '-' || is_ws(ch) || ch == '(' || ch == '{' || ch == '[' || ch == '<') {
+        if (ch == '-' || tl__jis_space(ch) || ch == '(' || ch == '{' || ch == '[' || ch == '<') {
             start = true;
             continue;
         }
@@ -354,14 +309,7 @@ static struct jv do_items(struct jctx *c, struct jv v)
         return empty;
     }
     if (v.kind != JV_MAP && v.kind != JV_NS) tl__jfail(c, "can only get item pairs from a mapping");
-    struct jv out = tl__jv_list(&c->arena, v.m->n);
-    for (int64_t i = 0; i < v.m->n; i++) {
-        struct jv pair = tl__jv_list(&c->arena, 2);
-        pair.l->is_tuple = true;
-        tl__jv_list_push(&c->arena, pair, v.m->k[i]);
-        tl__jv_list_push(&c->arena, pair, v.m->v[i]);
-        tl__jv_list_push(&c->arena, out, pair);
-    }
+    struct jv out = tl__jv_items(&c->arena, v);
     out.flags = JVF_GENERATOR;
     return out;
 }
@@ -418,51 +366,6 @@ static struct jv do_sum(struct jctx *c, struct jv seq, const struct jcall *a)
             acc = tl__jv_float(tl__jv_as_double(acc) + tl__jv_as_double(v));
     }
     return acc;
-}
-
-struct jv tl__jescape(struct jctx *c, struct jv v)
-{
-    if (v.kind == JV_STR && (v.flags & JVF_MARKUP)) return v;
-    struct jv s = tl__jv_to_str(&c->arena, v);
-    struct jbuf b = {.arena = &c->arena};
-    for (size_t i = 0; i < s.s->len; i++) {
-        switch (s.s->p[i]) {
-        case '&':
-            tl__jbuf_adds(&b, "&amp;");
-            break;
-        case '<':
-            tl__jbuf_adds(&b, "&lt;");
-            break;
-        case '>':
-            tl__jbuf_adds(&b, "&gt;");
-            break;
-        case '"':
-            tl__jbuf_adds(&b, "&#34;");
-            break;
-        case '\'':
-            tl__jbuf_adds(&b, "&#39;");
-            break;
-        default:
-            tl__jbuf_add(&b, s.s->p + i, 1);
-        }
-    }
-    struct jv out = tl__jbuf_value(&b);
-    out.flags = JVF_MARKUP;
-    return out;
-}
-
-static const char *const filter_names[] = {
-    "abs",     "attr",    "capitalize", "count",  "d",      "default",    "dictsort",  "e",
-    "escape",  "first",   "float",      "indent", "int",    "items",      "join",      "last",
-    "length",  "list",    "lower",      "map",    "max",    "min",        "reject",    "rejectattr",
-    "replace", "reverse", "round",      "safe",   "select", "selectattr", "sort",      "string",
-    "sum",     "title",   "tojson",     "trim",   "unique", "upper",      "wordcount", NULL};
-
-bool tl__jfilter_exists(const char *name)
-{
-    for (int i = 0; filter_names[i]; i++)
-        if (!strcmp(filter_names[i], name)) return true;
-    return false;
 }
 
 static struct jv need_str(struct jctx *c, struct jv v)

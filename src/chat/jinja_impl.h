@@ -190,6 +190,7 @@ struct jframe {
     int n, cap;
 };
 
+struct jcall;
 struct jctx {
     struct jarena arena;
     jmp_buf fail;
@@ -211,11 +212,12 @@ struct jctx {
     int macro_depth;          // macro calls in progress
     bool raised;              // the failure came from raise_exception
     struct jv pending_caller; // a call block's caller() for the macro about to be called
+    // The one upward seam of the evaluator's layers (listed below): calling a macro or caller()
+    // runs its body, and statements live in the top file (jinja_exec.c), above the expression
+    // evaluator. tl_jinja_render sets this to its macro runner; tl__jcall_value (jinja_eval.c)
+    // calls through it. Every other call between the evaluator's files goes downward.
+    struct jv (*call_macro)(struct jctx *c, const struct jfunc *fn, const struct jcall *a);
 };
-
-// Fails the render: formats the message (prefixed with the current line) and longjmps.
-_Noreturn void tl__jfail(struct jctx *c, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
 
 // ---- values (jinja_value.c; printing in jinja_print.c)
 
@@ -232,6 +234,7 @@ void tl__jv_list_push(struct jarena *a, struct jv list, struct jv item);
 void tl__jv_map_set(struct jarena *a, struct jv map, struct jv key, struct jv val); // replaces
 bool tl__jv_map_get(struct jv map, const char *key, size_t key_len, struct jv *out);
 bool tl__jv_map_getv(struct jv map, struct jv key, struct jv *out);
+struct jv tl__jv_items(struct jarena *a, struct jv map); // (key, value) tuples, in order
 
 bool tl__jv_truthy(struct jv v);
 bool tl__jv_equal(struct jv a, struct jv b);
@@ -265,23 +268,19 @@ bool tl__jv_write_json(struct jbuf *b, struct jv v, int indent, const char *item
 int64_t tl__jstr_cp_len(const char *s, size_t n);
 size_t tl__jstr_cp_offset(const char *s, size_t n, int64_t cp); // byte offset of code point cp
 
-// ---- statements (jinja_exec.c), evaluation (jinja_eval.c), filters, tests, methods and globals
-// (jinja_filters.c, jinja_tests.c, jinja_methods.c)
-
-void tl__jstep(struct jctx *c); // counts a step; fails past the step or time limit
-struct jcall;
-struct jv tl__jcall_macro(struct jctx *c, const struct jfunc *fn, const struct jcall *a);
-struct jcall tl__jeval_args(struct jctx *c, const struct jargs *a);
-void tl__jframe_set(struct jctx *c, struct jframe *f, const char *name, struct jv v);
-struct jv tl__jv_from_json(struct jarena *a, const json_t *j, int depth);
-
-struct jv tl__jeval(struct jctx *c, const struct jnode *n);
-struct jv tl__jcall_value(struct jctx *c, struct jv fn, int n_pos, const struct jv *pos, int n_kw,
-                          const char *const *kw, const struct jv *kwv);
-struct jv tl__jgetattr(struct jctx *c, struct jv obj, const char *name);
-struct jv tl__jgetitem(struct jctx *c, struct jv obj, struct jv key);
-struct jv tl__jlookup(struct jctx *c, const char *name);
-struct jv tl__jiterable_to_list(struct jctx *c, struct jv v); // list, tuple, map keys, string chars
+// ---- the evaluator, in layers: each file calls only the files listed before it.
+//   jinja_ctx.c      failing the render, steps, a call's arguments, iteration
+//   jinja_text.c     string helpers: strip, case, replace, % formatting, Markup escape
+//   jinja_names.c    the built-in filter and test names (a leaf)
+//   jinja_methods.c  str and dict methods, loop.cycle, the globals
+//   jinja_access.c   x.name, x[key], x[a:b:c]
+//   jinja_tests.c    `is` tests
+//   jinja_filters.c  filters
+//   jinja_eval.c     expressions
+//   jinja_exec.c     statements, macros, the JSON import, tl_jinja_render
+// The layers below jinja_eval.c take values already evaluated (Jinja2's map / select name a
+// filter or test, never a macro). The recursion of an interpreter (a call expression runs a
+// macro's statements, which evaluate expressions) goes up through one seam, jctx.call_macro.
 
 struct jcall {
     int n_pos;
@@ -290,26 +289,65 @@ struct jcall {
     const char *const *kw;
     const struct jv *kwv;
 };
+
+// jinja_ctx.c
+// Fails the render: formats the message (prefixed with the current line) and longjmps.
+_Noreturn void tl__jfail(struct jctx *c, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+// Fails for an Undefined operand: "'name' is undefined (what)".
+_Noreturn void tl__jfail_undefined(struct jctx *c, struct jv u, const char *what);
+void tl__jstep(struct jctx *c); // counts a step; fails past the step or time limit
 // The argument named `name` at position `i` (or keyword); *found false when absent.
 struct jv tl__jarg(struct jctx *c, const struct jcall *a, int i, const char *name, bool *found);
+struct jv tl__jiterable_to_list(struct jctx *c, struct jv v); // list, tuple, map keys, string chars
 
-struct jv tl__jfilter(struct jctx *c, const char *name, struct jv in, const struct jcall *a);
-bool tl__jtest(struct jctx *c, const char *name, struct jv in, const struct jcall *a);
-bool tl__jtest_exists(const char *name);
-struct jv tl__jescape(struct jctx *c, struct jv v); // Markup escape (|escape)
-// String helpers (jinja_text.c) shared by filters and methods: strip (chars JV_STR or whitespace),
-// ASCII case and beyond (mode 0 lower, 1 upper, 2 capitalize), replace (count < 0 = all).
+// jinja_text.c: string helpers shared by filters, methods and operators: strip (chars JV_STR or
+// whitespace), case beyond ASCII (mode 0 lower, 1 upper, 2 capitalize), replace (count < 0 =
+// all).
 struct jv tl__jstr_strip(struct jctx *c, struct jv s, struct jv chars, bool left, bool right);
 struct jv tl__jstr_case(struct jctx *c, struct jv s, int mode);
 struct jv tl__jstr_replace(struct jctx *c, struct jv s, struct jv old, struct jv new,
                            int64_t count);
 // Python's fmt % args (args a tuple, a mapping for %(name)s, or one value).
 struct jv tl__jstr_percent(struct jctx *c, struct jv fmt, struct jv args);
+struct jv tl__jescape(struct jctx *c, struct jv v); // Markup escape (|escape)
+
+// Python's str.isspace for one byte (ASCII whitespace), as strip / split / title use it.
+static inline bool tl__jis_space(char ch)
+{
+    return ch == ' ' || ch == '\t' || ch == '\n' || ch == '\r' || ch == '\v' || ch == '\f';
+}
+
+// jinja_names.c
+bool tl__jname_in(const char *const *list, const char *name); // list NULL-terminated
 bool tl__jfilter_exists(const char *name);
+bool tl__jtest_exists(const char *name);
+
+// jinja_methods.c
 // A method bound to obj (str, map methods) or JV_UNDEF when obj has no such method.
 struct jv tl__jmethod_bind(struct jctx *c, struct jv obj, const char *name);
 struct jv tl__jglobal(const char *name); // range, namespace, dict, raise_exception, strftime_now
 struct jv tl__jcall_builtin(struct jctx *c, const struct jfunc *fn, const struct jcall *a);
+
+// jinja_access.c
+struct jv tl__jgetattr(struct jctx *c, struct jv obj, const char *name);
+struct jv tl__jgetitem(struct jctx *c, struct jv obj, struct jv key);
+struct jv tl__jslice(struct jctx *c, struct jv obj, struct jv start, struct jv stop,
+                     struct jv step); // NONE / UNDEF parts omitted
+
+// jinja_tests.c, jinja_filters.c
+bool tl__jtest(struct jctx *c, const char *name, struct jv in, const struct jcall *a);
+struct jv tl__jfilter(struct jctx *c, const char *name, struct jv in, const struct jcall *a);
+
+// jinja_eval.c
+struct jv tl__jeval(struct jctx *c, const struct jnode *n);
+struct jcall tl__jeval_args(struct jctx *c, const struct jargs *a);
+struct jv tl__jcall_value(struct jctx *c, struct jv fn, int n_pos, const struct jv *pos, int n_kw,
+                          const char *const *kw, const struct jv *kwv);
+
+// jinja_exec.c
+void tl__jframe_set(struct jctx *c, struct jframe *f, const char *name, struct jv v);
+struct jv tl__jv_from_json(struct jarena *a, const json_t *j, int depth);
 
 enum jfunc_kind { JF_MACRO, JF_GLOBAL, JF_METHOD, JF_CALLER };
 struct jfunc {

@@ -23,17 +23,10 @@ static const char *const str_methods[] = {
     "splitlines",   "startswith",   "strip",    "title",   "upper",  NULL};
 static const char *const map_methods[] = {"get", "items", "keys", "values", NULL};
 
-static bool in_list(const char *const *list, const char *name)
-{
-    for (; *list; list++)
-        if (!strcmp(*list, name)) return true;
-    return false;
-}
-
 struct jv tl__jmethod_bind(struct jctx *c, struct jv obj, const char *name)
 {
-    bool ok = (obj.kind == JV_STR && in_list(str_methods, name)) ||
-              (obj.kind == JV_MAP && in_list(map_methods, name));
+    bool ok = (obj.kind == JV_STR && tl__jname_in(str_methods, name)) ||
+              (obj.kind == JV_MAP && tl__jname_in(map_methods, name));
     if (!ok) return tl__jv_undef(name);
     struct jfunc *fn = tl__jarena_alloc(&c->arena, sizeof(*fn));
     fn->kind = JF_METHOD;
@@ -65,11 +58,6 @@ static struct jv str_arg(struct jctx *c, const struct jcall *a, int i, const cha
     return v;
 }
 
-static bool is_ws(char ch)
-{
-    return ch == ' ' || ch == '\t' || ch == '\n' || ch == '\r' || ch == '\v' || ch == '\f';
-}
-
 // Python's str.split / str.rsplit.
 static struct jv split(struct jctx *c, struct jv s, struct jv sep, int64_t maxsplit, bool right)
 {
@@ -83,7 +71,7 @@ static struct jv split(struct jctx *c, struct jv s, struct jv sep, int64_t maxsp
     if (sep.kind != JV_STR) {
         int64_t i = right ? n - 1 : 0;
         while (right ? i >= 0 : i < n) {
-            while ((right ? i >= 0 : i < n) && is_ws(p[i]))
+            while ((right ? i >= 0 : i < n) && tl__jis_space(p[i]))
                 i += right ? -1 : 1;
             if (right ? i < 0 : i >= n) break;
             if (maxsplit >= 0 && splits == maxsplit) {
@@ -95,7 +83,7 @@ static struct jv split(struct jctx *c, struct jv s, struct jv sep, int64_t maxsp
                 break;
             }
             int64_t j = i;
-            while ((right ? j >= 0 : j < n) && !is_ws(p[j]))
+            while ((right ? j >= 0 : j < n) && !tl__jis_space(p[j]))
                 j += right ? -1 : 1;
             if (right)
                 tl__jv_list_push(ar, parts, tl__jv_str(ar, p + j + 1, (size_t)(i - j)));
@@ -199,7 +187,7 @@ static struct jv str_pred(struct jv s, int kind)
         cased |= l || u;
         if (kind == 0 && !d) return tl__jv_bool(false);
         if (kind == 1 && !(l || u)) return tl__jv_bool(false);
-        if (kind == 2 && !is_ws(ch)) return tl__jv_bool(false);
+        if (kind == 2 && !tl__jis_space(ch)) return tl__jv_bool(false);
         if (kind == 3 && !(l || u || d)) return tl__jv_bool(false);
     }
     if (kind == 4) return tl__jv_bool(cased && !upper); // islower
@@ -326,7 +314,7 @@ static struct jv map_method(struct jctx *c, struct jv map, const char *m, const 
     }
     struct jv out;
     if (!strcmp(m, "items")) {
-        out = tl__jfilter(c, "items", map, &(struct jcall){0});
+        out = tl__jv_items(&c->arena, map);
         out.flags = JVF_DICT_ITEMS;
         return out;
     }

@@ -8,22 +8,6 @@
 
 #include <string.h>
 
-// ---- tests
-
-static const char *const test_names[] = {
-    "!=",        "<",           "<=",      "==",       ">",      ">=",       "boolean", "callable",
-    "defined",   "divisibleby", "eq",      "equalto",  "even",   "false",    "float",   "ge",
-    "gt",        "in",          "integer", "iterable", "le",     "lower",    "lt",      "mapping",
-    "ne",        "none",        "number",  "odd",      "sameas", "sequence", "string",  "true",
-    "undefined", "upper",       "filter",  "test",     NULL};
-
-bool tl__jtest_exists(const char *name)
-{
-    for (int i = 0; test_names[i]; i++)
-        if (!strcmp(test_names[i], name)) return true;
-    return false;
-}
-
 static bool cmp_test(struct jctx *c, const char *name, struct jv a, struct jv b)
 {
     int r;

@@ -11,18 +11,13 @@
 #include <stdio.h>
 #include <string.h>
 
-static bool is_ws(char ch)
-{
-    return ch == ' ' || ch == '\t' || ch == '\n' || ch == '\r' || ch == '\v' || ch == '\f';
-}
-
 struct jv tl__jstr_strip(struct jctx *c, struct jv s, struct jv chars, bool left, bool right)
 {
     const char *p = s.s->p;
     size_t b = 0, e = s.s->len;
     const char *set = chars.kind == JV_STR ? chars.s->p : NULL;
     size_t set_len = chars.kind == JV_STR ? chars.s->len : 0;
-#define IN_SET(ch) (set ? memchr(set, (ch), set_len) != NULL : is_ws(ch))
+#define IN_SET(ch) (set ? memchr(set, (ch), set_len) != NULL : tl__jis_space(ch))
     while (left && b < e && IN_SET(p[b]))
         b++;
     while (right && e > b && IN_SET(p[e - 1]))
@@ -59,6 +54,38 @@ struct jv tl__jstr_replace(struct jctx *c, struct jv s, struct jv old, struct jv
     }
     tl__jbuf_add(&b, p, (size_t)(end - p));
     return tl__jbuf_value(&b);
+}
+
+// Markup's escape: & < > " ' as HTML entities; a Markup string is already escaped.
+struct jv tl__jescape(struct jctx *c, struct jv v)
+{
+    if (v.kind == JV_STR && (v.flags & JVF_MARKUP)) return v;
+    struct jv s = tl__jv_to_str(&c->arena, v);
+    struct jbuf b = {.arena = &c->arena};
+    for (size_t i = 0; i < s.s->len; i++) {
+        switch (s.s->p[i]) {
+        case '&':
+            tl__jbuf_adds(&b, "&amp;");
+            break;
+        case '<':
+            tl__jbuf_adds(&b, "&lt;");
+            break;
+        case '>':
+            tl__jbuf_adds(&b, "&gt;");
+            break;
+        case '"':
+            tl__jbuf_adds(&b, "&#34;");
+            break;
+        case '\'':
+            tl__jbuf_adds(&b, "&#39;");
+            break;
+        default:
+            tl__jbuf_add(&b, s.s->p + i, 1);
+        }
+    }
+    struct jv out = tl__jbuf_value(&b);
+    out.flags = JVF_MARKUP;
+    return out;
 }
 
 // ---- case mapping (ASCII, Latin-1, Latin Extended-A, Greek, Cyrillic)

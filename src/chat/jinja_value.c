@@ -131,6 +131,19 @@ void tl__jv_map_set(struct jarena *a, struct jv map, struct jv key, struct jv va
     m->v[m->n++] = val;
 }
 
+struct jv tl__jv_items(struct jarena *a, struct jv map)
+{
+    struct jv out = tl__jv_list(a, map.m->n);
+    for (int64_t i = 0; i < map.m->n; i++) {
+        struct jv pair = tl__jv_list(a, 2);
+        pair.l->is_tuple = true;
+        tl__jv_list_push(a, pair, map.m->k[i]);
+        tl__jv_list_push(a, pair, map.m->v[i]);
+        tl__jv_list_push(a, out, pair);
+    }
+    return out;
+}
+
 // ---- Python semantics
 
 bool tl__jv_is_num(struct jv v)
