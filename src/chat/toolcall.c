@@ -21,6 +21,7 @@
 
 #include "core/alloc.h"
 #include "core/error.h"
+#include "core/hash.h"
 
 #include <ctype.h>
 #include <stdlib.h>
@@ -39,8 +40,8 @@ struct tl_toolcall_parser {
     bool content_seen;                   // non-space content went out
     struct tl_tool_call *calls;          // owned, n_calls entries
     int n_calls, cap_calls;
-    uint64_t rng;
-    bool failed; // out of memory: later calls do nothing
+    uint64_t rng; // splitmix64 state (core/hash.h) the call ids are drawn from
+    bool failed;  // out of memory: later calls do nothing
 };
 
 static bool is_space(char c)
@@ -75,15 +76,12 @@ static void consume(tl_toolcall_parser *p, size_t n)
     p->len -= n;
 }
 
+// n letters and digits: a call id as OpenAI's ("call_" + 24) and Mistral's (9) look.
 static void random_id(tl_toolcall_parser *p, char *out, int n)
 {
     static const char alnum[] = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
-    for (int i = 0; i < n; i++) {
-        p->rng ^= p->rng << 13;
-        p->rng ^= p->rng >> 7;
-        p->rng ^= p->rng << 17;
-        out[i] = alnum[(p->rng >> 32) % 62];
-    }
+    for (int i = 0; i < n; i++)
+        out[i] = alnum[(tl_splitmix64(&p->rng) >> 32) % 62];
     out[n] = 0;
 }
 
@@ -302,8 +300,7 @@ tl_toolcall_parser *tl_toolcall_parser_create(const struct tl_toolcall_config *c
     p->sx = tl__tc_syntax_get(cfg->syntax);
     p->cb = cb;
     p->user = user;
-    p->rng = cfg->id_seed * 0x9E3779B97F4A7C15ull + 0x2545F4914F6CDD1Dull;
-    if (!p->rng) p->rng = 1;
+    p->rng = cfg->id_seed; // splitmix64 takes any seed, 0 included
     tl_reasoning_init(&p->rs, cfg->reasoning, cfg->reasoning_start_inside, on_split, p);
     if (!buf_prepend_prefix(p)) {
         tl_toolcall_parser_destroy(p);

@@ -10,6 +10,7 @@
 #include "chat/toolcall.h"
 #include "core/error.h"
 
+#include <ctype.h>
 #include <jansson.h>
 
 struct result {
@@ -289,6 +290,8 @@ static void test_mistral(void **state)
     assert_int_equal(r.n_calls, 2);
     assert_string_equal(r.calls[0][0], "abcDEF123"); // the model's id is kept
     assert_int_equal(strlen(r.calls[1][0]), 9);      // Mistral's templates need 9 characters
+    for (int k = 0; k < 9; k++) // ... letters and digits ([a-zA-Z0-9]{9})
+        assert_true(isalnum((unsigned char)r.calls[1][0][k]));
     assert_string_equal(r.calls[0][2], "{}");
 }
 
@@ -443,6 +446,9 @@ static void test_ids_deterministic_and_distinct(void **state)
     assert_string_not_equal(a.calls[0][0], a.calls[1][0]);
     assert_int_equal(strlen(a.calls[0][0]), 29);
     assert_memory_equal(a.calls[0][0], "call_", 5);
+    for (int i = 0; i < 2; i++) // OpenAI's form: "call_" and 24 letters or digits
+        for (int k = 5; k < 29; k++)
+            assert_true(isalnum((unsigned char)a.calls[i][0][k]));
     c.id_seed = 43;
     run_cuts(&c, reply, NULL, 0, &b);
     assert_string_not_equal(a.calls[0][0], b.calls[0][0]);
