@@ -19,11 +19,12 @@ bool tl__jname_in(const char *const *list, const char *name)
 }
 
 static const char *const filter_names[] = {
-    "abs",     "attr",    "capitalize", "count",  "d",      "default",    "dictsort",  "e",
-    "escape",  "first",   "float",      "indent", "int",    "items",      "join",      "last",
-    "length",  "list",    "lower",      "map",    "max",    "min",        "reject",    "rejectattr",
-    "replace", "reverse", "round",      "safe",   "select", "selectattr", "sort",      "string",
-    "sum",     "title",   "tojson",     "trim",   "unique", "upper",      "wordcount", NULL};
+    "abs",    "attr",   "capitalize", "count",      "d",         "default", "dictsort",
+    "e",      "escape", "first",      "float",      "format",    "indent",  "int",
+    "items",  "join",   "last",       "length",     "list",      "lower",   "map",
+    "max",    "min",    "reject",     "rejectattr", "replace",   "reverse", "round",
+    "safe",   "select", "selectattr", "sort",       "string",    "sum",     "title",
+    "tojson", "trim",   "unique",     "upper",      "wordcount", NULL};
 
 bool tl__jfilter_exists(const char *name)
 {
