@@ -1,5 +1,6 @@
 /*
- * What gguf.c (the parser) and gguf_value.c (the value types) share.
+ * What the gguf files share: the value types' helpers (gguf_value.c) that the parser (gguf.c),
+ * the writer (gguf_writer.c) and the typed reads (gguf_get.c) call.
  */
 #ifndef TL_GGUF_IMPL_H
 #define TL_GGUF_IMPL_H

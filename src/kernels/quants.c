@@ -658,17 +658,3 @@ void tl__qx_ref_matmul_rows(const struct tl__qx_mm *m, int64_t r0, int64_t r1)
         }
     }
 }
-
-static int scalar_row_align(enum tl_dtype type)
-{
-    (void)type;
-    return 1;
-}
-
-const struct tl__qx_ops tl__qx_ops_scalar = {
-    .row_align = scalar_row_align,
-    .quantize = tl__qa_quantize_ref,
-    .matmul_rows = tl__qx_ref_matmul_rows,
-    .matmul_packed_rows = tl__kq_scalar_packed_rows,
-    .matmul_cb4_rows = tl__cb4_ref_rows,
-};

@@ -5,10 +5,10 @@
  * IQ4_XS and MXFP4 (cb4.h) share the activation quantizer and the driver below; their traits
  * carry `cb4`, and the hooks at the end hand them to cb4.c and the ISAs' matmul_cb4_rows.
  *
- * Files: quants.c (formats, scalar dequantization/quantization, the scalar reference matmul,
- * the parallel driver), x86/avx2_quants.c and x86/avx512_quants.c (SIMD matmul rows and
- * activation quantizers). kernels.c and convert.c reach this code through the five tl__qx_* hooks
- * below; nothing else in the kernels knows these types.
+ * Files: quants.c (formats, scalar dequantization/quantization, the scalar reference matmul),
+ * quants_driver.c (the parallel driver and the scalar op table), x86/avx2_quants.c and
+ * x86/avx512_quants.c (SIMD matmul rows and activation quantizers). kernels.c and convert.c reach
+ * this code through the five tl__qx_* hooks below; nothing else in the kernels knows these types.
  *
  * The common form. Every type decodes, per "superchunk" of 128 values (four 32-blocks), to
  *     value[i] = D[h] * (q[i] - off) + M[h],   h = i / 16 (the 16-value half of a block)

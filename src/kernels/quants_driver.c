@@ -4,8 +4,9 @@
  * work buffer (struct tl__qa_chunk rows, then for Q4_K/Q5_K/Q6_K their tl__kq_aux rows), then
  * split the output rows of all the weights over the pool and hand them to the ISA's kernel for
  * the weight's type and layout (file rows, the 16-row groups of kquant_pack.c, or the codebook
- * kernels of cb4.h); and tl__qx_ref_matmul, the whole scalar reference on one thread, which the
- * tests compare every ISA and layout to.
+ * kernels of cb4.h); tl__qx_ref_matmul, the whole scalar reference on one thread, which the
+ * tests compare every ISA and layout to; and the scalar table tl__qx_ops_scalar. This file is
+ * the top of the quant files: it calls quants.c, kquant_pack.c and cb4.c, and none calls it.
  *
  * Determinism: threads split output rows only (in units of the kernel's row tile, or of a
  * packed group), and activations are quantized per token, so no output depends on the thread
@@ -33,6 +34,22 @@ size_t tl__qx_work_bytes(const struct tl_weight *w, int64_t n_tok)
     if (n_tok <= 0) return 0;
     return (size_t)n_tok * act_row_bytes(w);
 }
+
+// The scalar table: the reference kernels of quants.c (file rows), kquant_pack.c (packed
+// K-quants) and cb4.c (codebook types), assembled here so that none of them calls another's.
+static int scalar_row_align(enum tl_dtype type)
+{
+    (void)type;
+    return 1;
+}
+
+const struct tl__qx_ops tl__qx_ops_scalar = {
+    .row_align = scalar_row_align,
+    .quantize = tl__qa_quantize_ref,
+    .matmul_rows = tl__qx_ref_matmul_rows,
+    .matmul_packed_rows = tl__kq_scalar_packed_rows,
+    .matmul_cb4_rows = tl__cb4_ref_rows,
+};
 
 static const struct tl__qx_ops *qx_ops_for(const struct tl__kernel_ops *o)
 {

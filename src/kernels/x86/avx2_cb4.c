@@ -17,6 +17,7 @@
  * Thread model: pure functions over caller-owned memory; re-entrant.
  */
 #include "kernels/cb4.h"
+#include "kernels/tiles.h"
 #include "kernels/x86/avx2_impl.h"
 #include "kernels/x86/cb4_simd.h"
 
@@ -126,28 +127,18 @@ typedef void (*tile_fn)(const struct tl__qx_mm *m, __m256i tbl, int64_t r, int64
     {                                                                                              \
         tile(m, tbl, r, t, TYPE, R, T);                                                            \
     }
-#define DEF_TILES_R(NAME, TYPE, R)                                                                 \
-    DEF_TILE(NAME, TYPE, R, 1)                                                                     \
-    DEF_TILE(NAME, TYPE, R, 2) DEF_TILE(NAME, TYPE, R, 3) DEF_TILE(NAME, TYPE, R, 4)
-#define DEF_TILES(NAME, TYPE) DEF_TILES_R(NAME, TYPE, 1) DEF_TILES_R(NAME, TYPE, 2)
-// [0]: one row, [1]: XR rows; index = token count
-#define LIST(NAME)                                                                                 \
-    {                                                                                              \
-        {0, NAME##_1x1, NAME##_1x2, NAME##_1x3, NAME##_1x4},                                       \
-        {                                                                                          \
-            0, NAME##_2x1, NAME##_2x2, NAME##_2x3, NAME##_2x4                                      \
-        }                                                                                          \
-    }
+// [0]: one row, [1]: XR rows; index = token count (tiles.h's ladders and lists)
+#define DEF_TILES(NAME, TYPE)                                                                      \
+    TL__TILES_4(DEF_TILE, NAME, TYPE, 1)                                                           \
+    TL__TILES_4(DEF_TILE, NAME, TYPE, 2)                                                           \
+    static const tile_fn tiles_##NAME[2][XT + 1] = {TL__TILE_LIST_4(NAME, 1),                      \
+                                                    TL__TILE_LIST_4(NAME, 2)};
 
 _Static_assert(XR == 2 && XT == 4 && TL__CB4_ROWS % XR == 0, "the tile lists assume these shapes");
 
 DEF_TILES(iq4_nl, TL_DTYPE_IQ4_NL)
 DEF_TILES(iq4_xs, TL_DTYPE_IQ4_XS)
 DEF_TILES(mxfp4, TL_DTYPE_MXFP4)
-
-static const tile_fn tiles_iq4_nl[2][XT + 1] = LIST(iq4_nl);
-static const tile_fn tiles_iq4_xs[2][XT + 1] = LIST(iq4_xs);
-static const tile_fn tiles_mxfp4[2][XT + 1] = LIST(mxfp4);
 
 void tl__cb4_avx2_rows(const struct tl__qx_mm *m, int64_t r0, int64_t r1)
 {

@@ -1,7 +1,7 @@
 /*
- * Private to the AVX2 kernel variant (avx2_matmul.c, _attn.c, _ops.c, _quants.c): the inline
- * helpers those files share (tail masks and masked loads/stores, fixed-order horizontal sum and
- * max, the vectorized exp), the packed float tile shape that the op table publishes as x_tile,
+ * Private to the AVX2 kernel variant (avx2_matmul.c, _attn.c, _ops.c, _rows.c, _quants.c): the
+ * inline helpers those files share (tail masks and masked loads/stores, fixed-order horizontal sum
+ * and max, the vectorized exp), the packed float tile shape that the op table publishes as x_tile,
  * and the tl__avx2_* functions one file defines for another. Include it only from
  * src/kernels/x86/avx2*.c: the Makefile compiles exactly those files with -mavx2 -mfma -mf16c
  * (checked below).
@@ -104,7 +104,14 @@ void tl__avx2_attn_head(const struct tl_kv_layer *kv, const int32_t *block_table
 // avx2_attn.c: the op table's quantize_q8_0 (the Q8_0 KV store).
 void tl__avx2_quantize_q8_0(const float *src, struct tl_block_q8_0 *dst, int64_t n);
 
-// avx2_ops.c, also used by attention: the maximum of n values; and x[i] = exp(x[i] - mx) in
+// avx2_rows.c: the op table's row-wise ops and f32 -> f16 conversion.
+void tl__avx2_rmsnorm(const float *x, const float *w, float eps, int64_t n, float *y);
+void tl__avx2_swiglu(const float *gate, const float *up, float *out, int64_t n);
+void tl__avx2_add(float *y, const float *x, int64_t n);
+void tl__avx2_softmax(float *x, int64_t n);
+void tl__avx2_exp_sub(const float *x, float m, float *out, int64_t n);
+void tl__avx2_f32_to_f16(const float *src, uint16_t *dst, int64_t n);
+// avx2_rows.c, also used by attention: the maximum of n values; and x[i] = exp(x[i] - mx) in
 // place, returning the sum (8 lane sums in order, then hsum256).
 float tl__avx2_max_of(const float *x, int64_t n);
 float tl__avx2_exp_sum(float *x, int64_t n, float mx);

@@ -20,6 +20,7 @@
  * Thread model: pure functions over caller-owned memory; re-entrant.
  */
 #include "kernels/cb4.h"
+#include "kernels/tiles.h"
 #include "kernels/x86/avx512_impl.h"
 #include "kernels/x86/cb4_simd.h"
 
@@ -137,29 +138,14 @@ typedef void (*tile_fn)(const struct tl__qx_mm *m, __m512i tbl, int64_t r, int64
     {                                                                                              \
         tile(m, tbl, r, t, TYPE, R, T);                                                            \
     }
-#define DEF_TILES_R4(NAME, TYPE, R)                                                                \
-    DEF_TILE(NAME, TYPE, R, 1)                                                                     \
-    DEF_TILE(NAME, TYPE, R, 2) DEF_TILE(NAME, TYPE, R, 3) DEF_TILE(NAME, TYPE, R, 4)
-#define DEF_TILES_R8(NAME, TYPE, R)                                                                \
-    DEF_TILES_R4(NAME, TYPE, R)                                                                    \
-    DEF_TILE(NAME, TYPE, R, 5)                                                                     \
-    DEF_TILE(NAME, TYPE, R, 6) DEF_TILE(NAME, TYPE, R, 7) DEF_TILE(NAME, TYPE, R, 8)
+// [0]: one row, [1]: XR x 1..XT, [2]: WR x 1..WT; index = token count (tiles.h's ladders and
+// lists; the XR row stops at XT, the rest of it is zero)
 #define DEF_TILES(NAME, TYPE)                                                                      \
-    DEF_TILES_R4(NAME, TYPE, 4) DEF_TILES_R8(NAME, TYPE, 2) DEF_TILES_R8(NAME, TYPE, 1)
-#define LIST4(NAME, R)                                                                             \
-    {                                                                                              \
-        0, NAME##_##R##x1, NAME##_##R##x2, NAME##_##R##x3, NAME##_##R##x4, 0, 0, 0, 0              \
-    }
-#define LIST8(NAME, R)                                                                             \
-    {                                                                                              \
-        0, NAME##_##R##x1, NAME##_##R##x2, NAME##_##R##x3, NAME##_##R##x4, NAME##_##R##x5,         \
-            NAME##_##R##x6, NAME##_##R##x7, NAME##_##R##x8                                         \
-    }
-// [0]: one row, [1]: XR x 1..XT, [2]: WR x 1..WT; index = token count
-#define LIST(NAME)                                                                                 \
-    {                                                                                              \
-        LIST8(NAME, 1), LIST4(NAME, 4), LIST8(NAME, 2)                                             \
-    }
+    TL__TILES_4(DEF_TILE, NAME, TYPE, 4)                                                           \
+    TL__TILES_8(DEF_TILE, NAME, TYPE, 2)                                                           \
+    TL__TILES_8(DEF_TILE, NAME, TYPE, 1)                                                           \
+    static const tile_fn tiles_##NAME[3][9] = {TL__TILE_LIST_8(NAME, 1), TL__TILE_LIST_4(NAME, 4), \
+                                               TL__TILE_LIST_8(NAME, 2)};
 
 _Static_assert(XR == 4 && XT == 4 && WR == 2 && WT == 8 && TL__CB4_ROWS % XR == 0 &&
                    TL__CB4_ROWS % WR == 0,
@@ -168,10 +154,6 @@ _Static_assert(XR == 4 && XT == 4 && WR == 2 && WT == 8 && TL__CB4_ROWS % XR == 
 DEF_TILES(iq4_nl, TL_DTYPE_IQ4_NL)
 DEF_TILES(iq4_xs, TL_DTYPE_IQ4_XS)
 DEF_TILES(mxfp4, TL_DTYPE_MXFP4)
-
-static const tile_fn tiles_iq4_nl[3][9] = LIST(iq4_nl);
-static const tile_fn tiles_iq4_xs[3][9] = LIST(iq4_xs);
-static const tile_fn tiles_mxfp4[3][9] = LIST(mxfp4);
 
 void tl__cb4_avx512_rows(const struct tl__qx_mm *m, int64_t r0, int64_t r1)
 {

@@ -1,7 +1,7 @@
 /*
- * Private to the AVX-512 kernel variant (avx512_matmul*.c, _attn.c, _ops.c, _quants.c): the
- * inline helpers those files share (tail masks, fixed-order horizontal sums, the vectorized exp),
- * the packed float tile shape that the op table publishes as x_tile, and the tl__avx512_*
+ * Private to the AVX-512 kernel variant (avx512_matmul*.c, _attn.c, _ops.c, _rows.c, _quants.c):
+ * the inline helpers those files share (tail masks, fixed-order horizontal sums, the vectorized
+ * exp), the packed float tile shape that the op table publishes as x_tile, and the tl__avx512_*
  * functions one file defines for another. Include it only from src/kernels/x86/avx512*.c: the
  * Makefile compiles exactly those files with the AVX-512 -m flags (checked below).
  *
@@ -135,7 +135,14 @@ void tl__avx512_attn_kv(const struct tl_kv_layer *kv, const int32_t *block_table
 // avx512_attn.c: the op table's quantize_q8_0 (the Q8_0 KV store).
 void tl__avx512_quantize_q8_0(const float *src, struct tl_block_q8_0 *dst, int64_t n);
 
-// avx512_ops.c, also used by attention: x[i] = exp(x[i] - mx) in place, returning the sum
+// avx512_rows.c: the op table's row-wise ops and f32 -> f16 conversion.
+void tl__avx512_rmsnorm(const float *x, const float *w, float eps, int64_t n, float *y);
+void tl__avx512_swiglu(const float *gate, const float *up, float *out, int64_t n);
+void tl__avx512_add(float *y, const float *x, int64_t n);
+void tl__avx512_softmax(float *x, int64_t n);
+void tl__avx512_exp_sub(const float *x, float m, float *out, int64_t n);
+void tl__avx512_f32_to_f16(const float *src, uint16_t *dst, int64_t n);
+// avx512_rows.c, also used by attention: x[i] = exp(x[i] - mx) in place, returning the sum
 // (fixed order: 16 lane sums, then hsum512); and the maximum of n values.
 float tl__avx512_exp_sum(float *x, int64_t n, float mx);
 float tl__avx512_max_of(const float *x, int64_t n);
